@@ -1,0 +1,227 @@
+"""The `mt` command line: parse flags, call one function per command, map errors to exit codes.
+
+User errors (MtError) print one line on stderr and exit with their code; Ctrl-C exits 130 and a
+closed pipe (`mt translate | head`) exits quietly. Tracebacks are left for real bugs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mt.errors import EXIT_GATE, EXIT_INTERRUPTED, MtError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train Transformer translation models and use them.",
+)
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise MtError("--device cuda: no CUDA device is available")
+    if name not in ("cpu", "cuda"):
+        raise MtError(f"--device must be cpu, cuda or auto, got {name!r}")
+    return torch.device(name)
+
+
+def _read_text_file(path: Path) -> list[str]:
+    from mt.data import read_lines
+
+    return read_lines(path)
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Argument(help="YAML config file.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config value: section.key=value (repeatable)."),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Run directory (default: train.run_dir of the config).")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in the run directory.")] = False,
+) -> None:
+    """Train a tokenizer and a Transformer as CONFIG says."""
+    from mt.config import load_config
+    from mt.train.trainer import train as run_training
+
+    cfg = load_config(config, set_ or [])
+    if run_dir is not None:
+        cfg.train.run_dir = str(run_dir)
+    state = run_training(cfg, Path(cfg.train.run_dir), resume)
+    typer.echo(f"done: step {state.step}, checkpoints in {cfg.train.run_dir}", err=True)
+
+
+def _translator(
+    checkpoint_path: Path,
+    device: str,
+    beam: int | None,
+    nbest: int,
+    max_tokens: int | None,
+    greedy: bool,
+    alignment: bool,
+):
+    from mt.decode.translator import Translator
+    from mt.train.checkpoint import load_model
+
+    dev = _device(device)
+    loaded = load_model(checkpoint_path, dev)
+    dcfg = loaded.cfg.decode
+    if beam is not None:
+        if beam < 1:
+            raise MtError(f"--beam must be >= 1, got {beam}")
+        dcfg.beam = beam
+    if nbest < 1 or nbest > dcfg.beam:
+        raise MtError(f"--nbest must be between 1 and the beam size ({dcfg.beam}), got {nbest}")
+    dcfg.nbest = nbest
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise MtError(f"--max-tokens must be >= 1, got {max_tokens}")
+        dcfg.max_tokens = max_tokens
+    return Translator(loaded.model, loaded.tokenizer, dcfg, dev, greedy=greedy, alignment=alignment)
+
+
+def _text_lines(stream):
+    """Lines of a byte stream; invalid UTF-8 is reported with its line number."""
+    from mt.data import decode_utf8
+
+    for i, raw in enumerate(stream, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            decode_utf8(raw, f"{getattr(stream, 'name', '<stdin>')}: line {i}")
+
+
+@app.command()
+def translate(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
+    nbest: Annotated[int, typer.Option(help="Lines per input: 'i ||| text ||| score'.")] = 1,
+    max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
+    greedy: Annotated[bool, typer.Option(help="Greedy search instead of beam search.")] = False,
+    alignment: Annotated[
+        bool, typer.Option(help="Append a tab and 'src-tgt' attention alignment pairs.")
+    ] = False,
+) -> None:
+    """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
+    from mt.decode.translator import write_translations
+
+    if input is not None and not input.is_file():
+        raise MtError(f"{input}: input file not found")
+    translator = _translator(checkpoint, device, beam, nbest, max_tokens, greedy, alignment)
+    src = open(input, "rb") if input is not None else sys.stdin.buffer
+    try:
+        out = (
+            open(output.with_name(output.name + ".tmp"), "w", encoding="utf-8")
+            if output is not None
+            else sys.stdout
+        )
+    except OSError as err:
+        raise MtError(f"{output}: cannot write ({err.strerror})") from None
+    with src:
+        write_translations(
+            translator.translate_stream(_text_lines(src)), out, nbest=nbest, alignment=alignment
+        )
+    if output is not None:
+        out.close()
+        os.replace(output.with_name(output.name + ".tmp"), output)
+    if translator.truncated:
+        typer.echo(
+            f"warning: {translator.truncated} input line(s) were longer than the model's "
+            f"{translator.max_src} positions and were truncated",
+            err=True,
+        )
+
+
+@app.command(name="eval")
+def evaluate(
+    checkpoint: Annotated[Path | None, typer.Argument(help="Checkpoint to translate with.")] = None,
+    src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
+    ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
+    hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
+    greedy: Annotated[bool, typer.Option(help="Greedy search.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    min_bleu: Annotated[
+        float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
+    ] = None,
+) -> None:
+    """Score a checkpoint (CHECKPOINT --src --ref) or a translation (--hyp --ref)."""
+    from mt.metrics import format_scores, score
+
+    if ref is None:
+        raise MtError("mt eval needs --ref")
+    refs = _read_text_file(ref)
+    if hyp is not None:
+        if checkpoint is not None or src is not None:
+            raise MtError("mt eval: give either --hyp or CHECKPOINT with --src, not both")
+        hyps = _read_text_file(hyp)
+        where = hyp
+    else:
+        if checkpoint is None or src is None:
+            raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
+        sources = _read_text_file(src)
+        if len(sources) != len(refs):
+            raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
+        translator = _translator(checkpoint, device, beam, 1, max_tokens, greedy, False)
+        hyps = [t.text for t in translator.translate_stream(sources)]
+        where = src
+    if len(hyps) != len(refs):
+        raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
+    scores = score(hyps, refs)
+    if json_:
+        typer.echo(json.dumps(scores.as_dict()))
+    else:
+        typer.echo(format_scores(scores))
+    if min_bleu is not None and scores.bleu < min_bleu:
+        typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
+        raise typer.Exit(EXIT_GATE)
+
+
+def main() -> None:
+    """Entry point: run the app, turning user errors and interrupts into one line + exit code."""
+    try:
+        rc = app(standalone_mode=False)
+    except MtError as err:
+        print(f"mt: error: {err}", file=sys.stderr)
+        sys.exit(err.code)
+    except KeyboardInterrupt:
+        print("mt: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (`mt translate | head`): stop quietly, as Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except typer.Exit as ex:
+        sys.exit(ex.exit_code)
+    except Exception as err:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(err, click.exceptions.ClickException):
+            err.show()
+            sys.exit(err.exit_code)
+        if isinstance(err, click.exceptions.Abort):
+            print("mt: interrupted", file=sys.stderr)
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+    if isinstance(rc, int) and rc:
+        sys.exit(rc)

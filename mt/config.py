@@ -1,0 +1,342 @@
+"""Typed configuration: YAML in, plain dataclasses out.
+
+One YAML file has the sections `data`, `tokenizer`, `model`, `train` and `decode`, each mapped
+onto a dataclass below. Every key is checked (unknown keys, wrong types and impossible values
+raise MtError naming the key and the file), so a typo never silently trains the wrong model.
+`--set section.key=value` overrides go through the same checks. Strings may refer to environment
+variables as `${NAME}` or `${NAME:-default}`, which is how a config names the data folder
+without hard-coding a machine's path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from mt.errors import MtError
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel corpus lives and which sentence pairs to keep.
+
+    `format` says how `train`/`valid`/`test` are read: `text` means `{root}/{name}.{lang}` (or
+    `.gz`); `tsv` and `jsonl` mean a file `{root}/{name}`; `hf` means `root` is a `datasets` name
+    (or a folder written by `save_to_disk`) and the names are its splits.
+    """
+
+    root: str = "${MT_DATA:-data/multi30k}"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    format: Literal["text", "tsv", "jsonl", "hf"] = "text"
+    train: str = "train"
+    valid: str = "val"
+    test: str = "test_2016_flickr"
+    max_len: int = 128  # training pairs with more tokens on either side are dropped
+    max_len_ratio: float = 3.0  # ... and pairs whose token-length ratio exceeds this
+    max_train_examples: int = 0  # 0 keeps all; tests and demos take a slice
+    max_valid_examples: int = 0
+    cache_dir: str = ""  # tokenized Arrow cache; empty means `{run_dir}/cache`
+
+
+@dataclass
+class TokenizerConfig:
+    """sentencepiece settings; one joint model by default so embeddings can be tied."""
+
+    type: Literal["unigram", "bpe"] = "unigram"
+    vocab_size: int = 8000
+    joint: bool = True
+    character_coverage: float = 1.0
+    input_sentence_size: int = 1_000_000
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the encoder-decoder Transformer; defaults are the paper's base model."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    dropout: float = 0.1  # on embeddings+positions and on every residual branch
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    norm: Literal["post", "pre"] = "post"
+    tie_embeddings: bool = True  # needs a joint vocabulary
+    max_positions: int = 1024
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop, its stopping rules and where it writes."""
+
+    run_dir: str = "runs/default"
+    seed: int = 1
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    threads: int = 0  # CPU threads; 0 = all cores
+    max_tokens: int = 4096  # per batch, counting padding
+    accum_steps: int = 1
+    optimizer_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    optimizer_eps: float = 1e-9
+    weight_decay: float = 0.0
+    schedule: Literal["noam", "inverse_sqrt"] = "noam"
+    lr_scale: float = 1.0  # noam: lr = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
+    lr: float = 5e-4  # inverse_sqrt: peak lr reached at `warmup`
+    warmup: int = 4000
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0  # 0 disables gradient clipping
+    max_steps: int = 100_000
+    max_epochs: int = 0  # 0 = no limit
+    max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
+    patience: int = 0  # evaluations without a better dev BLEU before stopping; 0 = never
+    log_every: int = 100
+    eval_every: int = 1000
+    eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
+    keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
+    average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings used by `mt translate`, `mt eval` and dev BLEU."""
+
+    beam: int = 5
+    nbest: int = 1
+    alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
+    max_len_a: float = 1.2  # output length limit a * src_len + b
+    max_len_b: int = 10
+    max_tokens: int = 4096  # source tokens per decoding batch
+    buffer_lines: int = 2000  # lines read ahead, sorted by length, then written in order
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: str) -> str:
+    """Replace `${NAME}` and `${NAME:-default}`; an unset NAME without default is an error."""
+
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ and os.environ[name] != "":
+            return os.environ[name]
+        if default is None:
+            raise MtError(f"environment variable {name} is not set (used as ${{{name}}})")
+        return default
+
+    return _ENV.sub(sub, value)
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    """Return `value` converted to `hint` or raise MtError naming `where`."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            choices = ", ".join(repr(c) for c in typing.get_args(hint))
+            raise MtError(f"{where} must be one of {choices}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if arg is type(None) and value is None:
+                return None
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _check_type(value, args[0], where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise MtError(f"{where} must be a list, got {value!r}")
+        (item,) = typing.get_args(hint)
+        return [_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise MtError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise MtError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MtError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise MtError(f"{where} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {hint!r}")  # a bug in this module, not user input
+
+
+def _build(cls: type, raw: Any, where: str, source: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise MtError(f"{source}: {where or 'top level'} must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in raw.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise MtError(f"{source}: unknown key '{path}' (known: {', '.join(sorted(names))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value, path, source)
+        else:
+            try:
+                kwargs[key] = _check_type(value, hint, path)
+            except MtError as err:
+                raise MtError(f"{source}: {err}") from None
+    return cls(**kwargs)
+
+
+def validate(cfg: Config, source: str) -> None:
+    """Reject values that type-check but cannot work; messages name key and file."""
+    m, t, d, tok = cfg.model, cfg.train, cfg.decode, cfg.tokenizer
+    checks = [
+        (m.d_model > 0, "model.d_model must be > 0"),
+        (m.n_heads > 0, "model.n_heads must be > 0"),
+        (
+            m.n_heads > 0 and m.d_model % m.n_heads == 0,
+            f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})",
+        ),
+        (m.d_model % 2 == 0, "model.d_model must be even (sinusoidal positions)"),
+        (m.d_ff > 0, "model.d_ff must be > 0"),
+        (m.encoder_layers > 0, "model.encoder_layers must be > 0"),
+        (m.decoder_layers > 0, "model.decoder_layers must be > 0"),
+        (0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)"),
+        (0.0 <= m.attention_dropout < 1.0, "model.attention_dropout must be in [0, 1)"),
+        (0.0 <= m.activation_dropout < 1.0, "model.activation_dropout must be in [0, 1)"),
+        (m.max_positions > 0, "model.max_positions must be > 0"),
+        (
+            not m.tie_embeddings or tok.joint,
+            "model.tie_embeddings needs tokenizer.joint: true (one shared vocabulary)",
+        ),
+        (tok.vocab_size >= 16, "tokenizer.vocab_size must be >= 16"),
+        (0.0 < tok.character_coverage <= 1.0, "tokenizer.character_coverage must be in (0, 1]"),
+        (t.warmup > 0, "train.warmup must be > 0"),
+        (t.max_tokens > 0, "train.max_tokens must be > 0"),
+        (t.accum_steps > 0, "train.accum_steps must be > 0"),
+        (t.lr > 0, "train.lr must be > 0"),
+        (t.lr_scale > 0, "train.lr_scale must be > 0"),
+        (0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)"),
+        (t.clip_norm >= 0, "train.clip_norm must be >= 0"),
+        (t.max_steps > 0, "train.max_steps must be > 0"),
+        (t.max_epochs >= 0, "train.max_epochs must be >= 0"),
+        (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
+        (t.patience >= 0, "train.patience must be >= 0"),
+        (t.log_every > 0, "train.log_every must be > 0"),
+        (t.eval_every > 0, "train.eval_every must be > 0"),
+        (t.keep_last >= 0, "train.keep_last must be >= 0"),
+        (t.average_last >= 0, "train.average_last must be >= 0"),
+        (t.average_last <= t.keep_last, "train.average_last must be <= train.keep_last"),
+        (t.threads >= 0, "train.threads must be >= 0"),
+        (
+            len(t.optimizer_betas) == 2 and all(0 <= b < 1 for b in t.optimizer_betas),
+            "train.optimizer_betas must be two numbers in [0, 1)",
+        ),
+        (t.optimizer_eps > 0, "train.optimizer_eps must be > 0"),
+        (d.beam > 0, "decode.beam must be > 0"),
+        (0 < d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
+        (d.max_tokens > 0, "decode.max_tokens must be > 0"),
+        (d.buffer_lines > 0, "decode.buffer_lines must be > 0"),
+        (d.max_len_a >= 0 and d.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0"),
+        (cfg.data.max_len > 0, "data.max_len must be > 0"),
+        (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
+        (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise MtError(f"{source}: {message}")
+
+
+def from_dict(raw: Any, source: str) -> Config:
+    cfg = _build(Config, raw, "", source)
+    validate(cfg, source)
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _set_path(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
+    parts = key.split(".")
+    node: Any = Config
+    target = raw
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(node) or part not in {
+            f.name for f in dataclasses.fields(node)
+        }:
+            raise MtError(f"--set {key}: unknown key '{'.'.join(parts[: i + 1])}' ({source})")
+        node = typing.get_type_hints(node)[part]
+        if i == len(parts) - 1:
+            if dataclasses.is_dataclass(node):
+                raise MtError(f"--set {key}: '{key}' is a section, name one of its keys")
+            target[part] = value
+        else:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`train.max_steps=50` -> ("train.max_steps", 50); the value is read as YAML."""
+    if "=" not in item:
+        raise MtError(f"--set {item}: expected KEY=VALUE")
+    key, text = item.split("=", 1)
+    try:
+        value = yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        value = text
+    return key.strip(), value
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> Config:
+    """Read a YAML config, apply `--set` overrides, check everything, expand `${ENV}`."""
+    source = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise MtError(f"{source}: config file not found")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise MtError(f"{source}: not valid UTF-8") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise MtError(f"{source}:{line} invalid YAML ({getattr(err, 'problem', err)})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise MtError(f"{source}: top level must be a mapping of sections")
+    for item in overrides or []:
+        key, value = parse_override(item)
+        _set_path(raw, key, value, source)
+    cfg = from_dict(raw, source)
+    cfg.data.root = expand_env(cfg.data.root)
+    cfg.train.run_dir = expand_env(cfg.train.run_dir)
+    return cfg
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    """Write the resolved config, so a run directory records what was actually trained."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)

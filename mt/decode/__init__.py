@@ -1,0 +1,1 @@
+"""Decoding: search algorithms and the raw-text translator built on them."""

@@ -1,0 +1,184 @@
+"""Greedy and beam search over a batch, knowing the model only through encode/start_state/step.
+
+Both searches drop a sentence from the active batch as soon as it is finished, so the cost of a
+batch follows its sentences rather than its longest one. Beam search is vectorised over
+(sentences x beams): one `step` call per output position for the whole batch, the cache rows
+reordered to follow the surviving beams. With beam size 1 it returns the greedy output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mt.model import DecoderState, Transformer
+from mt.tokenizer import BOS, EOS, PAD
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS/EOS
+    score: float  # log-probability, length-normalised for beam search
+    alignment: list[int] = field(default_factory=list)  # most-attended source position per token
+
+
+def max_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor:
+    """Per-sentence output limit a * src_len + b (without EOS), capped by the model's positions."""
+    src_len = src.ne(PAD).sum(1)
+    return (src_len.float() * a + b).floor().long().clamp(1, limit - 1)
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's ((5 + |Y|) / 6) ** alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _start(model: Transformer, src: torch.Tensor) -> DecoderState:
+    memory, mask, _ = model.encode(src)
+    return model.start_state(memory, mask)
+
+
+def _next_logp(
+    model: Transformer,
+    prev: torch.Tensor,
+    state: DecoderState,
+    force_eos: torch.Tensor,
+    need_alignment: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities (N, V) of the next token; rows in `force_eos` may only end."""
+    logits, cross = model.step(prev, state, need_weights=need_alignment)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp[:, PAD] = float("-inf")
+    logp[:, BOS] = float("-inf")
+    if force_eos.any():
+        eos = logp[force_eos, EOS]
+        logp[force_eos] = float("-inf")
+        logp[force_eos, EOS] = eos
+    align = cross.mean(1).argmax(-1) if cross is not None else None  # (N,) source position
+    return logp, align
+
+
+@torch.inference_mode()
+def greedy_search(
+    model: Transformer,
+    src: torch.Tensor,  # (B, S)
+    max_len_a: float,
+    max_len_b: int,
+    need_alignment: bool = False,
+) -> list[Hypothesis]:
+    B = src.size(0)
+    limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
+    state = _start(model, src)
+    active = torch.arange(B, device=src.device)  # original row of each active row
+    prev = torch.full((B,), BOS, dtype=torch.long, device=src.device)
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    aligns: list[list[int]] = [[] for _ in range(B)]
+    scores = [0.0] * B
+    t = 0
+    while active.numel():
+        logp, align = _next_logp(model, prev, state, limit[active] <= t, need_alignment)
+        best_lp, best = logp.max(-1)
+        done = best.eq(EOS)
+        rows = active.tolist()
+        for r, tok, lp, d, a in zip(
+            rows,
+            best.tolist(),
+            best_lp.tolist(),
+            done.tolist(),
+            align.tolist() if align is not None else [0] * len(rows),
+        ):
+            scores[r] += lp
+            if not d:
+                tokens[r].append(tok)
+                aligns[r].append(a)
+        if done.all():
+            break
+        if done.any():
+            keep = (~done).nonzero().squeeze(1)
+            state = state.select(keep)
+            active, best = active[keep], best[keep]
+        prev = best
+        t += 1
+    return [Hypothesis(tokens[i], scores[i], aligns[i] if need_alignment else []) for i in range(B)]
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,  # (B, S)
+    beam: int,
+    alpha: float,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int = 1,
+    need_alignment: bool = False,
+) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses per sentence, by length-normalised log-probability.
+
+    Each step ranks 2*beam candidates per sentence; EOS candidates among the top `beam` are
+    finished, the best `beam` non-EOS candidates go on. A sentence stops once it has `beam`
+    finished hypotheses (or reaches its length limit, where only EOS is allowed).
+    """
+    B, K, dev = src.size(0), beam, src.device
+    limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
+    state = _start(model, src).select(torch.arange(B, device=dev).repeat_interleave(K))
+    sent = torch.arange(B, device=dev)  # original index of each active sentence
+    scores = torch.full((B, K), float("-inf"), device=dev)
+    scores[:, 0] = 0.0  # all beams start identical; only the first may expand at step 0
+    history = torch.empty(B * K, 0, dtype=torch.long, device=dev)
+    align_hist = torch.empty(B * K, 0, dtype=torch.long, device=dev)
+    prev = torch.full((B * K,), BOS, dtype=torch.long, device=dev)
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    t = 0
+    while sent.numel():
+        n = sent.numel()
+        force = (limit[sent] <= t).repeat_interleave(K)
+        logp, align = _next_logp(model, prev, state, force, need_alignment)
+        V = logp.size(-1)
+        cand = (scores[:, :, None] + logp.view(n, K, V)).view(n, K * V)
+        top_s, top_i = cand.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
+        src_beam = top_i // V
+        tok = top_i % V
+        is_eos = tok.eq(EOS)
+        rows = torch.arange(n, device=dev)[:, None] * K + src_beam  # (n, 2K) row in state
+        ends = (is_eos[:, :K] & top_s[:, :K].isfinite()).nonzero().tolist()
+        if ends:
+            lp = length_penalty(t + 1, alpha)
+            for i, j in ends:
+                orig = int(sent[i])
+                if len(finished[orig]) >= K:
+                    continue
+                row = int(rows[i, j])
+                finished[orig].append(
+                    Hypothesis(
+                        history[row].tolist(),
+                        float(top_s[i, j]) / lp,
+                        align_hist[row].tolist(),
+                    )
+                )
+        # The best K candidates that do not end continue.
+        order = is_eos.long() * (2 * K) + torch.arange(top_i.size(1), device=dev)
+        pick = order.topk(K, dim=1, largest=False).indices  # (n, K)
+        next_scores = top_s.gather(1, pick)
+        next_rows = rows.gather(1, pick)
+        next_tok = tok.gather(1, pick)
+        done = torch.tensor([len(finished[int(s)]) >= K for s in sent], device=dev)
+        done |= limit[sent] <= t
+        if done.all():
+            break
+        keep = (~done).nonzero().squeeze(1)
+        reorder = next_rows[keep].reshape(-1)
+        state = state.select(reorder)
+        history = torch.cat([history[reorder], next_tok[keep].reshape(-1, 1)], dim=1)
+        if align is not None:
+            align_hist = torch.cat([align_hist[reorder], align[reorder][:, None]], dim=1)
+        scores = next_scores[keep]
+        sent = sent[keep]
+        prev = next_tok[keep].reshape(-1)
+        t += 1
+    out = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: -h.score)
+        out.append(hyps[:nbest])
+    return out

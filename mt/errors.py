@@ -1,0 +1,17 @@
+"""User-facing errors.
+
+Anything a user can cause (a bad file, key or flag) raises MtError with one line that names the
+file, line or key. The CLI prints that line and exits with `code`; tracebacks are kept for bugs.
+"""
+
+EXIT_USAGE = 2  # bad config, flag, file or checkpoint
+EXIT_GATE = 1  # `mt eval --min-bleu` not met
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+
+class MtError(Exception):
+    """An error the user can fix; its message is one line, printed without a traceback."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,315 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need", in plain torch.nn.
+
+Read top to bottom: positions, attention, feed-forward, encoder layer, decoder layer, the model.
+No training, data or search code lives here. For search, the decoder can run one step at a time:
+`start_state` computes the encoder-decoder keys/values once per sentence and `step` appends each
+new token's self-attention keys/values to a cache, so a step costs O(t) instead of O(t^2).
+Shapes in comments: B batch, S source length, T target length, D d_model, H heads, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mt.config import ModelConfig
+
+PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports nothing but config
+
+
+def sinusoids(length: int, dim: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same). (length, dim)"""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim)
+    pe[:, 0::2] = torch.sin(pos * inv)
+    pe[:, 1::2] = torch.cos(pos * inv)
+    return pe
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float,
+    need_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled dot-product attention; `mask` is boolean, True where a key may be attended.
+
+    The fused kernel is used unless the weights are wanted (for plots and alignments), in which
+    case the same arithmetic is spelled out so the returned weights are exactly the ones used.
+    """
+    if not need_weights:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return F.dropout(weights, dropout) @ v, weights
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.h = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T, D)
+        mask: torch.Tensor | None,
+        cache: dict[str, torch.Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)
+        if cache is not None:  # incremental decoding: keys/values of earlier steps
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        p = self.dropout if self.training else 0.0
+        y, w = attend(q, k, v, mask, p, need_weights)  # (B, H, T, D/H)
+        return self.out(y.transpose(1, 2).reshape(B, T, D)), w
+
+
+class CrossAttention(nn.Module):
+    """Decoder queries attend to encoder outputs; keys/values can be computed once."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.h = n_heads
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, S, D = memory.shape
+        k, v = self.kv(memory).view(B, S, 2, self.h, D // self.h).permute(2, 0, 3, 1, 4)
+        return k, v  # (B, H, S, D/H) each
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T, D)
+        kv: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,  # (B, 1, 1, S)
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, D = x.shape
+        q = self.q(x).view(B, T, self.h, D // self.h).transpose(1, 2)
+        p = self.dropout if self.training else 0.0
+        y, w = attend(q, kv[0], kv[1], mask, p, need_weights)
+        return self.out(y.transpose(1, 2).reshape(B, T, D)), w
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.pre_norm:
+            y, w = self.attn(self.norm1(x), mask, need_weights=need_weights)
+            x = x + self.dropout(y)
+            return x + self.dropout(self.ffn(self.norm2(x))), w
+        y, w = self.attn(x, mask, need_weights=need_weights)
+        x = self.norm1(x + self.dropout(y))
+        return self.norm2(x + self.dropout(self.ffn(x))), w
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = CrossAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.norm3 = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T, D)
+        self_mask: torch.Tensor | None,
+        memory_kv: tuple[torch.Tensor, torch.Tensor],
+        memory_mask: torch.Tensor,
+        cache: dict[str, torch.Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        drop = self.dropout
+        if self.pre_norm:
+            y, ws = self.self_attn(self.norm1(x), self_mask, cache, need_weights)
+            x = x + drop(y)
+            y, wc = self.cross_attn(self.norm2(x), memory_kv, memory_mask, need_weights)
+            x = x + drop(y)
+            return x + drop(self.ffn(self.norm3(x))), ws, wc
+        y, ws = self.self_attn(x, self_mask, cache, need_weights)
+        x = self.norm1(x + drop(y))
+        y, wc = self.cross_attn(x, memory_kv, memory_mask, need_weights)
+        x = self.norm2(x + drop(y))
+        return self.norm3(x + drop(self.ffn(x))), ws, wc
+
+
+@dataclass
+class DecoderState:
+    """Everything `Transformer.step` needs between steps, batch-first so search can reorder it."""
+
+    memory_mask: torch.Tensor  # (B, 1, 1, S) True where the source is a real token
+    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (B, H, S, D/H) each
+    caches: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per layer self k/v
+    length: int = 0  # target tokens fed so far
+
+    def select(self, index: torch.Tensor) -> DecoderState:
+        """Keep rows `index` (in that order): beams that survive, sentences not yet finished."""
+        return DecoderState(
+            memory_mask=self.memory_mask.index_select(0, index),
+            memory_kv=[
+                (k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv
+            ],
+            caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches],
+            length=self.length,
+        )
+
+
+@dataclass
+class AttentionMaps:
+    """Per layer (B, H, Tq, Tk) attention weights, for plots and alignments."""
+
+    encoder: list[torch.Tensor]
+    decoder: list[torch.Tensor]
+    cross: list[torch.Tensor]
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD_ID)
+        tie = cfg.tie_embeddings and src_vocab == tgt_vocab
+        self.tgt_embed = self.src_embed if tie else nn.Embedding(tgt_vocab, d, padding_idx=PAD_ID)
+        self.register_buffer("positions", sinusoids(cfg.max_positions, d), persistent=False)
+        self.embed_scale = math.sqrt(d)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # Pre-norm stacks end with a norm; post-norm layers already end with one.
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
+        self.output = nn.Linear(d, tgt_vocab, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if "embed" in name:
+                nn.init.normal_(p, 0.0, self.cfg.d_model**-0.5)
+            elif p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        with torch.no_grad():
+            self.src_embed.weight[PAD_ID].zero_()
+            self.tgt_embed.weight[PAD_ID].zero_()
+
+    def _embed(self, table: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        T = ids.size(1)
+        if offset + T > self.cfg.max_positions:
+            raise ValueError(f"sequence of {offset + T} exceeds max_positions")
+        pos = self.positions[offset : offset + T]
+        return self.dropout(table(ids) * self.embed_scale + pos)  # (B, T, D)
+
+    def encode(
+        self, src: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """src (B, S) -> memory (B, S, D), memory mask (B, 1, 1, S), encoder attention weights."""
+        mask = src.ne(PAD_ID)[:, None, None, :]
+        x = self._embed(self.src_embed, src)
+        weights = []
+        for layer in self.encoder:
+            x, w = layer(x, mask, need_weights)
+            if w is not None:
+                weights.append(w)
+        return self.encoder_norm(x), mask, weights
+
+    def _decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory_kv: list[tuple[torch.Tensor, torch.Tensor]],
+        memory_mask: torch.Tensor,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        T = tgt_in.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
+        self_mask = causal[None, None] & tgt_in.ne(PAD_ID)[:, None, None, :]  # (B, 1, T, T)
+        x = self._embed(self.tgt_embed, tgt_in)
+        self_w, cross_w = [], []
+        for layer, kv in zip(self.decoder, memory_kv):
+            x, ws, wc = layer(x, self_mask, kv, memory_mask, None, need_weights)
+            if ws is not None:
+                self_w.append(ws)
+                cross_w.append(wc)
+        return self.output(self.decoder_norm(x)), self_w, cross_w  # (B, T, V)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits (B, T, V) for training and scoring."""
+        memory, mask, _ = self.encode(src)
+        kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        return self._decode(tgt_in, kv, mask)[0]
+
+    def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionMaps:
+        """All attention weights for a forced target, as the model computes them."""
+        memory, mask, enc_w = self.encode(src, need_weights=True)
+        kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        _, self_w, cross_w = self._decode(tgt_in, kv, mask, need_weights=True)
+        return AttentionMaps(enc_w, self_w, cross_w)
+
+    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
+        """Encoder-decoder keys/values, computed once per sentence, and empty self caches."""
+        kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        return DecoderState(memory_mask, kv, [{} for _ in self.decoder], 0)
+
+    def step(
+        self, tokens: torch.Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed one token per row (B,); returns next-token logits (B, V) and, if asked, the
+        cross-attention weights of the last layer (B, H, S). Appends to `state`'s caches."""
+        x = self._embed(self.tgt_embed, tokens[:, None], offset=state.length)  # (B, 1, D)
+        cross = None
+        for layer, kv, cache in zip(self.decoder, state.memory_kv, state.caches):
+            x, _, cross = layer(x, None, kv, state.memory_mask, cache, need_weights)
+        state.length += 1
+        logits = self.output(self.decoder_norm(x))[:, 0]
+        return logits, (cross[:, :, 0] if cross is not None else None)

@@ -1,0 +1,129 @@
+"""sentencepiece tokenizers: train, load, encode, decode, and carry inside a checkpoint.
+
+Ids are fixed (pad 0, unk 1, bos 2, eos 3) so the model and the batching code never have to ask.
+A checkpoint stores the serialized model protos, which makes a single `.pt` file enough to
+translate raw text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+from mt.config import TokenizerConfig
+from mt.errors import MtError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class Tokenizer:
+    """A source and a target sentencepiece model (the same object when the vocabulary is joint)."""
+
+    def __init__(self, src_proto: bytes, tgt_proto: bytes | None = None) -> None:
+        self.src_proto = src_proto
+        self.tgt_proto = tgt_proto if tgt_proto is not None else src_proto
+        self.joint = tgt_proto is None or tgt_proto == src_proto
+        self.src = spm.SentencePieceProcessor(model_proto=self.src_proto)
+        self.tgt = (
+            self.src if self.joint else spm.SentencePieceProcessor(model_proto=self.tgt_proto)
+        )
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt.get_piece_size()
+
+    def fingerprint(self) -> str:
+        """Hash of the model protos; keys the token cache so a new tokenizer never reuses it."""
+        h = hashlib.sha256(self.src_proto)
+        h.update(self.tgt_proto)
+        return h.hexdigest()[:16]
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        """Source ids end with EOS, as the encoder sees them."""
+        return [ids + [EOS] for ids in self.src.encode(lines)]
+
+    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
+        """Target ids without BOS/EOS; batching adds them for the shifted decoder input."""
+        return self.tgt.encode(lines)
+
+    def decode_tgt(self, ids: list[int]) -> str:
+        return self.tgt.decode([i for i in ids if i > EOS])
+
+    def src_pieces(self, line: str) -> list[str]:
+        return self.src.encode(line, out_type=str) + ["</s>"]
+
+    def tgt_pieces(self, ids: list[int]) -> list[str]:
+        return [self.tgt.id_to_piece(i) for i in ids]
+
+    def save(self, folder: Path) -> None:
+        """Write `spm.model` (joint) or `spm.src.model` + `spm.tgt.model` into a run directory."""
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            _atomic_write(folder / "spm.model", self.src_proto)
+        else:
+            _atomic_write(folder / "spm.src.model", self.src_proto)
+            _atomic_write(folder / "spm.tgt.model", self.tgt_proto)
+
+    @staticmethod
+    def load(folder: Path) -> Tokenizer | None:
+        """The tokenizer a run directory already has, or None."""
+        joint = folder / "spm.model"
+        if joint.is_file():
+            return Tokenizer(joint.read_bytes())
+        src, tgt = folder / "spm.src.model", folder / "spm.tgt.model"
+        if src.is_file() and tgt.is_file():
+            return Tokenizer(src.read_bytes(), tgt.read_bytes())
+        return None
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _train_one(lines: Iterable[str], cfg: TokenizerConfig, seed_text: str) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus.txt"
+        with corpus.open("w", encoding="utf-8") as f:
+            for line in lines:
+                if line:
+                    f.write(line.replace("\n", " ") + "\n")
+        prefix = Path(tmp) / "spm"
+        try:
+            spm.SentencePieceTrainer.train(
+                input=str(corpus),
+                model_prefix=str(prefix),
+                model_type=cfg.type,
+                vocab_size=cfg.vocab_size,
+                character_coverage=cfg.character_coverage,
+                input_sentence_size=cfg.input_sentence_size,
+                shuffle_input_sentence=True,
+                pad_id=PAD,
+                unk_id=UNK,
+                bos_id=BOS,
+                eos_id=EOS,
+                hard_vocab_limit=False,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else "failed"
+            raise MtError(f"tokenizer training on {seed_text} failed: {first}") from None
+        return (prefix.with_suffix(".model")).read_bytes()
+
+
+def train_tokenizer(src: list[str], tgt: list[str], cfg: TokenizerConfig) -> Tokenizer:
+    """Train on the training corpus: one model on both sides when joint, else one per side."""
+    if cfg.joint:
+        return Tokenizer(_train_one(src + tgt, cfg, "source+target text"))
+    return Tokenizer(_train_one(src, cfg, "source text"), _train_one(tgt, cfg, "target text"))

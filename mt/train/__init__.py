@@ -1,0 +1,1 @@
+"""Training: loss, learning-rate schedules, checkpoints and the loop."""

@@ -1,0 +1,143 @@
+"""Checkpoints: atomic save, safe load, and the model a checkpoint describes.
+
+A checkpoint is one self-contained file: the resolved config, the tokenizer protos, the weights
+and (for `last.pt`) the full training state needed to resume. It is written to a temporary file
+in the same folder and renamed, so a crash mid-write never leaves a broken `last.pt`. Loading
+uses `torch.load(weights_only=True)`: a file carrying pickled code is refused, never executed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mt.config import Config, from_dict, to_dict
+from mt.errors import MtError
+from mt.model import Transformer
+from mt.tokenizer import Tokenizer
+
+FORMAT = "mt-checkpoint"
+VERSION = 1
+
+
+def payload(
+    cfg: Config, tokenizer: Tokenizer, model: torch.nn.Module, **extra: Any
+) -> dict[str, Any]:
+    """The dictionary every checkpoint holds; `extra` adds step, metrics or training state."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": to_dict(cfg),
+        "tokenizer": {
+            "src": tokenizer.src_proto,
+            "tgt": None if tokenizer.joint else tokenizer.tgt_proto,
+        },
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        **extra,
+    }
+
+
+def save(data: dict[str, Any], path: Path) -> None:
+    """Write atomically: temp file in the same folder, fsync, rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise MtError(f"{path}: cannot write checkpoint ({err.strerror or err})") from None
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and check a checkpoint; every way it can be wrong is one MtError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise MtError(f"{path}: checkpoint not found")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        text = str(err)
+        if "Weights only load failed" in text or "Unsupported global" in text:
+            raise MtError(
+                f"{path}: refused, the file carries pickled code or objects "
+                "(only plain tensors and values are loaded)"
+            ) from None
+        raise MtError(f"{path}: not a readable checkpoint (corrupt or truncated)") from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError):
+        raise MtError(f"{path}: not a readable checkpoint (corrupt or truncated)") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise MtError(f"{path}: not an mt checkpoint")
+    version = data.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise MtError(
+            f"{path}: checkpoint format {version} is newer than this mt reads ({VERSION}); "
+            "upgrade mt"
+        )
+    for key in ("config", "tokenizer", "model"):
+        if key not in data:
+            raise MtError(f"{path}: checkpoint lacks '{key}'")
+    return data
+
+
+@dataclass
+class Loaded:
+    cfg: Config
+    tokenizer: Tokenizer
+    model: Transformer
+    data: dict[str, Any]
+
+
+def build_model(cfg: Config, tokenizer: Tokenizer) -> Transformer:
+    return Transformer(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+
+
+def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
+    """Model (eval mode), tokenizer and config from one checkpoint file."""
+    data = load(path)
+    cfg = from_dict(data["config"], f"{path} (stored config)")
+    tok = data["tokenizer"]
+    try:
+        tokenizer = Tokenizer(tok["src"], tok.get("tgt"))
+    except Exception:
+        raise MtError(f"{path}: the embedded tokenizer cannot be read") from None
+    model = build_model(cfg, tokenizer)
+    try:
+        model.load_state_dict(data["model"])
+    except RuntimeError:
+        raise MtError(f"{path}: weights do not match the stored model config") from None
+    model.to(device).eval()
+    return Loaded(cfg, tokenizer, model, data)
+
+
+def average(paths: list[Path]) -> dict[str, Any]:
+    """Mean of the weights of several checkpoints of one run (config/tokenizer of the last)."""
+    if not paths:
+        raise MtError("average: no checkpoints given")
+    base = load(paths[-1])
+    total = {k: v.double().clone() for k, v in base["model"].items() if v.is_floating_point()}
+    for p in paths[:-1]:
+        weights = load(p)["model"]
+        if weights.keys() != base["model"].keys():
+            raise MtError(f"{p}: weights differ in shape from {paths[-1]}; not the same model")
+        for k in total:
+            if weights[k].shape != total[k].shape:
+                raise MtError(f"{p}: '{k}' differs in shape from {paths[-1]}")
+            total[k] += weights[k].double()
+    model = {
+        k: (total[k] / len(paths)).to(v.dtype) if k in total else v
+        for k, v in base["model"].items()
+    }
+    out = {k: v for k, v in base.items() if k != "train_state"}
+    out["model"] = model
+    out["averaged_from"] = [str(p) for p in paths]
+    return out
