@@ -125,6 +125,8 @@ def translate(
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
     translator = _translator(checkpoint, device, beam, nbest, max_tokens, greedy, alignment)
+    if input is None and sys.stdin.isatty():
+        translator.cfg.buffer_lines = 1  # someone is typing: answer each line at once
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     try:
         out = (
@@ -194,6 +196,19 @@ def evaluate(
     if min_bleu is not None and scores.bleu < min_bleu:
         typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
         raise typer.Exit(EXIT_GATE)
+
+
+@app.command()
+def average(
+    checkpoints: Annotated[list[Path], typer.Argument(help="Checkpoints of one run.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Averaged checkpoint.")],
+) -> None:
+    """Average the weights of several checkpoints (e.g. the last ones of a run) into one."""
+    from mt.train.checkpoint import average as average_weights
+    from mt.train.checkpoint import save
+
+    save(average_weights(checkpoints), output)
+    typer.echo(f"averaged {len(checkpoints)} checkpoints into {output}", err=True)
 
 
 def main() -> None:

@@ -128,6 +128,7 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -173,6 +174,8 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
             raise MtError(f"{where} must be an integer, got {value!r}")
         return value
     if hint is float:
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            return float(value)  # PyYAML reads `5e-4` (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MtError(f"{where} must be a number, got {value!r}")
         return float(value)
@@ -332,6 +335,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     cfg = from_dict(raw, source)
     cfg.data.root = expand_env(cfg.data.root)
     cfg.train.run_dir = expand_env(cfg.train.run_dir)
+    cfg.data.cache_dir = expand_env(cfg.data.cache_dir)
     return cfg
 
 

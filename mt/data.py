@@ -210,8 +210,8 @@ def load_corpus(
     folder = cache_root / f"{name}-{key}"
     if folder.is_dir():
         try:
-            ds = datasets.load_from_disk(str(folder))
-            return Corpus(ds["src"], ds["tgt"])
+            cols = datasets.load_from_disk(str(folder)).to_dict()  # lists, not lazy Columns
+            return Corpus(cols["src"], cols["tgt"])
         except Exception:  # a damaged cache is rebuilt, never trusted
             shutil.rmtree(folder, ignore_errors=True)
     src_text, tgt_text = read_parallel(cfg, name)

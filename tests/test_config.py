@@ -1,0 +1,264 @@
+"""YAML -> dataclasses, with every bad key, type or value reported with its key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mt.config import (
+    Config,
+    DataConfig,
+    ModelConfig,
+    expand_env,
+    load_config,
+    parse_override,
+    save_config,
+)
+from mt.errors import EXIT_USAGE, MtError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_yaml_maps_onto_dataclasses(tmp_path):
+    path = write(
+        tmp_path,
+        """
+data:
+  src_lang: fr
+  tgt_lang: en
+  format: tsv
+model:
+  d_model: 64
+  n_heads: 4
+  norm: pre
+  dropout: 0
+train:
+  max_steps: 50
+  optimizer_betas: [0.9, 0.99]
+  lr: 0.001
+decode:
+  beam: 3
+""",
+    )
+    cfg = load_config(path)
+    assert isinstance(cfg, Config)
+    assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.format) == ("fr", "en", "tsv")
+    assert cfg.model == ModelConfig(d_model=64, n_heads=4, norm="pre", dropout=0.0)
+    assert isinstance(cfg.model.dropout, float)  # an integer in YAML becomes the float it means
+    assert cfg.train.max_steps == 50
+    assert cfg.train.optimizer_betas == [0.9, 0.99]
+    assert cfg.train.lr == 0.001
+    assert cfg.decode.beam == 3
+    # Keys not given keep their defaults.
+    assert cfg.train.warmup == 4000
+    assert cfg.decode.nbest == 1
+
+
+def test_empty_file_gives_defaults(tmp_path, monkeypatch):
+    monkeypatch.delenv("MT_DATA", raising=False)
+    cfg = load_config(write(tmp_path, ""))
+    assert cfg.model == ModelConfig()
+    assert cfg.data.root == "data/multi30k"
+
+
+def test_repository_tiny_config_loads():
+    cfg = load_config(REPO / "configs" / "tiny.yaml")
+    assert cfg.model.d_model == 64
+    assert cfg.train.schedule == "inverse_sqrt"
+
+
+def test_scientific_notation_is_a_number(tmp_path):
+    # PyYAML reads `5e-4` (no dot) as a string; a learning rate written that way must still work.
+    cfg = load_config(write(tmp_path, "train:\n  lr: 5e-4\n  optimizer_eps: 1e-9\n"))
+    assert cfg.train.lr == pytest.approx(5e-4)
+    assert cfg.train.optimizer_eps == pytest.approx(1e-9)
+    cfg = load_config(write(tmp_path, ""), ["train.lr=2e-3"])
+    assert cfg.train.lr == pytest.approx(2e-3)
+
+
+def error_of(path: Path, overrides: list[str] | None = None) -> str:
+    with pytest.raises(MtError) as info:
+        load_config(path, overrides)
+    assert info.value.code == EXIT_USAGE
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("model:\n  d_modle: 64\n", "model.d_modle"),
+        ("trian:\n  max_steps: 5\n", "trian"),
+        ("train:\n  max_steps: 5\n  colour: red\n", "train.colour"),
+    ],
+)
+def test_unknown_key_names_key_and_file(tmp_path, text, key):
+    path = write(tmp_path, text)
+    message = error_of(path)
+    assert str(path) in message
+    assert f"unknown key '{key}'" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("train:\n  max_steps: fifty\n", "train.max_steps"),
+        ("train:\n  max_steps: 5.5\n", "train.max_steps"),
+        ("train:\n  max_steps: true\n", "train.max_steps"),  # a bool is not an integer
+        ("model:\n  dropout: high\n", "model.dropout"),
+        ("model:\n  tie_embeddings: 1\n", "model.tie_embeddings"),
+        ("model:\n  norm: middle\n", "model.norm"),
+        ("data:\n  src_lang: 5\n", "data.src_lang"),
+        ("train:\n  optimizer_betas: 0.9\n", "train.optimizer_betas"),
+        ("train:\n  optimizer_betas: [0.9, x]\n", "train.optimizer_betas[1]"),
+        ("model: 5\n", "model"),
+    ],
+)
+def test_wrong_type_names_key_and_file(tmp_path, text, key):
+    path = write(tmp_path, text)
+    message = error_of(path)
+    assert str(path) in message
+    assert key in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("model:\n  d_model: 30\n  n_heads: 4\n", "model.d_model"),
+        ("model:\n  d_model: 64\n  n_heads: 0\n", "model.n_heads"),
+        ("train:\n  warmup: 0\n", "train.warmup"),
+        ("train:\n  warmup: -5\n", "train.warmup"),
+        ("train:\n  label_smoothing: 1.0\n", "train.label_smoothing"),
+        ("model:\n  dropout: 1.5\n", "model.dropout"),
+        ("decode:\n  beam: 2\n  nbest: 3\n", "decode.nbest"),
+        ("data:\n  src_lang: en\n  tgt_lang: en\n", "data.src_lang"),
+        ("tokenizer:\n  joint: false\n", "model.tie_embeddings"),
+        ("train:\n  keep_last: 1\n  average_last: 2\n", "train.average_last"),
+    ],
+)
+def test_impossible_value_names_key_and_file(tmp_path, text, key):
+    path = write(tmp_path, text)
+    message = error_of(path)
+    assert str(path) in message
+    assert key in message
+
+
+def test_divisibility_message_gives_both_numbers(tmp_path):
+    message = error_of(write(tmp_path, "model:\n  d_model: 30\n  n_heads: 4\n"))
+    assert "30" in message and "4" in message and "model.n_heads" in message
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    assert str(missing) in error_of(missing)
+    broken = write(tmp_path, "train:\n  max_steps: [1, 2\n")
+    message = error_of(broken)
+    assert str(broken) in message and "invalid YAML" in message
+    listing = write(tmp_path, "- a\n- b\n", "list.yaml")
+    assert "top level" in error_of(listing)
+
+
+def test_overrides_apply_with_types(tmp_path):
+    path = write(tmp_path, "train:\n  max_steps: 1000\nmodel:\n  d_model: 64\n  n_heads: 4\n")
+    cfg = load_config(
+        path,
+        [
+            "train.max_steps=50",
+            "model.norm=pre",
+            "train.optimizer_betas=[0.8, 0.9]",
+            "train.eval_bleu=false",
+            "model.dropout=0",
+            "train.run_dir=runs/x y",
+        ],
+    )
+    assert cfg.train.max_steps == 50
+    assert cfg.model.norm == "pre"
+    assert cfg.train.optimizer_betas == [0.8, 0.9]
+    assert cfg.train.eval_bleu is False
+    assert cfg.model.dropout == 0.0
+    assert cfg.train.run_dir == "runs/x y"
+    # A later override of the same key wins.
+    assert load_config(path, ["train.max_steps=5", "train.max_steps=7"]).train.max_steps == 7
+
+
+def test_override_of_section_absent_from_file(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n  d_model: 64\n"), ["decode.beam=2"])
+    assert cfg.decode.beam == 2
+    cfg = load_config(write(tmp_path, "decode:\n"), ["decode.beam=3"])
+    assert cfg.decode.beam == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("train.max_steps=fifty", ["train.max_steps", "integer"]),
+        ("train.max_step=5", ["unknown key 'train.max_step'"]),
+        ("trian.max_steps=5", ["unknown key 'trian'"]),
+        ("train=5", ["section"]),
+        ("train.max_steps.x=5", ["unknown key"]),
+        ("train.max_steps", ["KEY=VALUE"]),
+        ("train.warmup=0", ["train.warmup must be > 0"]),
+        ("model.norm=sideways", ["model.norm"]),
+    ],
+)
+def test_bad_overrides(tmp_path, override, words):
+    path = write(tmp_path, "")
+    message = error_of(path, [override])
+    for word in words:
+        assert word in message
+    assert override.split("=")[0] in message
+
+
+def test_parse_override_reads_yaml_values():
+    assert parse_override("train.max_steps=50") == ("train.max_steps", 50)
+    assert parse_override("train.lr=0.5") == ("train.lr", 0.5)
+    assert parse_override("data.root=a=b") == ("data.root", "a=b")
+    assert parse_override("data.root=") == ("data.root", "")
+    assert parse_override("train.eval_bleu=true") == ("train.eval_bleu", True)
+
+
+def test_env_expansion(tmp_path, monkeypatch):
+    path = write(
+        tmp_path, "data:\n  root: ${MT_DATA:-fallback/dir}/x\ntrain:\n  run_dir: ${RUNS}\n"
+    )
+    monkeypatch.setenv("RUNS", "/tmp/runs")
+    monkeypatch.delenv("MT_DATA", raising=False)
+    cfg = load_config(path)
+    assert cfg.data.root == "fallback/dir/x"
+    assert cfg.train.run_dir == "/tmp/runs"
+    monkeypatch.setenv("MT_DATA", "/data/m30k")
+    assert load_config(path).data.root == "/data/m30k/x"
+    monkeypatch.setenv("MT_DATA", "")  # set but empty counts as unset, like the shell's `:-`
+    assert load_config(path).data.root == "fallback/dir/x"
+    # Overrides are expanded too, and so is the other path of the data section.
+    assert load_config(path, ["data.root=${RUNS}/d"]).data.root == "/tmp/runs/d"
+    assert load_config(path, ["data.cache_dir=${RUNS}/c"]).data.cache_dir == "/tmp/runs/c"
+
+
+def test_env_without_default_must_be_set(monkeypatch):
+    monkeypatch.delenv("MT_NOT_SET_ANYWHERE", raising=False)
+    with pytest.raises(MtError, match="MT_NOT_SET_ANYWHERE"):
+        expand_env("${MT_NOT_SET_ANYWHERE}/data")
+    assert expand_env("plain/$HOME/{x}") == "plain/$HOME/{x}"  # only ${NAME} is a reference
+
+
+def test_default_data_root_uses_env(monkeypatch):
+    monkeypatch.setenv("MT_DATA", "/somewhere")
+    assert expand_env(DataConfig().root) == "/somewhere"
+
+
+def test_save_config_round_trips(tmp_path):
+    path = write(tmp_path, "model:\n  d_model: 64\n  n_heads: 4\ntrain:\n  lr: 0.01\n")
+    cfg = load_config(path, ["decode.beam=2"])
+    out = tmp_path / "resolved.yaml"
+    save_config(cfg, out)
+    assert load_config(out) == cfg
+    assert not list(tmp_path.glob("*.tmp"))

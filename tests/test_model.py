@@ -1,0 +1,258 @@
+"""The Transformer: positions, masks, padding invariance, incremental decoding, shapes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mt.config import ModelConfig
+from mt.model import PAD_ID, Transformer, attend, sinusoids
+from mt.tokenizer import BOS, EOS, PAD
+
+V = 23
+
+
+def tiny(norm: str = "post", tie: bool = True, src_vocab: int = V, tgt_vocab: int = V):
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        dropout=0.1,
+        norm=norm,
+        tie_embeddings=tie,
+        max_positions=64,
+    )
+    return Transformer(cfg, src_vocab, tgt_vocab).eval()
+
+
+def random_ids(rows: int, length: int, vocab: int = V, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(EOS + 1, vocab, (rows, length), generator=g)
+
+
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Sources of lengths 7, 4, 2 and targets of lengths 6, 3, 5, right-padded."""
+    src = random_ids(3, 7)
+    src[:, -1] = EOS
+    src[1, 4:] = PAD
+    src[1, 3] = EOS
+    src[2, 2:] = PAD
+    src[2, 1] = EOS
+    tgt = random_ids(3, 6, seed=2)
+    tgt[:, 0] = BOS
+    tgt[1, 3:] = PAD
+    tgt[2, 5:] = PAD
+    return src, tgt
+
+
+def test_pad_id_matches_tokenizer():
+    assert PAD_ID == PAD
+
+
+@pytest.mark.parametrize(("pos", "i"), [(0, 0), (1, 0), (3, 1), (7, 5), (50, 15), (99, 3)])
+def test_sinusoids_match_the_formula(pos, i):
+    dim = 32
+    pe = sinusoids(100, dim)
+    assert pe.shape == (100, dim)
+    angle = pos / 10000 ** (2 * i / dim)
+    assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+    assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_model_positions_are_the_sinusoids():
+    model = tiny()
+    assert torch.equal(model.positions, sinusoids(64, 32))
+
+
+def test_attend_zero_weight_on_masked_keys():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+    y, w = attend(q, k, v, mask, 0.0, need_weights=True)
+    assert w is not None and w.shape == (2, 2, 3, 5)
+    assert torch.all(w[1, :, :, 2:] == 0)
+    assert torch.allclose(w.sum(-1), torch.ones(2, 2, 3))
+    # The explicit path computes what the fused kernel computes.
+    fused, none = attend(q, k, v, mask, 0.0, need_weights=False)
+    assert none is None
+    assert torch.allclose(y, fused, atol=1e-6)
+    # Masked keys' values do not matter.
+    v2 = v.clone()
+    v2[1, :, 2:] = 100.0
+    assert torch.allclose(attend(q, k, v2, mask, 0.0, True)[0][1], y[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padded_keys_get_zero_attention(norm):
+    model = tiny(norm)
+    src, tgt = padded_batch()
+    maps = model.attention_maps(src, tgt)
+    assert len(maps.encoder) == 2 and len(maps.decoder) == 2 and len(maps.cross) == 2
+    src_pad = src.eq(PAD)[:, None, None, :]  # (B, 1, 1, S)
+    tgt_pad = tgt.eq(PAD)[:, None, None, :]  # (B, 1, 1, T)
+    for w in maps.encoder:
+        assert w.shape == (3, 2, 7, 7)
+        assert torch.all(w.masked_select(src_pad.expand_as(w)) == 0)
+        assert torch.allclose(w.sum(-1), torch.ones(3, 2, 7), atol=1e-6)
+    for w in maps.cross:
+        assert w.shape == (3, 2, 6, 7)
+        assert torch.all(w.masked_select(src_pad.expand_as(w)) == 0)
+        assert torch.allclose(w.sum(-1), torch.ones(3, 2, 6), atol=1e-6)
+    for w in maps.decoder:
+        assert w.shape == (3, 2, 6, 6)
+        assert torch.all(w.masked_select(tgt_pad.expand_as(w)) == 0)
+        assert torch.allclose(w.sum(-1), torch.ones(3, 2, 6), atol=1e-6)
+
+
+def test_decoder_self_attention_is_causal():
+    model = tiny()
+    src, tgt = padded_batch()
+    for w in model.attention_maps(src, tgt).decoder:
+        later = torch.ones(6, 6, dtype=torch.bool).triu(1)  # key j > query i
+        assert torch.all(w[..., later] == 0)
+        assert torch.all(w[..., 0, 0] == 1)  # the first position sees only itself
+        assert torch.all(w[..., ~later][:, :, :3] > 0)  # real earlier keys are attended
+
+
+def test_future_target_tokens_do_not_change_earlier_logits():
+    model = tiny()
+    src, tgt = padded_batch()
+    tgt = tgt[:1]
+    src = src[:1]
+    changed = tgt.clone()
+    changed[0, 4:] = torch.tensor([5, 6])
+    with torch.no_grad():
+        a, b = model(src, tgt), model(src, changed)
+    assert torch.allclose(a[:, :4], b[:, :4], atol=1e-6)
+    assert not torch.allclose(a[:, 4:], b[:, 4:], atol=1e-3)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_extra_source_padding_changes_nothing(norm):
+    model = tiny(norm)
+    src = random_ids(1, 5)
+    src[0, -1] = EOS
+    longer = torch.cat([src, torch.full((1, 4), PAD)], dim=1)
+    tgt = torch.tensor([[BOS, 7, 8, 9]])
+    with torch.no_grad():
+        mem, mask, _ = model.encode(src)
+        mem_long, mask_long, _ = model.encode(longer)
+        assert mem_long.shape == (1, 9, 32) and mask_long.shape == (1, 1, 1, 9)
+        assert torch.allclose(mem, mem_long[:, :5], atol=1e-5)
+        assert mask_long[0, 0, 0].tolist() == [True] * 5 + [False] * 4
+        assert torch.allclose(model(src, tgt), model(longer, tgt), atol=1e-5)
+
+
+def test_extra_target_padding_changes_nothing():
+    model = tiny()
+    src = random_ids(1, 5)
+    tgt = torch.tensor([[BOS, 7, 8, 9]])
+    longer = torch.tensor([[BOS, 7, 8, 9, PAD, PAD]])
+    with torch.no_grad():
+        assert torch.allclose(model(src, tgt), model(src, longer)[:, :4], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_incremental_decoding_matches_full_forward(norm):
+    model = tiny(norm)
+    src, _ = padded_batch()
+    tgt = random_ids(3, 6, seed=5)
+    tgt[:, 0] = BOS
+    with torch.no_grad():
+        full = model(src, tgt)  # (B, T, V)
+        memory, mask, _ = model.encode(src)
+        state = model.start_state(memory, mask)
+        steps = []
+        for t in range(tgt.size(1)):
+            logits, _ = model.step(tgt[:, t], state)
+            assert logits.shape == (3, V)
+            steps.append(logits)
+        assert state.length == 6
+        assert state.caches[0]["k"].shape == (3, 2, 6, 16)
+    assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5)
+
+
+def test_step_returns_last_layer_cross_attention():
+    model = tiny()
+    src, _ = padded_batch()
+    tgt = torch.tensor([[BOS, 5, 6]] * 3)
+    with torch.no_grad():
+        cross = model.attention_maps(src, tgt).cross[-1]  # (B, H, T, S)
+        memory, mask, _ = model.encode(src)
+        state = model.start_state(memory, mask)
+        for t in range(3):
+            _, w = model.step(tgt[:, t], state, need_weights=True)
+            assert w is not None and w.shape == (3, 2, 7)
+            assert torch.allclose(w, cross[:, :, t], atol=1e-5)
+
+
+def test_state_select_reorders_rows():
+    model = tiny()
+    src, _ = padded_batch()
+    with torch.no_grad():
+        memory, mask, _ = model.encode(src)
+        state = model.start_state(memory, mask)
+        model.step(torch.full((3,), BOS), state)
+        picked = state.select(torch.tensor([2, 0, 0]))
+        assert picked.length == 1
+        a, _ = model.step(torch.tensor([5, 6, 7]), picked)
+        # The same rows decoded from a fresh state built from the selected sources.
+        memory2, mask2, _ = model.encode(src[[2, 0, 0]])
+        fresh = model.start_state(memory2, mask2)
+        model.step(torch.full((3,), BOS), fresh)
+        b, _ = model.step(torch.tensor([5, 6, 7]), fresh)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_tied_embeddings_share_storage():
+    model = tiny(tie=True)
+    assert model.src_embed is model.tgt_embed
+    assert model.output.weight.data_ptr() == model.tgt_embed.weight.data_ptr()
+    n_tied = sum(p.numel() for p in model.parameters())
+    untied = tiny(tie=False)
+    assert untied.output.weight.data_ptr() != untied.tgt_embed.weight.data_ptr()
+    assert untied.src_embed is not untied.tgt_embed
+    assert sum(p.numel() for p in untied.parameters()) == n_tied + 2 * V * 32
+
+
+def test_tied_output_with_separate_vocabularies():
+    model = tiny(tie=True, src_vocab=19, tgt_vocab=V)
+    assert model.src_embed.weight.shape == (19, 32)
+    assert model.output.weight.data_ptr() == model.tgt_embed.weight.data_ptr()
+    assert model(random_ids(2, 4, vocab=19), random_ids(2, 3)).shape == (2, 3, V)
+
+
+def test_pad_embedding_is_zero():
+    model = tiny()
+    assert torch.all(model.src_embed.weight[PAD] == 0)
+
+
+def test_output_shapes():
+    model = tiny(tie=False, src_vocab=19, tgt_vocab=V)
+    src, tgt = random_ids(4, 9, vocab=19), random_ids(4, 5)
+    with torch.no_grad():
+        memory, mask, weights = model.encode(src)
+        assert memory.shape == (4, 9, 32)
+        assert mask.shape == (4, 1, 1, 9) and mask.dtype == torch.bool
+        assert weights == []  # only asked-for weights are computed
+        assert model(src, tgt).shape == (4, 5, V)
+
+
+def test_too_long_input_is_refused():
+    model = tiny()
+    with pytest.raises(ValueError, match="max_positions"):
+        model.encode(random_ids(1, 65))
+
+
+def test_dropout_only_in_training_mode():
+    model = tiny()
+    src, tgt = padded_batch()
+    with torch.no_grad():
+        assert torch.equal(model(src, tgt), model(src, tgt))
+        model.train()
+        assert not torch.allclose(model(src, tgt), model(src, tgt))

@@ -1,0 +1,201 @@
+"""Greedy and beam search on a tiny Transformer: agreement, scores, limits, batch independence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mt.batching import pad
+from mt.config import ModelConfig
+from mt.decode.search import beam_search, greedy_search, length_penalty, max_lengths
+from mt.model import Transformer
+from mt.tokenizer import BOS, EOS, PAD
+from mt.train.loss import label_smoothed_loss
+
+V = 16
+FIRST = EOS + 1  # first ordinary token id
+
+
+def make_model(seed: int = 0, norm: str = "post", layers: int = 2) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        dropout=0.0,
+        norm=norm,
+        max_positions=64,
+    )
+    return Transformer(cfg, V, V).eval()
+
+
+def random_sentences(n: int, seed: int, lo: int = 2, hi: int = 7) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(lo, hi, (n,), generator=g).tolist()
+    return [torch.randint(FIRST, V, (k,), generator=g).tolist() for k in lengths]
+
+
+@pytest.fixture(scope="module")
+def untrained() -> Transformer:
+    return make_model()
+
+
+@pytest.fixture(scope="module")
+def copier() -> Transformer:
+    return train_copier()
+
+
+def train_copier() -> Transformer:
+    """A model trained for a few seconds to copy its input, so searches have real choices."""
+    model = make_model(1, norm="pre", layers=1)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
+    for step in range(140):
+        sents = random_sentences(32, seed=1000 + step)
+        src = pad([s + [EOS] for s in sents])
+        tgt_in = pad([[BOS] + s for s in sents])
+        tgt_out = pad([s + [EOS] for s in sents])
+        loss, _ = label_smoothed_loss(model(src, tgt_in), tgt_out, 0.0, PAD)
+        opt.zero_grad()
+        (loss / tgt_out.ne(PAD).sum()).backward()
+        opt.step()
+    return model.eval()
+
+
+def sources(n: int = 8, seed: int = 7) -> tuple[list[list[int]], torch.Tensor]:
+    sents = random_sentences(n, seed)
+    return sents, pad([s + [EOS] for s in sents])
+
+
+def sequence_logp(model: Transformer, src_row: torch.Tensor, tokens: list[int]) -> float:
+    """Teacher-forced log-probability of `tokens` + EOS, the quantity search maximises."""
+    src = src_row[None, : int(src_row.ne(PAD).sum())]
+    tgt_in = torch.tensor([[BOS] + tokens])
+    with torch.no_grad():
+        logp = model(src, tgt_in).log_softmax(-1)[0]
+    target = torch.tensor(tokens + [EOS])
+    return float(logp.gather(1, target[:, None]).sum())
+
+
+def test_copier_learned_the_task(copier):
+    sents, src = sources(20, seed=99)
+    hyps = greedy_search(copier, src, max_len_a=1.0, max_len_b=5)
+    correct = sum(h.tokens == s for h, s in zip(hyps, sents))
+    assert correct >= 12
+
+
+@pytest.mark.parametrize("which", ["untrained", "copier"])
+def test_beam_one_equals_greedy(which, request):
+    model = request.getfixturevalue(which)
+    _, src = sources(10, seed=3)
+    greedy = greedy_search(model, src, 1.5, 4, need_alignment=True)
+    beam = beam_search(
+        model, src, beam=1, alpha=0.0, max_len_a=1.5, max_len_b=4, need_alignment=True
+    )
+    assert len(beam) == len(greedy) == 10
+    for g, b in zip(greedy, beam):
+        assert len(b) == 1
+        assert b[0].tokens == g.tokens
+        assert b[0].alignment == g.alignment
+        assert b[0].score == pytest.approx(g.score, abs=1e-4)  # alpha 0: no length penalty
+
+
+def test_greedy_score_is_the_sequence_logp(untrained):
+    _, src = sources(4, seed=11)
+    for i, h in enumerate(greedy_search(untrained, src, 1.0, 3)):
+        assert h.score == pytest.approx(sequence_logp(untrained, src[i], h.tokens), abs=1e-4)
+
+
+def test_nbest_sorted_distinct_and_scored(copier):
+    _, src = sources(6, seed=5)
+    alpha = 0.6
+    results = beam_search(copier, src, beam=4, alpha=alpha, max_len_a=1.0, max_len_b=3, nbest=3)
+    assert len(results) == 6
+    for i, hyps in enumerate(results):
+        assert len(hyps) == 3
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 3
+        for h in hyps:
+            assert EOS not in h.tokens and BOS not in h.tokens and PAD not in h.tokens
+            lp = length_penalty(len(h.tokens) + 1, alpha)
+            expected = sequence_logp(copier, src[i], h.tokens) / lp
+            assert h.score == pytest.approx(expected, abs=1e-4)
+
+
+def test_beam_finds_at_least_the_greedy_score(copier):
+    _, src = sources(8, seed=21)
+    greedy = greedy_search(copier, src, 1.0, 3)
+    beam = beam_search(copier, src, beam=5, alpha=0.0, max_len_a=1.0, max_len_b=3)
+    for g, b in zip(greedy, beam):
+        assert b[0].score >= g.score - 1e-5
+
+
+def test_length_penalty():
+    assert length_penalty(1, 0.0) == 1.0
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    assert length_penalty(7, 0.5) == pytest.approx(2.0**0.5)
+
+
+def test_max_lengths_formula():
+    src = pad([[5, 6, 7, EOS], [5, EOS], [EOS]])
+    assert max_lengths(src, 1.5, 2, limit=100).tolist() == [8, 5, 3]  # floor(1.5 * len + 2)
+    assert max_lengths(src, 0.0, 0, limit=100).tolist() == [1, 1, 1]  # at least one token
+    assert max_lengths(src, 10.0, 0, limit=20).tolist() == [19, 19, 10]  # within positions
+
+
+@pytest.mark.parametrize("which", ["untrained", "copier"])
+def test_output_length_limit(which, request):
+    model = request.getfixturevalue(which)
+    sents, src = sources(8, seed=4)
+    a, b = 0.5, 1
+    limits = [int(a * (len(s) + 1) + b) for s in sents]
+    greedy = greedy_search(model, src, a, b)
+    beam = beam_search(model, src, beam=3, alpha=0.6, max_len_a=a, max_len_b=b, nbest=3)
+    for limit, g, hyps in zip(limits, greedy, beam):
+        assert len(g.tokens) <= limit
+        assert hyps and all(len(h.tokens) <= limit for h in hyps)
+    if which == "copier":  # a copy is longer than the limit, so the limit is what stops it
+        assert [len(g.tokens) for g in greedy] == limits
+
+
+def test_untrained_model_runs_to_the_limit_or_stops():
+    # With no training, sentences finish at different steps; all must come back, in order.
+    model = make_model(3)
+    _, src = sources(12, seed=8)
+    hyps = greedy_search(model, src, 2.0, 5)
+    assert len(hyps) == 12
+    limits = max_lengths(src, 2.0, 5, 64).tolist()
+    assert all(len(h.tokens) <= n for h, n in zip(hyps, limits))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_results_do_not_depend_on_the_batch(copier, untrained, beam):
+    sents, src = sources(7, seed=13)
+    for model in (copier, untrained):
+        together = beam_search(model, src, beam, 0.6, 1.2, 3, nbest=beam)
+        together_greedy = greedy_search(model, src, 1.2, 3)
+        for i, s in enumerate(sents):
+            alone_src = torch.tensor([s + [EOS]])
+            alone = beam_search(model, alone_src, beam, 0.6, 1.2, 3, nbest=beam)[0]
+            assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
+            for x, y in zip(alone, together[i]):
+                assert x.score == pytest.approx(y.score, abs=1e-4)
+            assert greedy_search(model, alone_src, 1.2, 3)[0].tokens == together_greedy[i].tokens
+        # The same sentences in reverse order give the same outputs, reversed.
+        flipped = beam_search(model, src.flip(0), beam, 0.6, 1.2, 3, nbest=beam)
+        assert [[h.tokens for h in r] for r in flipped[::-1]] == [
+            [h.tokens for h in r] for r in together
+        ]
+
+
+def test_alignment_points_into_the_source(copier):
+    sents, src = sources(5, seed=17)
+    for hyps in beam_search(copier, src, 3, 0.6, 1.0, 3, need_alignment=True):
+        h = hyps[0]
+        assert len(h.alignment) == len(h.tokens)
+        assert all(0 <= a < src.size(1) for a in h.alignment)
+    for h in greedy_search(copier, src, 1.0, 3):
+        assert h.alignment == []  # only computed when asked for
