@@ -96,13 +96,11 @@ def _translator(
 
 def _text_lines(stream):
     """Lines of a byte stream; invalid UTF-8 is reported with its line number."""
-    from mt.data import decode_utf8
-
     for i, raw in enumerate(stream, 1):
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError:
-            decode_utf8(raw, f"{getattr(stream, 'name', '<stdin>')}: line {i}")
+            raise MtError(f"{getattr(stream, 'name', '<stdin>')}:{i}: invalid UTF-8") from None
 
 
 @app.command()
@@ -137,9 +135,15 @@ def translate(
     except OSError as err:
         raise MtError(f"{output}: cannot write ({err.strerror})") from None
     with src:
-        write_translations(
-            translator.translate_stream(_text_lines(src)), out, nbest=nbest, alignment=alignment
-        )
+        try:
+            write_translations(
+                translator.translate_stream(_text_lines(src)), out, nbest=nbest, alignment=alignment
+            )
+        except BaseException:
+            if output is not None:  # no half-written temp file left beside the output
+                out.close()
+                output.with_name(output.name + ".tmp").unlink(missing_ok=True)
+            raise
     if output is not None:
         out.close()
         os.replace(output.with_name(output.name + ".tmp"), output)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,3 +25,63 @@ def multi30k_dir() -> Path:
     if not (root / "train.de.gz").is_file() and not (root / "train.de").is_file():
         pytest.skip(f"Multi30k not found in {root} (set MT_DATA)")
     return root
+
+
+# -- the real command line, for the end-to-end tests ---------------------------------------------
+
+
+@dataclass
+class CliResult:
+    """What a user of `mt` sees: the exit code and the two streams as text."""
+
+    rc: int
+    out: str
+    err: str
+
+
+def _run_mt(
+    *args: object,
+    stdin: bytes | str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> CliResult:
+    """`python -m mt ARGS` in a child process, so exit codes and stderr are the real ones."""
+    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+    proc = subprocess.run(
+        [sys.executable, "-m", "mt", *map(str, args)],
+        input=data,
+        stdin=subprocess.DEVNULL if data is None else None,
+        capture_output=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=cwd,
+        timeout=600,
+    )
+    return CliResult(
+        proc.returncode,
+        proc.stdout.decode("utf-8", "replace"),
+        proc.stderr.decode("utf-8", "replace"),
+    )
+
+
+@pytest.fixture(scope="session")
+def mt_cli() -> Callable[..., CliResult]:
+    """Runs `python -m mt ARGS` (keywords: stdin, env, cwd) and returns a CliResult."""
+    return _run_mt
+
+
+@pytest.fixture(scope="session")
+def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory of configs/tiny.yaml trained briefly on Multi30k through `mt train`."""
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    result = _run_mt(
+        "train",
+        REPO / "configs" / "tiny.yaml",
+        "--run-dir",
+        run_dir,
+        *("--set", "train.max_steps=60", "--set", "train.eval_every=30"),
+        *("--set", "train.log_every=10", "--set", "train.threads=1"),
+        *("--set", "data.max_valid_examples=40"),
+        env={"MT_DATA": str(multi30k_dir.resolve())},
+    )
+    assert result.rc == 0, result.err
+    return run_dir

@@ -110,7 +110,7 @@ def format_translation(t: Translation, index: int, nbest: int, alignment: bool) 
         if k < len(t.hypotheses):
             lines.append(f"{index} ||| {t.texts[k]} ||| {t.hypotheses[k].score:.4f}")
         else:
-            lines.append(f"{index} ||| ||| 0.0000")  # empty input: the empty output, p = 1
+            lines.append(f"{index} |||  ||| 0.0000")  # empty input: the empty output, p = 1
     return lines
 
 

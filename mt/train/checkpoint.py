@@ -66,8 +66,9 @@ def load(path: str | Path) -> dict[str, Any]:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        text = str(err)
-        if "Weights only load failed" in text or "Unsupported global" in text:
+        # Every refusal starts "Weights only load failed", corrupt bytes too; only a GLOBAL
+        # (a class or function to import) means the file carries code or objects.
+        if "GLOBAL" in str(err):
             raise MtError(
                 f"{path}: refused, the file carries pickled code or objects "
                 "(only plain tensors and values are loaded)"
