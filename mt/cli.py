@@ -56,9 +56,10 @@ def train(
 ) -> None:
     """Train a tokenizer and a Transformer as CONFIG says."""
     from mt.config import load_config
+
+    cfg = load_config(config, set_ or [])  # before importing torch: config errors come fast
     from mt.train.trainer import train as run_training
 
-    cfg = load_config(config, set_ or [])
     if run_dir is not None:
         cfg.train.run_dir = str(run_dir)
     state = run_training(cfg, Path(cfg.train.run_dir), resume)
@@ -200,6 +201,56 @@ def evaluate(
     if min_bleu is not None and scores.bleu < min_bleu:
         typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
         raise typer.Exit(EXIT_GATE)
+
+
+@app.command()
+def attention(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    src: Annotated[str, typer.Option("--src", help="The sentence to translate and show.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file.")] = Path("attn.png"),
+    layer: Annotated[int, typer.Option(help="Layer; negative counts from the top.")] = -1,
+    head: Annotated[
+        int | None, typer.Option(help="One head; -1 draws every head; default: head mean.")
+    ] = None,
+    beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+) -> None:
+    """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
+    from mt.decode.attention import sentence_attention
+    from mt.plot import attention_figure, save_figure
+    from mt.train.checkpoint import load_model
+
+    if not src.strip():
+        raise MtError("--src is empty")
+    loaded = load_model(checkpoint, _device(device))
+    if beam is not None:
+        if beam < 1:
+            raise MtError(f"--beam must be >= 1, got {beam}")
+        loaded.cfg.decode.beam = beam
+    n_heads = loaded.cfg.model.n_heads
+    if head is not None and not -1 <= head < n_heads:
+        raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
+    try:
+        text, views = sentence_attention(
+            loaded.model, loaded.tokenizer, src.strip(), loaded.cfg.decode, layer
+        )
+    except IndexError:
+        raise MtError(f"--layer {layer} is out of range for this model") from None
+    title = f"{src.strip()}  ->  {text}   (layer {layer})"
+    save_figure(attention_figure(views, title, head), output)
+    typer.echo(text)
+
+
+@app.command()
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory of mt train.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file.")] = Path("curves.png"),
+) -> None:
+    """Draw training loss, validation loss, dev BLEU and learning rate over steps."""
+    from mt.plot import curves_figure, read_metrics, save_figure
+
+    records = read_metrics(run_dir / "metrics.jsonl")
+    save_figure(curves_figure(records, str(run_dir)), output)
 
 
 @app.command()

@@ -85,3 +85,49 @@ def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     )
     assert result.rc == 0, result.err
     return run_dir
+
+
+# -- a small synthetic task for tests that train repeatedly (resume, crashes, DDP) ----------------
+
+
+def write_reverse_task(root: Path, n_train: int = 400) -> None:
+    """Sentences over 10 pseudo-words and their reversal, as text files `{train,val}.{src,tgt}`."""
+    import random
+
+    rng = random.Random(0)
+    words = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
+    root.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train", n_train), ("val", 20)):
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 7))) for _ in range(n)]
+        tgt = [" ".join(reversed(s.split())) for s in src]
+        for lang, lines in (("src", src), ("tgt", tgt)):
+            (root / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def reverse_task_config(folder: Path, **train: object) -> Path:
+    """A config for a 1+1-layer model on the reverse task in `folder`; `train` overrides."""
+    import yaml
+
+    write_reverse_task(folder / "data")
+    cfg = {
+        "data": {"root": str(folder / "data"), "src_lang": "src", "tgt_lang": "tgt"},
+        "tokenizer": {"vocab_size": 32},
+        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "encoder_layers": 1},
+        "train": {
+            "device": "cpu",
+            "precision": "fp32",
+            "threads": 1,
+            "seed": 7,
+            "max_tokens": 256,  # several batches per epoch
+            "warmup": 8,
+            "max_steps": 24,
+            "log_every": 4,
+            "eval_every": 12,
+            "eval_bleu": False,
+            "keep_last": 0,
+            **train,
+        },
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path

@@ -8,53 +8,20 @@ weights: model, optimizer, dropout RNG and data position all come back from `las
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from conftest import reverse_task_config
 
 N = 24  # steps; N/2 is where the interrupted run stops and resumes
 
 
-def write_data(root: Path) -> None:
-    rng = random.Random(0)
-    words = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
-    for name, n in (("train", 400), ("val", 20)):
-        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 7))) for _ in range(n)]
-        tgt = [" ".join(reversed(s.split())) for s in src]
-        for lang, lines in (("src", src), ("tgt", tgt)):
-            (root / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
 def config(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("resume")
-    (folder / "data").mkdir()
-    write_data(folder / "data")
-    cfg = {
-        "data": {"root": str(folder / "data"), "src_lang": "src", "tgt_lang": "tgt"},
-        "tokenizer": {"vocab_size": 32},
-        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "encoder_layers": 1},
-        "train": {
-            "device": "cpu",
-            "precision": "fp32",
-            "threads": 1,
-            "seed": 7,
-            "max_tokens": 256,  # several batches per epoch, so N/2 stops mid-epoch
-            "warmup": 8,
-            "max_steps": N,
-            "log_every": 4,
-            "eval_every": N // 2,
-            "eval_bleu": False,
-            "keep_last": 0,
-        },
-    }
     # Dropout stays on (model default 0.1): the resumed run must restore the RNG as well.
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
+    # max_tokens 256 gives several batches per epoch, so N/2 stops mid-epoch.
+    return reverse_task_config(tmp_path_factory.mktemp("resume"), max_steps=N, eval_every=N // 2)
 
 
 def logged(run_dir: Path) -> list[dict]:

@@ -26,14 +26,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mt.batching import Batch, collate, token_batches
+from mt.batching import Batch, collate, shard, token_batches
 from mt.config import Config, DecodeConfig, save_config
 from mt.data import Corpus, load_corpus, read_parallel
 from mt.decode.translator import Translator
 from mt.errors import MtError
 from mt.metrics import bleu
 from mt.tokenizer import PAD, Tokenizer, train_tokenizer
-from mt.train import checkpoint
+from mt.train import checkpoint, distributed
 from mt.train.loss import label_smoothed_loss
 from mt.train.schedule import learning_rate
 
@@ -143,26 +143,36 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = run_dir
         t = cfg.train
-        _prepare_run_dir(run_dir, resume)
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.device = resolve_device(t.device)
+        self.dist, self.device = distributed.init(resolve_device(t.device))
         self.precision = resolve_precision(t.precision, self.device)
-        torch.manual_seed(t.seed)
+        torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
 
-        self.tokenizer = _tokenizer(cfg, run_dir)
+        # Rank 0 makes the run directory, tokenizer and token cache; the others then read them.
         cache = Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
         d = cfg.data
-        self.train_data = load_corpus(d, d.train, self.tokenizer, cache, True, d.max_train_examples)
-        self.valid_data = load_corpus(
-            d, d.valid, self.tokenizer, cache, False, d.max_valid_examples
-        )
+        for turn in (True, False):
+            if self.dist.main == turn:
+                if turn:
+                    _prepare_run_dir(run_dir, resume)
+                    self.tokenizer = _tokenizer(cfg, run_dir)
+                else:
+                    self.tokenizer = Tokenizer.load(run_dir)
+                self.train_data = load_corpus(
+                    d, d.train, self.tokenizer, cache, True, d.max_train_examples
+                )
+                self.valid_data = load_corpus(
+                    d, d.valid, self.tokenizer, cache, False, d.max_valid_examples
+                )
+            distributed.barrier(self.dist)
         valid_src, valid_ref = read_parallel(d, d.valid)
         n_valid = len(self.valid_data)
         self.valid_src, self.valid_ref = valid_src[:n_valid], valid_ref[:n_valid]
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
+        self.net: torch.nn.Module = self.model  # what training calls: the DDP wrapper if any
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
             lr=learning_rate(1, t, cfg.model),
@@ -175,7 +185,14 @@ class Trainer:
         self.state = TrainState()
         if resume and (run_dir / "last.pt").exists():
             self._restore(run_dir / "last.pt")
-        save_config(cfg, run_dir / "config.yaml")
+        if self.dist.active:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            # The only buffer is the constant sinusoid table: nothing to broadcast each step.
+            self.net = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=ids, broadcast_buffers=False
+            )
+        if self.dist.main:
+            save_config(cfg, run_dir / "config.yaml")
         self.log = MetricsLog(run_dir / "metrics.jsonl")
         self.sizes = [
             max(len(s), len(tg) + 1) for s, tg in zip(self.train_data.src, self.train_data.tgt)
@@ -308,14 +325,21 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         ntok = sum(b.tgt_tokens for b in group)
+        # DDP averages gradients over ranks, so scale by world / global tokens to get the
+        # gradient of the loss per target token of the whole global batch.
+        global_tok = distributed.sum_all(self.dist, [float(ntok)], self.device)[0]
+        scale = self.dist.world / global_tok
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
-        for b in group:
+        for i, b in enumerate(group):
             b = b.to(self.device)
-            with autocast(self.device, self.precision):
-                logits = self.model(b.src, b.tgt_in)
-            loss, nll = label_smoothed_loss(logits, b.tgt_out, t.label_smoothing, PAD)
-            self.scaler.scale(loss / ntok).backward()
+            last = i == len(group) - 1
+            sync = contextlib.nullcontext() if last or not self.dist.active else self.net.no_sync()
+            with sync:
+                with autocast(self.device, self.precision):
+                    logits = self.net(b.src, b.tgt_in)
+                loss, nll = label_smoothed_loss(logits, b.tgt_out, t.label_smoothing, PAD)
+                self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()
             nll_sum += nll.detach()
         self.scaler.unscale_(self.optimizer)
@@ -357,24 +381,35 @@ class Trainer:
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+            distributed.shutdown(self.dist)
 
     def _loop(self, stop_signal: list[int]) -> TrainState:
         t, s = self.cfg.train, self.state
         self.model.train()
+        main, d = self.dist.main, self.dist
         n_params = sum(p.numel() for p in self.model.parameters())
-        tqdm.write(
-            f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_data)} training "
-            f"pairs, device {self.device}, precision {self.precision}, run dir {self.run_dir}"
+        if main:
+            tqdm.write(
+                f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_data)} training "
+                f"pairs, device {self.device}, precision {self.precision}, "
+                f"{d.world} process(es), run dir {self.run_dir}"
+            )
+        bar = tqdm(
+            total=t.max_steps,
+            initial=s.step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=None if main else True,
         )
-        bar = tqdm(total=t.max_steps, initial=s.step, unit="step", dynamic_ncols=True, disable=None)
         window_loss = torch.zeros((), device=self.device)
         window_nll = torch.zeros((), device=self.device)
         window_tok = 0
         window_start = time.perf_counter()
+        window_eval = 0.0  # evaluation time inside the window, left out of tokens/s
         reason = self._stop_reason()
         stopped_early = False
         while reason is None and not stopped_early:
-            batches = self._batches(self.train_data, t.seed, s.epoch)
+            batches = shard(self._batches(self.train_data, t.seed, s.epoch), d.rank, d.world)
             while s.batch_in_epoch < len(batches) and reason is None and not stopped_early:
                 tick = time.perf_counter()
                 chosen = batches[s.batch_in_epoch : s.batch_in_epoch + t.accum_steps]
@@ -391,23 +426,28 @@ class Trainer:
                 window_tok += ntok
                 s.elapsed += time.perf_counter() - tick
                 bar.update(1)
-                if stop_signal:
+                if distributed.agree(d, bool(stop_signal), self.device):
                     bar.close()
-                    self._save(self.run_dir / "last.pt", with_state=True)
-                    tqdm.write(f"interrupted at step {s.step}; saved {self.run_dir / 'last.pt'}")
+                    if main:
+                        self._save(self.run_dir / "last.pt", with_state=True)
+                        tqdm.write(f"interrupted at step {s.step}; saved {self.run_dir}/last.pt")
                     raise KeyboardInterrupt
                 if s.step % t.log_every == 0:
-                    span = time.perf_counter() - window_start
+                    span = time.perf_counter() - window_start - window_eval
+                    w_loss, w_nll, w_tok = distributed.sum_all(
+                        d, [float(window_loss), float(window_nll), float(window_tok)], self.device
+                    )
                     rec = {
                         "step": s.step,
                         "epoch": s.epoch,
-                        "loss": float(window_loss) / window_tok,
-                        "nll": float(window_nll) / window_tok,
+                        "loss": w_loss / w_tok,
+                        "nll": w_nll / w_tok,
                         "lr": learning_rate(s.step, t, self.cfg.model),
-                        "tgt_tokens_per_s": window_tok / span,
+                        "tgt_tokens_per_s": w_tok / span,
                         "elapsed": round(s.elapsed, 1),
                     }
-                    self.log.write(rec)
+                    if main:
+                        self.log.write(rec)
                     bar.set_postfix(
                         loss=f"{rec['loss']:.3f}",
                         lr=f"{rec['lr']:.2e}",
@@ -417,27 +457,37 @@ class Trainer:
                     window_nll.zero_()
                     window_tok = 0
                     window_start = time.perf_counter()
+                    window_eval = 0.0
                 if s.step % t.eval_every == 0:
                     tick = time.perf_counter()
-                    stopped_early = self._evaluate_and_save()
+                    stopped_early = main and self._evaluate_and_save()
+                    stopped_early = distributed.agree(d, stopped_early, self.device)
+                    s.last_eval_step = s.step
                     s.elapsed += time.perf_counter() - tick
+                    window_eval += time.perf_counter() - tick
+                # Rank 0's clock decides the time budget, so all ranks stop at the same step.
                 reason = self._stop_reason()
+                if d.active:
+                    stop = distributed.agree(d, reason is not None, self.device)
+                    reason = (reason or "rank 0 stopped") if stop else None
             if s.batch_in_epoch >= len(batches):
                 s.epoch += 1
                 s.batch_in_epoch = 0
-                reason = reason or self._stop_reason()
+                if t.max_epochs and s.epoch >= t.max_epochs:  # the same on every rank
+                    reason = reason or "max_epochs"
         bar.close()
-        if s.last_eval_step != s.step:
-            self._evaluate_and_save()
-        self.log.write(
-            {
-                "step": s.step,
-                "stopped": "patience" if stopped_early else reason,
-                "elapsed": round(s.elapsed, 1),
-            }
-        )
-        if t.average_last:
-            self.average_last(t.average_last)
+        if main:
+            if s.last_eval_step != s.step:
+                self._evaluate_and_save()
+            self.log.write(
+                {
+                    "step": s.step,
+                    "stopped": "patience" if stopped_early else reason,
+                    "elapsed": round(s.elapsed, 1),
+                }
+            )
+            if t.average_last:
+                self.average_last(t.average_last)
         return s
 
     def average_last(self, n: int) -> Path:

@@ -1,0 +1,109 @@
+"""Pictures: attention heatmaps and training curves (matplotlib, the optional `[plot]` extra).
+
+Drawing only; the numbers come from `mt.decode.attention` and the run's `metrics.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mt.decode.attention import AttentionView
+from mt.errors import MtError
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only; no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MtError("plotting needs matplotlib: pip install 'mt[plot]'") from None
+    return plt
+
+
+def attention_figure(views: list[AttentionView], title: str, head: int | None) -> Any:
+    """One row per attention kind; one panel per head, or the head average when `head` is None
+    (or a single head when it is an index)."""
+    plt = _pyplot()
+    n_heads = views[0].weights.size(0)
+    heads: list[int | None]
+    if head is None:
+        heads = [None]
+    elif head == -1:
+        heads = list(range(n_heads))
+    else:
+        heads = [head]
+    cols = len(heads)
+    fig, axes = plt.subplots(
+        len(views), cols, figsize=(3.6 * cols + 1, 3.4 * len(views)), squeeze=False
+    )
+    for r, view in enumerate(views):
+        for c, h in enumerate(heads):
+            w = view.weights.float().mean(0) if h is None else view.weights[h].float()
+            ax = axes[r][c]
+            ax.imshow(w.cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(view.cols)), view.cols, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(view.rows)), view.rows, fontsize=7)
+            label = "mean of heads" if h is None else f"head {h}"
+            ax.set_title(f"{view.name}\n{label}", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise MtError(f"{path}: no metrics log (is this an mt run directory?)")
+    records = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise MtError(f"{path}:{i}: not a JSON line") from None
+    return records
+
+
+def curves_figure(records: list[dict[str, Any]], title: str) -> Any:
+    """Training and validation loss, dev BLEU and learning rate against the step."""
+    plt = _pyplot()
+
+    def series(key: str) -> tuple[list[int], list[float]]:
+        pts = [(r["step"], r[key]) for r in records if key in r and "step" in r]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    ax = axes[0]
+    for key, label in (("loss", "train loss"), ("valid_loss", "valid loss")):
+        x, y = series(key)
+        if x:
+            ax.plot(x, y, label=label, marker="." if key == "valid_loss" else None)
+    ax.set_xlabel("step")
+    ax.set_ylabel("label-smoothed loss per token")
+    ax.legend()
+    x, y = series("dev_bleu")
+    axes[1].plot(x, y, marker="o", color="tab:green")
+    axes[1].set_xlabel("step")
+    axes[1].set_ylabel("dev BLEU (greedy)")
+    x, y = series("lr")
+    axes[2].plot(x, y, color="tab:red")
+    axes[2].set_xlabel("step")
+    axes[2].set_ylabel("learning rate")
+    for a in axes:
+        a.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Any, out: Path) -> None:
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as err:
+        raise MtError(f"{out}: cannot write ({err.strerror})") from None
+    finally:
+        _pyplot().close(fig)

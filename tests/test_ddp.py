@@ -1,0 +1,86 @@
+"""`torchrun --nproc_per_node=2 -m mt train` (DDP, gloo on CPU) follows a single process that
+sees the same global batch: rank r takes batches r, r+2, ..., one process with accum_steps=2
+takes batches (2k, 2k+1) per update, so the losses and weights must agree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import reverse_task_config
+
+K = 12
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "loss" in r:
+            out[r["step"]] = r["loss"]
+    return out
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_single_process(tmp_path, mt_cli):
+    if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
+        pytest.skip("torchrun not installed")
+    # No dropout: the two runs draw different random numbers, everything else must agree.
+    config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=128)
+    single = mt_cli(
+        "train",
+        config,
+        "--run-dir",
+        tmp_path / "single",
+        "--set",
+        "train.accum_steps=2",
+        "--set",
+        "model.dropout=0.0",
+    )
+    assert single.rc == 0, single.err
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    ddp = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node=2",
+            "--master_port=29533",
+            "-m",
+            "mt",
+            "train",
+            str(config),
+            "--run-dir",
+            str(tmp_path / "ddp"),
+            "--set",
+            "model.dropout=0.0",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
+    assert sorted(a) == sorted(b) == list(range(4, K + 1, 4))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4), step
+    wa = torch.load(tmp_path / "single" / "last.pt", weights_only=True)["model"]
+    wb = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)["model"]
+    for name, tensor in wa.items():
+        torch.testing.assert_close(wb[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    # Only rank 0 writes: one metrics line per log step, not two.
+    assert (
+        len(
+            [
+                x
+                for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()
+                if '"loss"' in x
+            ]
+        )
+        == K // 4
+    )
