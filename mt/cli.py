@@ -85,6 +85,8 @@ def _translator(
         if beam < 1:
             raise MtError(f"--beam must be >= 1, got {beam}")
         dcfg.beam = beam
+    if greedy and nbest > 1:
+        raise MtError("--nbest needs beam search; it cannot be combined with --greedy")
     if nbest < 1 or nbest > dcfg.beam:
         raise MtError(f"--nbest must be between 1 and the beam size ({dcfg.beam}), got {nbest}")
     dcfg.nbest = nbest
@@ -140,6 +142,11 @@ def translate(
             write_translations(
                 translator.translate_stream(_text_lines(src)), out, nbest=nbest, alignment=alignment
             )
+        except BrokenPipeError:
+            # The reader went away (`mt translate | head`): stop quietly, as Unix tools do.
+            # Typer would turn this into exit 1, so it is handled here, where it happens.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return
         except BaseException:
             if output is not None:  # no half-written temp file left beside the output
                 out.close()
@@ -276,22 +283,16 @@ def main() -> None:
     except KeyboardInterrupt:
         print("mt: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        # The reader went away (`mt translate | head`): stop quietly, as Unix tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(0)
     except typer.Exit as ex:
         sys.exit(ex.exit_code)
-    except Exception as err:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
+    except Exception as err:
+        # Usage errors (bad flags) come from the click that typer vendors; they know how to
+        # show themselves. Anything else is a bug and keeps its traceback.
+        if hasattr(err, "show") and hasattr(err, "exit_code"):
             err.show()
             sys.exit(err.exit_code)
-        if isinstance(err, click.exceptions.Abort):
-            print("mt: interrupted", file=sys.stderr)
-            sys.exit(EXIT_INTERRUPTED)
         raise
+    if rc == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a return code of 130
+        print("mt: interrupted", file=sys.stderr)
     if isinstance(rc, int) and rc:
         sys.exit(rc)

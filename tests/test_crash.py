@@ -60,7 +60,7 @@ def resume(config: Path, run_dir: Path, mt_cli) -> None:
 def test_sigkill_at_a_random_step_then_resume(straight, tmp_path, mt_cli):
     config, straight_dir = straight
     run_dir = tmp_path / "killed"
-    kill_after = random.Random(os.getpid()).randint(EVERY + 1, N - 2)
+    kill_after = random.Random(os.getpid()).randint(EVERY + 1, N - EVERY - 1)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(run_dir)],
         stdout=subprocess.DEVNULL,

@@ -32,7 +32,9 @@ def test_two_process_ddp_matches_single_process(tmp_path, mt_cli):
     if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
         pytest.skip("torchrun not installed")
     # No dropout: the two runs draw different random numbers, everything else must agree.
-    config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=128)
+    # 64 tokens per batch: well over 2K batches per epoch, so no update crosses an epoch end
+    # (where one process would take a lone last batch that the two ranks drop).
+    config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=64)
     single = mt_cli(
         "train",
         config,

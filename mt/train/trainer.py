@@ -185,6 +185,8 @@ class Trainer:
         self.state = TrainState()
         if resume and (run_dir / "last.pt").exists():
             self._restore(run_dir / "last.pt")
+            if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
+                torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
         if self.dist.active:
             ids = [self.device.index] if self.device.type == "cuda" else None
             # The only buffer is the constant sinusoid table: nothing to broadcast each step.
@@ -262,7 +264,11 @@ class Trainer:
         loss_sum = nll_sum = 0.0
         ntok = 0
         data = self.valid_data
+        limit = self.cfg.model.max_positions
         for idx in self._batches(data, None, 0):
+            idx = [i for i in idx if len(data.src[i]) <= limit and len(data.tgt[i]) < limit]
+            if not idx:
+                continue
             b = collate([data.src[i] for i in idx], [data.tgt[i] for i in idx]).to(self.device)
             with autocast(self.device, self.precision):
                 logits = self.model(b.src, b.tgt_in)
@@ -290,10 +296,12 @@ class Trainer:
         self.model.train()
         return out
 
-    def _evaluate_and_save(self) -> bool:
-        """Validate, write checkpoints; returns True when patience has run out."""
-        t, s = self.cfg.train, self.state
+    def _evaluate_and_save(self, start: float) -> None:
+        """Validate and write checkpoints (rank 0). The time since `start` counts as training
+        time before `last.pt` records it; patience is then a stop rule like the others."""
+        s = self.state
         metrics = self.validate()
+        s.elapsed += time.perf_counter() - start
         score = metrics.get("dev_bleu", -metrics["valid_loss"])
         improved = score > s.best_score
         if improved:
@@ -314,7 +322,6 @@ class Trainer:
         self._save_step_checkpoint()
         self._save(self.run_dir / "last.pt", with_state=True)
         tqdm.write(f"step {s.step}: " + " ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
-        return bool(t.patience) and s.bad_evals >= t.patience
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -359,6 +366,8 @@ class Trainer:
             return "max_epochs"
         if t.max_minutes and s.elapsed >= 60 * t.max_minutes:
             return "max_minutes"
+        if t.patience and s.bad_evals >= t.patience:
+            return "patience"
         return None
 
     def train(self) -> TrainState:
@@ -407,10 +416,14 @@ class Trainer:
         window_start = time.perf_counter()
         window_eval = 0.0  # evaluation time inside the window, left out of tokens/s
         reason = self._stop_reason()
-        stopped_early = False
-        while reason is None and not stopped_early:
+        while reason is None:
             batches = shard(self._batches(self.train_data, t.seed, s.epoch), d.rank, d.world)
-            while s.batch_in_epoch < len(batches) and reason is None and not stopped_early:
+            if not batches:
+                raise MtError(
+                    f"train: fewer batches per epoch than processes ({d.world}); "
+                    "lower train.max_tokens or use fewer processes"
+                )
+            while s.batch_in_epoch < len(batches) and reason is None:
                 tick = time.perf_counter()
                 chosen = batches[s.batch_in_epoch : s.batch_in_epoch + t.accum_steps]
                 group = [
@@ -426,12 +439,6 @@ class Trainer:
                 window_tok += ntok
                 s.elapsed += time.perf_counter() - tick
                 bar.update(1)
-                if distributed.agree(d, bool(stop_signal), self.device):
-                    bar.close()
-                    if main:
-                        self._save(self.run_dir / "last.pt", with_state=True)
-                        tqdm.write(f"interrupted at step {s.step}; saved {self.run_dir}/last.pt")
-                    raise KeyboardInterrupt
                 if s.step % t.log_every == 0:
                     span = time.perf_counter() - window_start - window_eval
                     w_loss, w_nll, w_tok = distributed.sum_all(
@@ -460,11 +467,19 @@ class Trainer:
                     window_eval = 0.0
                 if s.step % t.eval_every == 0:
                     tick = time.perf_counter()
-                    stopped_early = main and self._evaluate_and_save()
-                    stopped_early = distributed.agree(d, stopped_early, self.device)
+                    if main:
+                        self._evaluate_and_save(tick)
                     s.last_eval_step = s.step
-                    s.elapsed += time.perf_counter() - tick
+                    if not main:
+                        s.elapsed += time.perf_counter() - tick
                     window_eval += time.perf_counter() - tick
+                # After the step's log and evaluation, so a resumed run misses neither.
+                if distributed.agree(d, bool(stop_signal), self.device):
+                    bar.close()
+                    if main:
+                        self._save(self.run_dir / "last.pt", with_state=True)
+                        tqdm.write(f"interrupted at step {s.step}; saved {self.run_dir}/last.pt")
+                    raise KeyboardInterrupt
                 # Rank 0's clock decides the time budget, so all ranks stop at the same step.
                 reason = self._stop_reason()
                 if d.active:
@@ -478,11 +493,11 @@ class Trainer:
         bar.close()
         if main:
             if s.last_eval_step != s.step:
-                self._evaluate_and_save()
+                self._evaluate_and_save(time.perf_counter())
             self.log.write(
                 {
                     "step": s.step,
-                    "stopped": "patience" if stopped_early else reason,
+                    "stopped": reason,
                     "elapsed": round(s.elapsed, 1),
                 }
             )
