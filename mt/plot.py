@@ -6,6 +6,7 @@ Drawing only; the numbers come from `mt.decode.attention` and the run's `metrics
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def attention_figure(views: list[AttentionView], title: str, head: int | None) -
             ax.set_yticks(range(len(view.rows)), view.rows, fontsize=7)
             label = "mean of heads" if h is None else f"head {h}"
             ax.set_title(f"{view.name}\n{label}", fontsize=8)
-    fig.suptitle(title, fontsize=9)
+    width = int((3.6 * cols + 1) * 11)  # characters that fit across the figure at 9 pt
+    fig.suptitle(textwrap.fill(title, width), fontsize=9)
     fig.tight_layout()
     return fig
 

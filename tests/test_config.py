@@ -262,3 +262,14 @@ def test_save_config_round_trips(tmp_path):
     save_config(cfg, out)
     assert load_config(out) == cfg
     assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("name", ["tiny", "multi30k_de_en", "multi30k_en_de"])
+def test_shipped_configs_load(name, monkeypatch):
+    monkeypatch.setenv("MT_DATA", "/data/m30k")
+    cfg = load_config(REPO / "configs" / f"{name}.yaml")
+    assert cfg.data.root == "/data/m30k"
+    assert cfg.model.d_model % cfg.model.n_heads == 0
+    if name != "tiny":
+        assert cfg.train.max_minutes == 30 and cfg.decode.beam == 5
+        assert {cfg.data.src_lang, cfg.data.tgt_lang} == {"de", "en"}
