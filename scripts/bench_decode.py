@@ -182,6 +182,7 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
     spec.config.unk_token, spec.config.decoder_start_token = tgt_vocab[UNK], tgt_vocab[BOS]
     spec.validate()
     spec.optimize(quantization=quantization)
+    out_dir.mkdir(parents=True, exist_ok=True)
     spec.save(str(out_dir))
     del ctranslate2
 
@@ -205,6 +206,7 @@ def run_engine(args: argparse.Namespace) -> dict:
             tr.model = torch.ao.quantization.quantize_dynamic(
                 loaded.model, {torch.nn.Linear}, dtype=torch.qint8
             )
+        tr.translate_lines(lines[:16])  # warm-up, untimed, as for every engine
         start = time.perf_counter()
         out = [t.text for t in tr.translate_lines(lines)]
     elif args.engine == "hf":
@@ -212,6 +214,9 @@ def run_engine(args: argparse.Namespace) -> dict:
         ids = tok.encode_src(lines)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         res: dict[int, str] = {}
+        with torch.inference_mode():  # warm-up, untimed
+            warm = torch.tensor([ids[order[0]]])
+            hf.generate(input_ids=warm, num_beams=beam, do_sample=False, max_new_tokens=8)
         start = time.perf_counter()
         with torch.inference_mode():
             for k in range(0, len(order), args.batch):
@@ -242,6 +247,7 @@ def run_engine(args: argparse.Namespace) -> dict:
             compute_type="int8" if args.int8 else "float32",
         )
         pieces = [tok.src_pieces(x) for x in lines]
+        translator.translate_batch(pieces[:16], beam_size=beam)  # warm-up, untimed
         start = time.perf_counter()
         results = translator.translate_batch(
             pieces,
