@@ -202,3 +202,21 @@ def test_eval_checkpoint_and_min_bleu_gate(tiny_run, mt_cli, multi30k_dir, tmp_p
     assert failed.rc == 1
     assert "below --min-bleu" in failed.err
     assert "Traceback" not in failed.err
+
+
+def test_alignment_pairs_each_target_token_with_a_source_token(tiny_run, mt_cli):
+    lines = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee."]
+    result = mt_cli("translate", tiny_run / "best.pt", "--alignment", stdin="\n".join(lines) + "\n")
+    assert result.rc == 0, result.err
+    out = result.out.split("\n")[:-1]
+    assert len(out) == 3 and out[1] == "\t"
+    import sentencepiece as spm  # the checkpoint's own tokenizer counts the tokens
+
+    sp = spm.SentencePieceProcessor(model_file=str(tiny_run / "spm.model"))
+    for src, line in zip(lines, out):
+        if not src:
+            continue
+        text, pairs = line.split("\t")
+        pairs = [tuple(map(int, p.split("-"))) for p in pairs.split()]
+        assert pairs and [t for _, t in pairs] == list(range(len(pairs)))  # one per token
+        assert all(0 <= s <= len(sp.encode(src)) for s, _ in pairs)  # `</s>` is the last
