@@ -39,36 +39,14 @@ def permutation(d: int) -> torch.Tensor:
 
 def to_marian(loaded: Loaded):
     """A MarianMTModel computing the same function as the mt model (post-norm, tied)."""
-    from transformers import MarianConfig, MarianMTModel
+    from peer_marian import marian_config
+    from transformers import MarianMTModel
 
-    m, tok = loaded.cfg.model, loaded.tokenizer
+    m = loaded.cfg.model
     if m.norm != "post" or not m.tie_embeddings:
         raise SystemExit("the Marian export needs a post-norm model with tied embeddings")
     d = m.d_model
-    config = MarianConfig(
-        vocab_size=tok.src_vocab_size,
-        decoder_vocab_size=tok.tgt_vocab_size,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        d_model=d,
-        encoder_layers=m.encoder_layers,
-        decoder_layers=m.decoder_layers,
-        encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads,
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        activation_function="relu",
-        max_position_embeddings=m.max_positions,
-        scale_embedding=True,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=BOS,
-        decoder_start_token_id=BOS,
-        forced_eos_token_id=EOS,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-    )
+    config = marian_config(loaded.cfg, loaded.tokenizer)  # the shape the peer trains with
     hf = MarianMTModel(config).eval()
     P = permutation(d)
     w = loaded.model.state_dict()
