@@ -10,7 +10,7 @@ Shapes in comments: B batch, S source length, T target length, D d_model, H head
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -189,13 +189,22 @@ class DecoderState:
     caches: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per layer self k/v
     length: int = 0  # target tokens fed so far
 
-    def select(self, index: torch.Tensor) -> DecoderState:
-        """Keep rows `index` (in that order): beams that survive, sentences not yet finished."""
+    def select(self, index: torch.Tensor, memory_index: torch.Tensor | None = None) -> DecoderState:
+        """Keep rows `index` (in that order): beams that survive, sentences not yet finished.
+        `memory_index` picks the encoder-side rows when they differ from `index`."""
+        mem = index if memory_index is None else memory_index
+        return replace(
+            self.reorder_caches(index),
+            memory_mask=self.memory_mask.index_select(0, mem),
+            memory_kv=[(k.index_select(0, mem), v.index_select(0, mem)) for k, v in self.memory_kv],
+        )
+
+    def reorder_caches(self, index: torch.Tensor) -> DecoderState:
+        """Reorder the decoder caches only. Beams of one sentence share its encoder side, so
+        beam search skips copying the (large) encoder keys/values while no sentence leaves."""
         return DecoderState(
-            memory_mask=self.memory_mask.index_select(0, index),
-            memory_kv=[
-                (k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv
-            ],
+            memory_mask=self.memory_mask,
+            memory_kv=self.memory_kv,
             caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches],
             length=self.length,
         )

@@ -169,7 +169,11 @@ def beam_search(
             break
         keep = (~done).nonzero().squeeze(1)
         reorder = next_rows[keep].reshape(-1)
-        state = state.select(reorder)
+        if done.any():  # sentences leave: their encoder rows go too
+            memory_rows = (keep[:, None] * K + torch.arange(K, device=dev)).reshape(-1)
+            state = state.select(reorder, memory_rows)
+        else:
+            state = state.reorder_caches(reorder)
         history = torch.cat([history[reorder], next_tok[keep].reshape(-1, 1)], dim=1)
         if align is not None:
             align_hist = torch.cat([align_hist[reorder], align[reorder][:, None]], dim=1)
