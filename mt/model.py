@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
+from mt.dropout import Dropout
 
 PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports nothing but config
 
@@ -117,7 +118,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dropout(F.relu(self.fc1(x))))
@@ -131,7 +132,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor, need_weights: bool = False
@@ -155,7 +156,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.norm3 = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(
         self,
@@ -229,7 +230,7 @@ class Transformer(nn.Module):
         self.tgt_embed = self.src_embed if tie else nn.Embedding(tgt_vocab, d, padding_idx=PAD_ID)
         self.register_buffer("positions", sinusoids(cfg.max_positions, d), persistent=False)
         self.embed_scale = math.sqrt(d)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-norm stacks end with a norm; post-norm layers already end with one.
