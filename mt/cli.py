@@ -56,6 +56,9 @@ def train(
 ) -> None:
     """Train a tokenizer and a Transformer as CONFIG says."""
     from mt.config import load_config
+    from mt.memory import keep_freed_memory
+
+    keep_freed_memory()
 
     cfg = load_config(config, set_ or [])  # before importing torch: config errors come fast
     from mt.train.trainer import train as run_training

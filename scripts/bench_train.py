@@ -6,6 +6,11 @@ the same device and precision, in one process. The script prints target tokens/s
 target tokens/s) for each, their ratio, and mt's model FLOPs utilisation against the matmul
 peak it measures on the same device (torch.mm of large square matrices).
 
+With `--run-dir` two more rows use the run's real corpus: both engines on mt's token-budget
+batches (a kernel-for-kernel comparison), and each engine on its own default pipeline, mt's
+token-budget batches against the fixed-size random batches HF's Seq2SeqTrainer builds unless
+told to group by length; target tokens/s there counts real (non-pad) tokens only.
+
     pip install -e '.[bench]'
     python scripts/bench_train.py                      # synthetic 64 x 16-token batches
     python scripts/bench_train.py --run-dir runs/multi30k_de_en   # + real token-budget batches
@@ -28,6 +33,7 @@ from peer_marian import machine_info, marian_config  # noqa: E402
 from mt.batching import Batch, collate, token_batches  # noqa: E402
 from mt.config import Config, ModelConfig, load_config  # noqa: E402
 from mt.data import load_corpus  # noqa: E402
+from mt.memory import keep_freed_memory  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 from mt.tokenizer import PAD, Tokenizer  # noqa: E402
 from mt.train.loss import label_smoothed_loss  # noqa: E402
@@ -36,19 +42,24 @@ from mt.train.trainer import autocast, has_amx  # noqa: E402
 BASE = ModelConfig(d_model=512, n_heads=8, d_ff=2048, encoder_layers=6, decoder_layers=6)
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
-    """Best-of-3 GFLOP/s of torch.mm on n x n matrices: the device's practical peak."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+def matmul_peak(
+    device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048, 4096)
+) -> float:
+    """Best GFLOP/s of torch.mm on n x n matrices over a few sizes and 5 tries each: the
+    device's practical peak. The best, not the mean, so a noisy machine does not flatter MFU."""
     best = 0.0
-    for _ in range(3):
-        a @ b
-        sync(device)
-        t = time.perf_counter()
-        for _ in range(reps):
+    for n in sizes:
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        reps = max(2, int(2e10 / (2 * n**3)))
+        for _ in range(5):
             a @ b
-        sync(device)
-        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t) / 1e9)
+            sync(device)
+            t = time.perf_counter()
+            for _ in range(reps):
+                a @ b
+            sync(device)
+            best = max(best, 2 * n**3 * reps / (time.perf_counter() - t) / 1e9)
     return best
 
 
@@ -79,7 +90,13 @@ def synthetic_batches(n: int, batch: int, length: int, vocab: int, seed: int) ->
     return out
 
 
-def real_batches(run_dir: Path, n: int, max_tokens: int) -> tuple[list[Batch], int]:
+def real_batches(
+    run_dir: Path, n: int, max_tokens: int, hf_sentences: int
+) -> tuple[list[Batch], list[Batch], int]:
+    """The run's corpus in two pipelines: mt's token-budget batches (length-bucketed, little
+    padding) and the batches HF's Seq2SeqTrainer makes by default (a fixed number of random
+    sentences padded to the longest, `group_by_length=False`). `hf_sentences` 0 means the mean
+    sentence count of the mt batches, so both see as many sentences per step."""
     cfg: Config = load_config(run_dir / "config.yaml")
     tok = Tokenizer.load(run_dir)
     if tok is None:
@@ -87,9 +104,14 @@ def real_batches(run_dir: Path, n: int, max_tokens: int) -> tuple[list[Batch], i
     corpus = load_corpus(cfg.data, cfg.data.train, tok, run_dir / "cache", True)
     sizes = [max(len(s), len(t) + 1) for s, t in zip(corpus.src, corpus.tgt)]
     idx = token_batches(sizes, max_tokens, seed=1, epoch=0)[:n]
-    return [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b]) for b in idx], (
-        tok.src_vocab_size
-    )
+    hf_sentences = hf_sentences or round(sum(len(b) for b in idx) / len(idx))
+    order = torch.randperm(len(sizes), generator=torch.Generator().manual_seed(1)).tolist()
+    rand = [order[i * hf_sentences : (i + 1) * hf_sentences] for i in range(n)]
+
+    def make(groups: list[list[int]]) -> list[Batch]:
+        return [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b]) for b in groups]
+
+    return make(idx), make(rand), tok.src_vocab_size
 
 
 def time_training(
@@ -122,7 +144,17 @@ def time_training(
     return time.perf_counter() - start
 
 
-def compare(batches: list[Batch], vocab: int, device, precision, warmup, label) -> dict:
+def compare(
+    mt_batches: list[Batch],
+    hf_batches: list[Batch],
+    vocab: int,
+    device: torch.device,
+    precision: str,
+    warmup: int,
+    rounds: int,
+    label: str,
+) -> dict:
+    """Both engines' training speed, each on its own list of batches (usually the same list)."""
     from transformers import MarianMTModel
 
     torch.manual_seed(0)
@@ -134,26 +166,28 @@ def compare(batches: list[Batch], vocab: int, device, precision, warmup, label) 
         joint = True
 
     marian = MarianMTModel(marian_config(cfg, _Tok())).to(device)
-    timed = batches[warmup:]
-    tgt = sum(b.tgt_tokens for b in timed)
-    src = sum(b.src_tokens for b in timed)
-    flops = sum(step_flops(BASE, vocab, b) for b in timed)
-    row = {"batches": label, "precision": precision}
-    # Alternate the two so that drift on a shared machine hits both alike.
-    secs = {"mt": 0.0, "marian": 0.0}
-    for _ in range(2):
-        secs["mt"] += time_training(
-            "mt", mt_model, lambda m, b: m(b.src, b.tgt_in), batches, device, precision, warmup
+    engines = {
+        "mt": (mt_model, lambda m, b: m(b.src, b.tgt_in), mt_batches),
+        "marian": (marian, marian_logits, hf_batches),
+    }
+    row: dict = {"batches": label, "precision": precision}
+    # Alternate the two, round by round, so that drift on a shared machine hits both alike.
+    secs = {k: 0.0 for k in engines}
+    for _ in range(rounds):
+        for k, (model, forward, batches) in engines.items():
+            secs[k] += time_training(k, model, forward, batches, device, precision, warmup)
+    for k, (_, _, batches) in engines.items():
+        timed = batches[warmup:]
+        tgt = sum(b.tgt_tokens for b in timed)
+        src = sum(b.src_tokens for b in timed)
+        flops = sum(step_flops(BASE, vocab, b) for b in timed)
+        row[f"{k}_tgt_tok_s"] = round(rounds * tgt / secs[k], 1)
+        row[f"{k}_all_tok_s"] = round(rounds * (tgt + src) / secs[k], 1)
+        row[f"{k}_model_gflops"] = round(rounds * flops / secs[k] / 1e9, 1)
+        row[f"{k}_pad_share"] = round(
+            1 - sum(b.tgt_tokens for b in timed) / sum(b.tgt_out.numel() for b in timed), 3
         )
-        secs["marian"] += time_training(
-            "marian", marian, marian_logits, batches, device, precision, warmup
-        )
-    for k, s in secs.items():
-        row[f"{k}_tgt_tok_s"] = round(2 * tgt / s, 1)
-        row[f"{k}_all_tok_s"] = round(2 * (tgt + src) / s, 1)
-    row["ratio_mt_over_marian"] = round(secs["marian"] / secs["mt"], 3)
-    row["mt_model_gflops"] = round(2 * flops / secs["mt"] / 1e9, 1)
-    row["marian_model_gflops"] = round(2 * flops / secs["marian"] / 1e9, 1)
+    row["ratio_mt_over_marian"] = round(row["mt_tgt_tok_s"] / row["marian_tgt_tok_s"], 3)
     return row
 
 
@@ -167,8 +201,13 @@ def main() -> None:
     p.add_argument("--length", type=int, default=16)
     p.add_argument("--run-dir", type=Path, help="an mt run: adds its real token batches")
     p.add_argument("--max-tokens", type=int, default=2048)
+    p.add_argument(
+        "--hf-sentences", type=int, default=0, help="HF's own batches: sentences per batch"
+    )
+    p.add_argument("--rounds", type=int, default=3, help="alternating timed rounds per engine")
     p.add_argument("--bf16", action="store_true", help="also bf16 (default where it is fast)")
     args = p.parse_args()
+    keep_freed_memory()  # as `mt train` does; both engines share the process and the allocator
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -187,32 +226,29 @@ def main() -> None:
     )
     n = args.warmup + args.steps
     rows = []
-    sets = [
-        (
-            synthetic_batches(n, args.batch, args.length, 8000, 0),
-            8000,
-            f"synthetic {args.batch}x{args.length}",
-        )
-    ]
+    synthetic = synthetic_batches(n, args.batch, args.length, 8000, 0)
+    sets = [(synthetic, synthetic, 8000, f"synthetic {args.batch}x{args.length}")]
     if args.run_dir:
-        real, vocab = real_batches(args.run_dir, n, args.max_tokens)
-        sets.append((real, vocab, f"Multi30k max_tokens {args.max_tokens}"))
+        mt_real, hf_real, vocab = real_batches(args.run_dir, n, args.max_tokens, args.hf_sentences)
+        sets.append((mt_real, mt_real, vocab, f"Multi30k max_tokens {args.max_tokens}"))
+        hf_n = hf_real[0].src.size(0)
+        sets.append((mt_real, hf_real, vocab, f"Multi30k own: mt tokens, HF {hf_n} random"))
     for precision in precisions:
-        for batches, vocab, label in sets:
-            row = compare(batches, vocab, device, precision, args.warmup, label)
+        for mt_b, hf_b, vocab, label in sets:
+            row = compare(mt_b, hf_b, vocab, device, precision, args.warmup, args.rounds, label)
             row["mt_mfu"] = round(row["mt_model_gflops"] / peaks[precision], 3)
             rows.append(row)
             print(json.dumps(row), flush=True)
     print()
     print(
-        f"{'batches':32} {'prec':5} {'mt tgt tok/s':>13} {'HF tgt tok/s':>13} "
-        f"{'ratio':>6} {'mt MFU':>7}"
+        f"{'batches':40} {'prec':5} {'mt tgt tok/s':>13} {'HF tgt tok/s':>13} "
+        f"{'ratio':>6} {'mt MFU':>7} {'mt pad':>7} {'HF pad':>7}"
     )
     for r in rows:
         print(
-            f"{r['batches']:32} {r['precision']:5} {r['mt_tgt_tok_s']:13.0f} "
+            f"{r['batches']:40} {r['precision']:5} {r['mt_tgt_tok_s']:13.0f} "
             f"{r['marian_tgt_tok_s']:13.0f} {r['ratio_mt_over_marian']:6.2f} "
-            f"{r['mt_mfu']:7.1%}"
+            f"{r['mt_mfu']:7.1%} {r['mt_pad_share']:7.1%} {r['marian_pad_share']:7.1%}"
         )
     print(
         f"machine: {info['cpu']}, {info['threads']} threads, device {device}; matmul peak "
