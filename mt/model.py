@@ -102,14 +102,21 @@ class CrossAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # (B, T, D)
-        kv: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor,  # (B, 1, 1, S)
+        kv: tuple[torch.Tensor, torch.Tensor],  # (B / group, H, S, D/H) each
+        mask: torch.Tensor,  # (B / group, 1, 1, S)
         need_weights: bool = False,
+        group: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`group` consecutive rows of x share one memory row (the beams of one sentence): their
+        queries become extra query positions against that row, so beam search neither copies
+        the encoder keys/values per beam nor reorders them, and one matmul serves all beams."""
         B, T, D = x.shape
-        q = self.q(x).view(B, T, self.h, D // self.h).transpose(1, 2)
+        Bm = B // group
+        q = self.q(x).view(Bm, group * T, self.h, D // self.h).transpose(1, 2)
         p = self.dropout if self.training else 0.0
-        y, w = attend(q, kv[0], kv[1], mask, p, need_weights)
+        y, w = attend(q, kv[0], kv[1], mask, p, need_weights)  # (Bm, H, group*T, D/H)
+        if w is not None and group > 1:
+            w = w.view(Bm, self.h, group, T, -1).transpose(1, 2).reshape(B, self.h, T, -1)
         return self.out(y.transpose(1, 2).reshape(B, T, D)), w
 
 
@@ -166,48 +173,56 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor,
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
+        group: int = 1,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         drop = self.dropout
         if self.pre_norm:
             y, ws = self.self_attn(self.norm1(x), self_mask, cache, need_weights)
             x = x + drop(y)
-            y, wc = self.cross_attn(self.norm2(x), memory_kv, memory_mask, need_weights)
+            y, wc = self.cross_attn(self.norm2(x), memory_kv, memory_mask, need_weights, group)
             x = x + drop(y)
             return x + drop(self.ffn(self.norm3(x))), ws, wc
         y, ws = self.self_attn(x, self_mask, cache, need_weights)
         x = self.norm1(x + drop(y))
-        y, wc = self.cross_attn(x, memory_kv, memory_mask, need_weights)
+        y, wc = self.cross_attn(x, memory_kv, memory_mask, need_weights, group)
         x = self.norm2(x + drop(y))
         return self.norm3(x + drop(self.ffn(x))), ws, wc
 
 
 @dataclass
 class DecoderState:
-    """Everything `Transformer.step` needs between steps, batch-first so search can reorder it."""
+    """Everything `Transformer.step` needs between steps, batch-first so search can reorder it.
+
+    The decoder has `group` rows per encoder row (beam search: the beams of a sentence, in
+    consecutive rows); greedy search has one.
+    """
 
     memory_mask: torch.Tensor  # (B, 1, 1, S) True where the source is a real token
     memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (B, H, S, D/H) each
     caches: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per layer self k/v
     length: int = 0  # target tokens fed so far
+    group: int = 1  # decoder rows per encoder row
 
     def select(self, index: torch.Tensor, memory_index: torch.Tensor | None = None) -> DecoderState:
-        """Keep rows `index` (in that order): beams that survive, sentences not yet finished.
-        `memory_index` picks the encoder-side rows when they differ from `index`."""
-        mem = index if memory_index is None else memory_index
+        """Keep decoder rows `index` (in that order): beams that survive, sentences not yet
+        finished; and encoder rows `memory_index` (default `index`, which needs group 1)."""
+        if memory_index is None:
+            if self.group != 1:
+                raise ValueError("select: memory_index is needed when group > 1")
+            memory_index = index
         return replace(
             self.reorder_caches(index),
-            memory_mask=self.memory_mask.index_select(0, mem),
-            memory_kv=[(k.index_select(0, mem), v.index_select(0, mem)) for k, v in self.memory_kv],
+            memory_mask=self.memory_mask.index_select(0, memory_index),
+            memory_kv=[
+                (k.index_select(0, memory_index), v.index_select(0, memory_index))
+                for k, v in self.memory_kv
+            ],
         )
 
     def reorder_caches(self, index: torch.Tensor) -> DecoderState:
-        """Reorder the decoder caches only. Beams of one sentence share its encoder side, so
-        beam search skips copying the (large) encoder keys/values while no sentence leaves."""
-        return DecoderState(
-            memory_mask=self.memory_mask,
-            memory_kv=self.memory_kv,
-            caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches],
-            length=self.length,
+        """Reorder the decoder caches only, for beams that move within their sentence."""
+        return replace(
+            self, caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches]
         )
 
 
@@ -306,20 +321,23 @@ class Transformer(nn.Module):
         _, self_w, cross_w = self._decode(tgt_in, kv, mask, need_weights=True)
         return AttentionMaps(enc_w, self_w, cross_w)
 
-    def start_state(self, memory: torch.Tensor, memory_mask: torch.Tensor) -> DecoderState:
-        """Encoder-decoder keys/values, computed once per sentence, and empty self caches."""
+    def start_state(
+        self, memory: torch.Tensor, memory_mask: torch.Tensor, group: int = 1
+    ) -> DecoderState:
+        """Encoder-decoder keys/values, computed once per sentence, and empty self caches.
+        `group` > 1 gives each sentence that many decoder rows (beams), sharing its memory."""
         kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
-        return DecoderState(memory_mask, kv, [{} for _ in self.decoder], 0)
+        return DecoderState(memory_mask, kv, [{} for _ in self.decoder], 0, group)
 
     def step(
         self, tokens: torch.Tensor, state: DecoderState, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed one token per row (B,); returns next-token logits (B, V) and, if asked, the
-        cross-attention weights of the last layer (B, H, S). Appends to `state`'s caches."""
+        """Feed one token per decoder row (B,); returns next-token logits (B, V) and, if asked,
+        the cross-attention weights of the last layer (B, H, S). Appends to `state`'s caches."""
         x = self._embed(self.tgt_embed, tokens[:, None], offset=state.length)  # (B, 1, D)
         cross = None
         for layer, kv, cache in zip(self.decoder, state.memory_kv, state.caches):
-            x, _, cross = layer(x, None, kv, state.memory_mask, cache, need_weights)
+            x, _, cross = layer(x, None, kv, state.memory_mask, cache, need_weights, state.group)
         state.length += 1
         logits = self.output(self.decoder_norm(x))[:, 0]
         return logits, (cross[:, :, 0] if cross is not None else None)

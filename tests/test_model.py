@@ -209,6 +209,39 @@ def test_state_select_reorders_rows():
     assert torch.allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_grouped_rows_share_memory_exactly_as_copies_would(norm):
+    """K decoder rows per sentence against one memory row (beam search) give the logits and
+    cross-attention of K copies of the memory, also after beams move and sentences leave."""
+    model = tiny(norm)
+    src, _ = padded_batch()
+    K = 3
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        memory, mask, _ = model.encode(src)
+        grouped = model.start_state(memory, mask, group=K)
+        copies = model.start_state(
+            memory.repeat_interleave(K, 0), mask.repeat_interleave(K, 0), group=1
+        )
+        for t in range(4):
+            n = grouped.memory_mask.size(0)
+            tokens = torch.randint(EOS + 1, V, (n * K,), generator=g)
+            a, wa = model.step(tokens, grouped, need_weights=True)
+            b, wb = model.step(tokens, copies, need_weights=True)
+            assert torch.allclose(a, b, atol=1e-5)
+            assert torch.allclose(wa, wb, atol=1e-6)
+            if t == 1:  # beams move within their sentence
+                perm = torch.tensor([2, 2, 0, 4, 3, 3, 8, 6, 7])
+                grouped = grouped.reorder_caches(perm)
+                copies = copies.select(perm)
+            if t == 2:  # sentence 1 leaves
+                rows = torch.tensor([0, 1, 2, 6, 7, 8])
+                grouped = grouped.select(rows, torch.tensor([0, 2]))
+                copies = copies.select(rows)
+    with pytest.raises(ValueError, match="memory_index"):
+        grouped.select(torch.tensor([0]))
+
+
 def test_tied_embeddings_share_storage():
     model = tiny(tie=True)
     assert model.src_embed is model.tgt_embed

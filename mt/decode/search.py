@@ -34,29 +34,24 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _start(model: Transformer, src: torch.Tensor) -> DecoderState:
-    memory, mask, _ = model.encode(src)
-    return model.start_state(memory, mask)
+def _logits(
+    model: Transformer, prev: torch.Tensor, state: DecoderState, need_alignment: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Next-token logits (N, V) in float with PAD and BOS ruled out, their log-normaliser
+    (N, 1), and the most-attended source position per row if asked.
 
-
-def _next_logp(
-    model: Transformer,
-    prev: torch.Tensor,
-    state: DecoderState,
-    force_eos: torch.Tensor,
-    need_alignment: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probabilities (N, V) of the next token; rows in `force_eos` may only end."""
+    Search needs log-probabilities only of the few tokens it keeps, and log_softmax is monotone
+    within a row, so ranking logits and subtracting logsumexp afterwards gives the same scores
+    without writing a full (N, V) log-probability table (two passes over it, not five).
+    The normaliser includes PAD and BOS, as log_softmax followed by masking them would.
+    """
     logits, cross = model.step(prev, state, need_weights=need_alignment)
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    logp[:, PAD] = float("-inf")
-    logp[:, BOS] = float("-inf")
-    if force_eos.any():
-        eos = logp[force_eos, EOS]
-        logp[force_eos] = float("-inf")
-        logp[force_eos, EOS] = eos
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    logits[:, PAD] = float("-inf")
+    logits[:, BOS] = float("-inf")
     align = cross.mean(1).argmax(-1) if cross is not None else None  # (N,) source position
-    return logp, align
+    return logits, lse, align
 
 
 @torch.inference_mode()
@@ -69,7 +64,8 @@ def greedy_search(
 ) -> list[Hypothesis]:
     B = src.size(0)
     limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
-    state = _start(model, src)
+    memory, mask, _ = model.encode(src)
+    state = model.start_state(memory, mask)
     active = torch.arange(B, device=src.device)  # original row of each active row
     prev = torch.full((B,), BOS, dtype=torch.long, device=src.device)
     tokens: list[list[int]] = [[] for _ in range(B)]
@@ -77,8 +73,13 @@ def greedy_search(
     scores = [0.0] * B
     t = 0
     while active.numel():
-        logp, align = _next_logp(model, prev, state, limit[active] <= t, need_alignment)
-        best_lp, best = logp.max(-1)
+        logits, lse, align = _logits(model, prev, state, need_alignment)
+        best_logit, best = logits.max(-1)
+        force = limit[active] <= t  # at the length limit only EOS may come
+        if force.any():
+            best = best.masked_fill(force, EOS)
+            best_logit = torch.where(force, logits[:, EOS], best_logit)
+        best_lp = best_logit - lse[:, 0]
         done = best.eq(EOS)
         rows = active.tolist()
         for r, tok, lp, d, a in zip(
@@ -122,7 +123,8 @@ def beam_search(
     """
     B, K, dev = src.size(0), beam, src.device
     limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
-    state = _start(model, src).select(torch.arange(B, device=dev).repeat_interleave(K))
+    memory, mask, _ = model.encode(src)
+    state = model.start_state(memory, mask, group=K)  # K decoder rows per sentence
     sent = torch.arange(B, device=dev)  # original index of each active sentence
     scores = torch.full((B, K), float("-inf"), device=dev)
     scores[:, 0] = 0.0  # all beams start identical; only the first may expand at step 0
@@ -133,20 +135,28 @@ def beam_search(
     t = 0
     while sent.numel():
         n = sent.numel()
-        force = (limit[sent] <= t).repeat_interleave(K)
-        logp, align = _next_logp(model, prev, state, force, need_alignment)
-        V = logp.size(-1)
-        cand = (scores[:, :, None] + logp.view(n, K, V)).view(n, K * V)
-        top_s, top_i = cand.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
-        src_beam = top_i // V
-        tok = top_i % V
+        logits, lse, align = _logits(model, prev, state, need_alignment)
+        # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
+        C = min(2 * K, logits.size(-1))
+        row_top, row_tok = logits.topk(C, dim=-1)  # (n*K, C)
+        row_lp = row_top - lse
+        force = (limit[sent] <= t).repeat_interleave(K)  # at the length limit only EOS
+        if force.any():
+            row_lp[force] = float("-inf")
+            row_lp[force, 0] = logits[force, EOS] - lse[force, 0]
+            row_tok[force, 0] = EOS
+        cand = (scores[:, :, None] + row_lp.view(n, K, C)).view(n, K * C)
+        top_s, top_j = cand.topk(min(2 * K, K * C), dim=1)  # (n, 2K)
+        src_beam = top_j // C
+        tok = row_tok.view(n, K * C).gather(1, top_j)
         is_eos = tok.eq(EOS)
         rows = torch.arange(n, device=dev)[:, None] * K + src_beam  # (n, 2K) row in state
         ends = (is_eos[:, :K] & top_s[:, :K].isfinite()).nonzero().tolist()
         if ends:
             lp = length_penalty(t + 1, alpha)
+            sent_list = sent.tolist()
             for i, j in ends:
-                orig = int(sent[i])
+                orig = sent_list[i]
                 if len(finished[orig]) >= K:
                     continue
                 row = int(rows[i, j])
@@ -158,20 +168,19 @@ def beam_search(
                     )
                 )
         # The best K candidates that do not end continue.
-        order = is_eos.long() * (2 * K) + torch.arange(top_i.size(1), device=dev)
+        order = is_eos.long() * (2 * K) + torch.arange(top_j.size(1), device=dev)
         pick = order.topk(K, dim=1, largest=False).indices  # (n, K)
         next_scores = top_s.gather(1, pick)
         next_rows = rows.gather(1, pick)
         next_tok = tok.gather(1, pick)
-        done = torch.tensor([len(finished[int(s)]) >= K for s in sent], device=dev)
+        done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
         done |= limit[sent] <= t
         if done.all():
             break
         keep = (~done).nonzero().squeeze(1)
         reorder = next_rows[keep].reshape(-1)
         if done.any():  # sentences leave: their encoder rows go too
-            memory_rows = (keep[:, None] * K + torch.arange(K, device=dev)).reshape(-1)
-            state = state.select(reorder, memory_rows)
+            state = state.select(reorder, keep)
         else:
             state = state.reorder_caches(reorder)
         history = torch.cat([history[reorder], next_tok[keep].reshape(-1, 1)], dim=1)
