@@ -20,6 +20,7 @@ from mt.config import ModelConfig
 from mt.dropout import Dropout
 
 PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports nothing but config
+SHORT_QUERIES = 8  # attend: at most this many queries per row on CPU skip the fused kernel
 
 
 def sinusoids(length: int, dim: int) -> torch.Tensor:
@@ -44,14 +45,18 @@ def attend(
 
     The fused kernel is used unless the weights are wanted (for plots and alignments), in which
     case the same arithmetic is spelled out so the returned weights are exactly the ones used.
+    Decoding steps on CPU (a few queries per row) also take the spelled-out path: there torch's
+    CPU kernel has a fixed cost per (row, head) that made it ~2x slower than two batched
+    matmuls and a softmax (measured at beam-search shapes).
     """
-    if not need_weights:
+    short = q.size(-2) <= SHORT_QUERIES and q.device.type == "cpu"
+    if not need_weights and not short:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    return F.dropout(weights, dropout) @ v, weights
+    return F.dropout(weights, dropout) @ v, (weights if need_weights else None)
 
 
 class SelfAttention(nn.Module):
@@ -334,10 +339,21 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed one token per decoder row (B,); returns next-token logits (B, V) and, if asked,
         the cross-attention weights of the last layer (B, H, S). Appends to `state`'s caches."""
+        hidden, cross = self.step_hidden(tokens, state, need_weights)
+        return self.project(hidden), cross
+
+    def step_hidden(
+        self, tokens: torch.Tensor, state: DecoderState, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`step` without the output layer: the last decoder layer's output (B, D), for search
+        that projects rows a chunk at a time (`project`)."""
         x = self._embed(self.tgt_embed, tokens[:, None], offset=state.length)  # (B, 1, D)
         cross = None
         for layer, kv, cache in zip(self.decoder, state.memory_kv, state.caches):
             x, _, cross = layer(x, None, kv, state.memory_mask, cache, need_weights, state.group)
         state.length += 1
-        logits = self.output(self.decoder_norm(x))[:, 0]
-        return logits, (cross[:, :, 0] if cross is not None else None)
+        return x[:, 0], (cross[:, :, 0] if cross is not None else None)
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Decoder output (..., D) -> next-token logits (..., V)."""
+        return self.output(self.decoder_norm(hidden))
