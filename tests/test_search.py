@@ -108,6 +108,17 @@ def test_greedy_score_is_the_sequence_logp(untrained):
         assert h.score == pytest.approx(sequence_logp(untrained, src[i], h.tokens), abs=1e-4)
 
 
+@pytest.mark.parametrize("which", ["copier", "untrained"])
+def test_unscored_greedy_gives_the_same_tokens(which, request):
+    model = request.getfixturevalue(which)
+    _, src = sources(8, seed=12)
+    scored = greedy_search(model, src, 1.0, 3, need_alignment=True)
+    plain = greedy_search(model, src, 1.0, 3, need_alignment=True, with_scores=False)
+    assert [h.tokens for h in plain] == [h.tokens for h in scored]
+    assert [h.alignment for h in plain] == [h.alignment for h in scored]
+    assert all(h.score != h.score for h in plain)  # NaN: not computed
+
+
 def test_nbest_sorted_distinct_and_scored(copier):
     _, src = sources(6, seed=5)
     alpha = 0.6

@@ -19,7 +19,7 @@ from mt.tokenizer import BOS, EOS, PAD
 @dataclass
 class Hypothesis:
     tokens: list[int]  # without BOS/EOS
-    score: float  # log-probability, length-normalised for beam search
+    score: float  # log-probability, length-normalised for beam search; NaN if not asked for
     alignment: list[int] = field(default_factory=list)  # most-attended source position per token
 
 
@@ -70,6 +70,22 @@ def _top_tokens(
     return torch.cat(lps), torch.cat(toks), torch.cat(eos), align
 
 
+def _argmax_tokens(
+    model: Transformer, prev: torch.Tensor, state: DecoderState, need_alignment: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Feed `prev`; the most probable next token per row other than PAD and BOS (N,), and the
+    most-attended source position if asked. One pass over each chunk's logits."""
+    hidden, cross = model.step_hidden(prev, state, need_weights=need_alignment)
+    best = []
+    for chunk in hidden.split(ROWS_PER_CHUNK):
+        logits = model.project(chunk)
+        logits[:, PAD] = float("-inf")
+        logits[:, BOS] = float("-inf")
+        best.append(logits.argmax(-1))
+    align = cross.mean(1).argmax(-1) if cross is not None else None
+    return torch.cat(best), align
+
+
 @torch.inference_mode()
 def greedy_search(
     model: Transformer,
@@ -77,7 +93,11 @@ def greedy_search(
     max_len_a: float,
     max_len_b: int,
     need_alignment: bool = False,
+    with_scores: bool = True,
 ) -> list[Hypothesis]:
+    """The most probable next token at each step. Without `with_scores` the scores are NaN and
+    each step skips the log-normaliser, a pass with an exp over every (row, vocabulary) entry
+    that only the score needs (translation output is the tokens)."""
     B = src.size(0)
     limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
     memory, mask, _ = model.encode(src)
@@ -89,12 +109,15 @@ def greedy_search(
     scores = [0.0] * B
     t = 0
     while active.numel():
-        top_lp, top_tok, eos_lp, align = _top_tokens(model, prev, state, 1, need_alignment)
-        best_lp, best = top_lp[:, 0], top_tok[:, 0]
         force = limit[active] <= t  # at the length limit only EOS may come
-        if force.any():
-            best = best.masked_fill(force, EOS)
-            best_lp = torch.where(force, eos_lp, best_lp)
+        if with_scores:
+            top_lp, top_tok, eos_lp, align = _top_tokens(model, prev, state, 1, need_alignment)
+            best_lp = torch.where(force, eos_lp, top_lp[:, 0])
+            best = top_tok[:, 0]
+        else:
+            best, align = _argmax_tokens(model, prev, state, need_alignment)
+            best_lp = torch.full_like(best, float("nan"), dtype=torch.float)
+        best = best.masked_fill(force, EOS)
         done = best.eq(EOS)
         rows = active.tolist()
         for r, tok, lp, d, a in zip(

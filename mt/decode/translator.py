@@ -51,7 +51,9 @@ class Translator:
     def _search(self, src: torch.Tensor) -> list[list[Hypothesis]]:
         c = self.cfg
         if self.greedy:
-            hyps = greedy_search(self.model, src, c.max_len_a, c.max_len_b, self.alignment)
+            hyps = greedy_search(
+                self.model, src, c.max_len_a, c.max_len_b, self.alignment, with_scores=False
+            )
             return [[h] for h in hyps]
         return beam_search(
             self.model, src, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest, self.alignment
