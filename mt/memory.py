@@ -4,7 +4,7 @@ glibc serves blocks above its mmap threshold (at most 32 MB) with fresh `mmap`s 
 heap top on free, so each training step of the base model page-faults its large activations
 and logits back in: up to ~13% of CPU time went to the kernel on Multi30k batches, and a step
 ran ~4% faster with both behaviours off. The cost is that the process keeps its peak heap,
-which training and translation reach again at the next batch anyway. Linux/glibc only; a
+which training reaches again at the next batch anyway. Linux/glibc only; a
 no-op elsewhere.
 """
 
