@@ -43,10 +43,12 @@ def _top_tokens(
     state: DecoderState,
     k: int,
     need_alignment: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    normalise: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Feed `prev` and return, per row, the `k` most probable next tokens other than PAD and
-    BOS with their log-probabilities (N, k) each, the log-probability of EOS (N,), and the
-    most-attended source position if asked.
+    BOS (N, k) with their log-probabilities (N, k), the log-probability of EOS (N,), and the
+    most-attended source position if asked. Without `normalise` the two log-probability
+    results are None and the logsumexp pass (an exp per row and vocabulary entry) is skipped.
 
     Search needs log-probabilities only of the few tokens it keeps. log_softmax is monotone
     within a row, so ranking logits and subtracting their logsumexp afterwards gives the same
@@ -59,31 +61,19 @@ def _top_tokens(
     lps, toks, eos = [], [], []
     for chunk in hidden.split(ROWS_PER_CHUNK):
         logits = model.project(chunk).float()
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-        eos.append(logits[:, EOS] - lse[:, 0])
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True) if normalise else None
+        if lse is not None:
+            eos.append(logits[:, EOS] - lse[:, 0])
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
         top, tok = logits.topk(min(k, logits.size(-1)), dim=-1)
-        lps.append(top - lse)
+        if lse is not None:
+            lps.append(top - lse)
         toks.append(tok)
     align = cross.mean(1).argmax(-1) if cross is not None else None  # (N,) source position
+    if not normalise:
+        return None, torch.cat(toks), None, align
     return torch.cat(lps), torch.cat(toks), torch.cat(eos), align
-
-
-def _argmax_tokens(
-    model: Transformer, prev: torch.Tensor, state: DecoderState, need_alignment: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Feed `prev`; the most probable next token per row other than PAD and BOS (N,), and the
-    most-attended source position if asked. One pass over each chunk's logits."""
-    hidden, cross = model.step_hidden(prev, state, need_weights=need_alignment)
-    best = []
-    for chunk in hidden.split(ROWS_PER_CHUNK):
-        logits = model.project(chunk)
-        logits[:, PAD] = float("-inf")
-        logits[:, BOS] = float("-inf")
-        best.append(logits.argmax(-1))
-    align = cross.mean(1).argmax(-1) if cross is not None else None
-    return torch.cat(best), align
 
 
 @torch.inference_mode()
@@ -110,14 +100,14 @@ def greedy_search(
     t = 0
     while active.numel():
         force = limit[active] <= t  # at the length limit only EOS may come
-        if with_scores:
-            top_lp, top_tok, eos_lp, align = _top_tokens(model, prev, state, 1, need_alignment)
-            best_lp = torch.where(force, eos_lp, top_lp[:, 0])
-            best = top_tok[:, 0]
+        top_lp, top_tok, eos_lp, align = _top_tokens(
+            model, prev, state, 1, need_alignment, normalise=with_scores
+        )
+        best = top_tok[:, 0].masked_fill(force, EOS)
+        if top_lp is None or eos_lp is None:
+            best_lp = torch.full(best.shape, float("nan"), device=best.device)
         else:
-            best, align = _argmax_tokens(model, prev, state, need_alignment)
-            best_lp = torch.full_like(best, float("nan"), dtype=torch.float)
-        best = best.masked_fill(force, EOS)
+            best_lp = torch.where(force, eos_lp, top_lp[:, 0])
         done = best.eq(EOS)
         rows = active.tolist()
         for r, tok, lp, d, a in zip(
@@ -175,6 +165,7 @@ def beam_search(
         n = sent.numel()
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
         row_lp, row_tok, eos_lp, align = _top_tokens(model, prev, state, 2 * K, need_alignment)
+        assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)
         force = (limit[sent] <= t).repeat_interleave(K)  # at the length limit only EOS
         if force.any():
