@@ -19,7 +19,7 @@ from torch import nn
 from mt.config import ModelConfig
 from mt.dropout import Dropout
 
-PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports nothing but config
+PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports only config and dropout
 SHORT_QUERIES = 8  # attend: at most this many queries per row on CPU skip the fused kernel
 
 
