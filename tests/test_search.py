@@ -7,7 +7,13 @@ import torch
 
 from mt.batching import pad
 from mt.config import ModelConfig
-from mt.decode.search import beam_search, greedy_search, length_penalty, max_lengths
+from mt.decode.search import (
+    beam_search,
+    greedy_search,
+    length_penalty,
+    max_lengths,
+    row_topk,
+)
 from mt.model import Transformer
 from mt.tokenizer import BOS, EOS, PAD
 from mt.train.loss import label_smoothed_loss
@@ -210,3 +216,21 @@ def test_alignment_points_into_the_source(copier):
         assert all(0 <= a < src.size(1) for a in h.alignment)
     for h in greedy_search(copier, src, 1.0, 3):
         assert h.alignment == []  # only computed when asked for
+
+
+@pytest.mark.parametrize("width", [100, 640, 8000, 8003])
+@pytest.mark.parametrize("k", [1, 10])
+def test_row_topk_matches_topk(width, k):
+    g = torch.Generator().manual_seed(width + k)
+    x = torch.randn(37, width, generator=g)
+    x[:, :2] = float("-inf")  # masked columns, as search masks PAD and BOS
+    x[3] = 0.5  # a row of ties
+    x[4, -1] = 100.0  # the winner in the tail after the last whole block
+    ints = torch.randint(0, 5, (width,), generator=g).float()
+    x[5] = ints  # many ties across blocks
+    top, idx = row_topk(x, k)
+    want, _ = x.topk(k, dim=-1)
+    assert torch.equal(top, want)
+    assert torch.equal(x.gather(1, idx), top)
+    assert all(len(set(r)) == k for r in idx.tolist())  # k distinct columns per row
+    assert idx[4, 0] == width - 1

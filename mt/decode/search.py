@@ -35,6 +35,33 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 ROWS_PER_CHUNK = 256  # rows of (rows x V) logits scored while they are still in cache
+TOPK_BLOCK = 64  # columns per block in row_topk
+
+
+def row_topk(x: torch.Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """`x.topk(k, dim=-1)` (sorted) for a wide 2-D `x`, in about a third of the time.
+
+    torch's CPU topk costs ~1 ns per element; a max over contiguous blocks costs a tenth of
+    that. The k largest entries of a row lie in the k blocks with the largest maxima (a block
+    outside them has k larger block maxima above its own), so the exact top k is the top k of
+    those k blocks plus the columns that do not fill a whole block. Values are exactly those
+    of `topk`; which of several equal entries is returned may differ, as topk leaves it open.
+    """
+    n, v = x.shape
+    nb = v // block
+    if nb < 4 * k:  # narrow rows: nothing to gain
+        return x.topk(k, dim=-1)
+    blocks = x[:, : nb * block].view(n, nb, block)
+    pick = blocks.amax(-1).topk(k, dim=-1).indices  # (n, k) the k blocks with the largest max
+    cand = blocks.gather(1, pick[:, :, None].expand(n, k, block)).view(n, k * block)
+    offs = torch.arange(block, device=x.device)
+    cols = (pick[:, :, None] * block + offs).view(n, k * block)
+    if nb * block < v:  # the columns after the last whole block are always candidates
+        cand = torch.cat([cand, x[:, nb * block :]], dim=1)
+        tail = torch.arange(nb * block, v, device=x.device).expand(n, -1)
+        cols = torch.cat([cols, tail], dim=1)
+    top, j = cand.topk(k, dim=-1)
+    return top, cols.gather(1, j)
 
 
 def _top_tokens(
@@ -48,27 +75,23 @@ def _top_tokens(
     """Feed `prev` and return, per row, the `k` most probable next tokens other than PAD and
     BOS (N, k) with their log-probabilities (N, k), the log-probability of EOS (N,), and the
     most-attended source position if asked. Without `normalise` the two log-probability
-    results are None and the logsumexp pass (an exp per row and vocabulary entry) is skipped.
+    results are None and the log-softmax pass (an exp per row and vocabulary entry) is skipped.
 
-    Search needs log-probabilities only of the few tokens it keeps. log_softmax is monotone
-    within a row, so ranking logits and subtracting their logsumexp afterwards gives the same
-    scores without writing a full (N, V) log-probability table, and projecting a chunk of rows
-    at a time keeps each chunk's logits in cache for both passes over it (measured: the output
-    layer plus scoring 20% faster than on all rows at once). The normaliser includes PAD and
-    BOS, as log_softmax followed by masking them would.
+    Projecting a chunk of rows at a time keeps each chunk's logits in cache for the passes over
+    them: log_softmax (one fused kernel, measured 1.6x faster than logsumexp's four passes)
+    and `row_topk`. The normaliser includes PAD and BOS, which are masked only afterwards.
     """
     hidden, cross = model.step_hidden(prev, state, need_weights=need_alignment)
     lps, toks, eos = [], [], []
     for chunk in hidden.split(ROWS_PER_CHUNK):
         logits = model.project(chunk).float()
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True) if normalise else None
-        if lse is not None:
-            eos.append(logits[:, EOS] - lse[:, 0])
+        if normalise:
+            logits = torch.log_softmax(logits, dim=-1)
+            eos.append(logits[:, EOS].clone())
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
-        top, tok = logits.topk(min(k, logits.size(-1)), dim=-1)
-        if lse is not None:
-            lps.append(top - lse)
+        top, tok = row_topk(logits, min(k, logits.size(-1)))
+        lps.append(top)
         toks.append(tok)
     align = cross.mean(1).argmax(-1) if cross is not None else None  # (N,) source position
     if not normalise:
@@ -152,32 +175,33 @@ def beam_search(
     B, K, dev = src.size(0), beam, src.device
     limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
     memory, mask, _ = model.encode(src)
-    state = model.start_state(memory, mask, group=K)  # K decoder rows per sentence
+    # All beams of a sentence start from the same BOS, so the first step feeds one row per
+    # sentence (group 1) and its best K tokens become the K beams (group K) from then on.
+    state = model.start_state(memory, mask)
     sent = torch.arange(B, device=dev)  # original index of each active sentence
-    scores = torch.full((B, K), float("-inf"), device=dev)
-    scores[:, 0] = 0.0  # all beams start identical; only the first may expand at step 0
-    history = torch.empty(B * K, 0, dtype=torch.long, device=dev)
-    align_hist = torch.empty(B * K, 0, dtype=torch.long, device=dev)
-    prev = torch.full((B * K,), BOS, dtype=torch.long, device=dev)
+    scores = torch.zeros(B, 1, device=dev)  # (sentences, beams so far)
+    history = torch.empty(B, 0, dtype=torch.long, device=dev)
+    align_hist = torch.empty(B, 0, dtype=torch.long, device=dev)
+    prev = torch.full((B,), BOS, dtype=torch.long, device=dev)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     t = 0
     while sent.numel():
-        n = sent.numel()
+        n, width = scores.shape
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
         row_lp, row_tok, eos_lp, align = _top_tokens(model, prev, state, 2 * K, need_alignment)
         assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)
-        force = (limit[sent] <= t).repeat_interleave(K)  # at the length limit only EOS
+        force = (limit[sent] <= t).repeat_interleave(width)  # at the length limit only EOS
         if force.any():
             row_lp[force] = float("-inf")
             row_lp[force, 0] = eos_lp[force]
             row_tok[force, 0] = EOS
-        cand = (scores[:, :, None] + row_lp.view(n, K, C)).view(n, K * C)
-        top_s, top_j = cand.topk(min(2 * K, K * C), dim=1)  # (n, 2K)
+        cand = (scores[:, :, None] + row_lp.view(n, width, C)).view(n, width * C)
+        top_s, top_j = cand.topk(min(2 * K, width * C), dim=1)  # (n, 2K)
         src_beam = top_j // C
-        tok = row_tok.view(n, K * C).gather(1, top_j)
+        tok = row_tok.view(n, width * C).gather(1, top_j)
         is_eos = tok.eq(EOS)
-        rows = torch.arange(n, device=dev)[:, None] * K + src_beam  # (n, 2K) row in state
+        rows = torch.arange(n, device=dev)[:, None] * width + src_beam  # (n, 2K) row in state
         ends = (is_eos[:, :K] & top_s[:, :K].isfinite()).nonzero().tolist()
         if ends:
             lp = length_penalty(t + 1, alpha)
@@ -210,9 +234,11 @@ def beam_search(
             state = state.select(reorder, keep)
         else:
             state = state.reorder_caches(reorder)
+        state.group = K
         history = torch.cat([history[reorder], next_tok[keep].reshape(-1, 1)], dim=1)
+        align_hist = align_hist[reorder]  # zero columns unless alignments are asked for
         if align is not None:
-            align_hist = torch.cat([align_hist[reorder], align[reorder][:, None]], dim=1)
+            align_hist = torch.cat([align_hist, align[reorder][:, None]], dim=1)
         scores = next_scores[keep]
         sent = sent[keep]
         prev = next_tok[keep].reshape(-1)
