@@ -113,6 +113,7 @@ class DecodeConfig:
     beam: int = 5
     nbest: int = 1
     alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
+    stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
     max_len_a: float = 1.2  # output length limit a * src_len + b
     max_len_b: int = 10
     max_tokens: int = 4096  # source tokens per decoding batch

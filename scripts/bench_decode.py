@@ -8,6 +8,11 @@ directly). Each engine then translates the same sentences (default: the 1,000 of
 test_2016_flickr) greedily and with beam 5, in a fresh process so that its peak memory is its own.
 Greedy outputs must agree across the three; the script prints how many do.
 
+Beam search stops differently in the peers: HF (`early_stopping=True`) and mt by default end a
+sentence once it has beam-size finished hypotheses; CTranslate2 ends it as soon as its best
+candidate ends, which takes fewer steps. `mt-early` is mt with that rule (`--stop-early`), so
+`mt / hf` and `mt-early / ct2` each compare the same search.
+
 On a shared machine one run of an engine can be 30% off the next, so the engines take turns:
 `--rounds` rounds, each running every engine once, and each engine is reported by its best
 round (with its slowest beside it); the ratios printed at the end compare best rounds.
@@ -183,6 +188,7 @@ def run_engine(args: argparse.Namespace) -> dict:
 
         dcfg = loaded.cfg.decode
         dcfg.beam, dcfg.nbest, dcfg.max_tokens = beam, 1, args.max_tokens
+        dcfg.stop_early = args.stop_early
         tr = Translator(loaded.model, tok, dcfg, torch.device("cpu"), greedy=beam == 1)
         if args.int8:
             tr.model = torch.ao.quantization.quantize_dynamic(
@@ -242,7 +248,9 @@ def run_engine(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
     ntok = sum(len(tok.encode_tgt([x])[0]) for x in out)
     return {
-        "engine": args.engine + ("-int8" if args.int8 else ""),
+        "engine": args.engine
+        + ("-int8" if args.int8 else "")
+        + ("-early" if args.stop_early else ""),
         "beam": beam,
         "sentences": len(lines),
         "seconds": round(seconds, 2),
@@ -268,6 +276,7 @@ def main() -> None:
     p.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
     p.add_argument("--beam", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)
+    p.add_argument("--stop-early", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.engine:  # child mode: one engine, one JSON line
         print(json.dumps(run_engine(args)))
@@ -284,15 +293,20 @@ def main() -> None:
         for q in [None] + (["int8"] if args.int8 else []):
             ct2_dirs[q] = Path(tmp) / f"ct2-{q or 'fp32'}"
             to_ctranslate2(loaded, ct2_dirs[q], q)
-        variants = [(e, False) for e in ENGINES]
-        if args.int8:
-            variants += [("mt", True), ("ct2", True)]
         for beam in [int(x) for x in args.beams.split(",")]:
+            variants = [(e, False, False) for e in ENGINES]  # (engine, int8, stop early)
+            if beam > 1:
+                variants.append(("mt", False, True))
+            if args.int8:
+                variants += [("mt", True, False), ("ct2", True, False)]
+                if beam > 1:
+                    variants.append(("mt", True, True))
             outputs = {}
             runs: dict[str, list[dict]] = {}
             for _ in range(args.rounds):
-                for engine, int8 in variants:
-                    res = run_child(args, engine, beam, int8, ct2_dirs["int8" if int8 else None])
+                for engine, int8, early in variants:
+                    ct2_dir = ct2_dirs["int8" if int8 else None]
+                    res = run_child(args, engine, beam, int8, ct2_dir, early)
                     outputs[res["engine"]] = res.pop("output")
                     runs.setdefault(res["engine"], []).append(res)
                     print(json.dumps(res), flush=True)
@@ -320,18 +334,19 @@ def main() -> None:
     info = machine_info()
     print()
     print(
-        f"{'engine':10} {'beam':>4} {'sent/s':>8} {'slowest':>8} {'tok/s':>8} {'peak MB':>8} "
+        f"{'engine':14} {'beam':>4} {'sent/s':>8} {'slowest':>8} {'tok/s':>8} {'peak MB':>8} "
         f"{'BLEU':>6}"
     )
     for r in rows:
         print(
-            f"{r['engine']:10} {r['beam']:4d} {r['sent_per_s']:8.1f} "
+            f"{r['engine']:14} {r['beam']:4d} {r['sent_per_s']:8.1f} "
             f"{r['slowest_sent_per_s']:8.1f} {r['tok_per_s']:8.1f} {r['peak_rss_mb']:8.0f} "
             f"{r.get('bleu', float('nan')):6.2f}"
         )
     speed = {(r["engine"], r["beam"]): r["sent_per_s"] for r in rows}
     print()
-    for ours, peer in [("mt", "hf"), ("mt", "ct2"), ("mt-int8", "ct2-int8")]:
+    pairs = [("mt", "hf"), ("mt", "ct2"), ("mt-early", "ct2"), ("mt-int8", "ct2-int8")]
+    for ours, peer in pairs + [("mt-int8-early", "ct2-int8")]:
         for beam in sorted({r["beam"] for r in rows}):
             if (ours, beam) in speed and (peer, beam) in speed:
                 ratio = speed[(ours, beam)] / speed[(peer, beam)]
@@ -342,13 +357,17 @@ def main() -> None:
     )
 
 
-def run_child(args: argparse.Namespace, engine: str, beam: int, int8: bool, ct2: Path) -> dict:
+def run_child(
+    args: argparse.Namespace, engine: str, beam: int, int8: bool, ct2: Path, early: bool
+) -> dict:
     """One engine in a fresh process (its own peak memory); its JSON result line."""
     cmd = [sys.executable, __file__, args.checkpoint, "--src", args.src, "--engine", engine]
     cmd += ["--beam", str(beam), "--threads", str(args.threads), "--limit", str(args.limit)]
     cmd += ["--batch", str(args.batch), "--max-tokens", str(args.max_tokens), "--ct2-dir", str(ct2)]
     if int8:
         cmd.append("--int8")
+    if early:
+        cmd.append("--stop-early")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out.splitlines()[-1])
 

@@ -7,6 +7,7 @@ import torch
 
 from mt.batching import pad
 from mt.config import ModelConfig
+from mt.decode.packed import pack_linears
 from mt.decode.search import (
     beam_search,
     greedy_search,
@@ -234,3 +235,50 @@ def test_row_topk_matches_topk(width, k):
     assert torch.equal(x.gather(1, idx), top)
     assert all(len(set(r)) == k for r in idx.tolist())  # k distinct columns per row
     assert idx[4, 0] == width - 1
+
+
+def count_rows(model: Transformer) -> list[int]:
+    """Wrap `model.step_hidden` on the instance to count the decoder rows fed."""
+    fed = [0]
+    inner = model.step_hidden
+
+    def counting(tokens, state, need_weights=False):
+        fed[0] += tokens.numel()
+        return inner(tokens, state, need_weights)
+
+    model.step_hidden = counting
+    return fed
+
+
+def test_stop_early_feeds_fewer_rows_and_scores_what_it_returns():
+    model = train_copier()  # its own instance: the row counter wraps a method
+    fed = count_rows(model)
+    _, src = sources(24, seed=31)
+    full = beam_search(model, src, 4, 0.6, 1.5, 4)
+    rows_full, fed[0] = fed[0], 0
+    early = beam_search(model, src, 4, 0.6, 1.5, 4, nbest=2, stop_early=True)
+    assert fed[0] < rows_full
+    for i, hyps in enumerate(early):
+        assert len(hyps) >= 1
+        for h in hyps:
+            lp = length_penalty(len(h.tokens) + 1, 0.6)
+            assert h.score == pytest.approx(sequence_logp(model, src[i], h.tokens) / lp, abs=1e-4)
+    # Most sentences agree with the full search: it only stops waiting for longer ones.
+    same = sum(a[0].tokens == b[0].tokens for a, b in zip(full, early))
+    assert same >= 20
+
+
+def test_stop_early_with_one_beam_is_greedy(copier):
+    _, src = sources(10, seed=33)
+    greedy = greedy_search(copier, src, 1.5, 4)
+    early = beam_search(copier, src, 1, 0.0, 1.5, 4, stop_early=True)
+    assert [b[0].tokens for b in early] == [g.tokens for g in greedy]
+
+
+def test_packed_model_searches_like_the_plain_one(copier):
+    packed = pack_linears(copier)
+    _, src = sources(12, seed=35)
+    for beam in (1, 4):
+        a = beam_search(copier, src, beam, 0.6, 1.5, 4, nbest=beam)
+        b = beam_search(packed, src, beam, 0.6, 1.5, 4, nbest=beam)
+        assert [[h.tokens for h in r] for r in a] == [[h.tokens for h in r] for r in b]

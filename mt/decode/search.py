@@ -165,12 +165,17 @@ def beam_search(
     max_len_b: int,
     nbest: int = 1,
     need_alignment: bool = False,
+    stop_early: bool = False,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence, by length-normalised log-probability.
 
     Each step ranks 2*beam candidates per sentence; EOS candidates among the top `beam` are
     finished, the best `beam` non-EOS candidates go on. A sentence stops once it has `beam`
-    finished hypotheses (or reaches its length limit, where only EOS is allowed).
+    finished hypotheses (fairseq's rule, and HF's `early_stopping=True`), or reaches its length
+    limit, where only EOS is allowed. With `stop_early` it stops as soon as its best candidate
+    ends and it has `nbest` finished hypotheses (OpenNMT's and CTranslate2's rule): fewer
+    steps, and a longer hypothesis that would have scored better after length normalisation
+    is no longer waited for.
     """
     B, K, dev = src.size(0), beam, src.device
     limit = max_lengths(src, max_len_a, max_len_b, model.cfg.max_positions)
@@ -224,7 +229,13 @@ def beam_search(
         next_scores = top_s.gather(1, pick)
         next_rows = rows.gather(1, pick)
         next_tok = tok.gather(1, pick)
-        done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
+        need = [K] * n
+        if stop_early:  # sentences whose best candidate just ended need only nbest
+            top_ended = (is_eos[:, 0] & top_s[:, 0].isfinite()).tolist()
+            need = [nbest if e else K for e in top_ended]
+        done = torch.tensor(
+            [len(finished[s]) >= m for s, m in zip(sent.tolist(), need)], device=dev
+        )
         done |= limit[sent] <= t
         if done.all():
             break

@@ -17,6 +17,7 @@ import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
+from mt.decode.packed import pack_linears
 from mt.decode.search import Hypothesis, beam_search, greedy_search
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
@@ -39,7 +40,8 @@ class Translator:
         greedy: bool = False,
         alignment: bool = False,
     ) -> None:
-        self.model = model.eval()
+        # On CPU in fp32: a copy with pre-packed weights; the caller's model is not touched.
+        self.model = pack_linears(model) if device.type == "cpu" else model.eval()
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
@@ -56,7 +58,15 @@ class Translator:
             )
             return [[h] for h in hyps]
         return beam_search(
-            self.model, src, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest, self.alignment
+            self.model,
+            src,
+            c.beam,
+            c.alpha,
+            c.max_len_a,
+            c.max_len_b,
+            c.nbest,
+            self.alignment,
+            c.stop_early,
         )
 
     def translate_lines(self, lines: list[str]) -> list[Translation]:
