@@ -114,6 +114,7 @@ class DecodeConfig:
     nbest: int = 1
     alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
+    int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
     max_len_a: float = 1.2  # output length limit a * src_len + b
     max_len_b: int = 10
     max_tokens: int = 4096  # source tokens per decoding batch

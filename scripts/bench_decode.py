@@ -188,12 +188,8 @@ def run_engine(args: argparse.Namespace) -> dict:
 
         dcfg = loaded.cfg.decode
         dcfg.beam, dcfg.nbest, dcfg.max_tokens = beam, 1, args.max_tokens
-        dcfg.stop_early = args.stop_early
+        dcfg.stop_early, dcfg.int8 = args.stop_early, args.int8
         tr = Translator(loaded.model, tok, dcfg, torch.device("cpu"), greedy=beam == 1)
-        if args.int8:
-            tr.model = torch.ao.quantization.quantize_dynamic(
-                loaded.model, {torch.nn.Linear}, dtype=torch.qint8
-            )
         tr.translate_lines(lines[:16])  # warm-up, untimed, as for every engine
         start = time.perf_counter()
         out = [t.text for t in tr.translate_lines(lines)]

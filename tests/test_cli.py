@@ -106,6 +106,14 @@ def test_copy_task_trains_to_high_bleu(tmp_path, mt_cli):
     assert scores["sentences"] == 100
     assert scores["bleu"] > 90, scores
 
+    # The faster decoding options keep the learnt task: int8 Linear layers, CTranslate2's rule.
+    for option in ("--int8", "--stop-early"):
+        fast = mt_cli(
+            "eval", run_dir / "last.pt", "--src", test_src, "--ref", test_ref, "--json", option
+        )
+        assert fast.rc == 0, fast.err
+        assert json.loads(fast.out)["bleu"] > scores["bleu"] - 2, (option, fast.out)
+
 
 # -- a tiny model on real data: the run directory and every output format ------------------------
 

@@ -1,4 +1,5 @@
-"""oneDNN pre-packed Linear layers for CPU decoding: same outputs, the source model untouched."""
+"""CPU decoding copies of a model: oneDNN pre-packed Linear layers (same outputs, the source
+model untouched) and int8 ones."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 
 from mt.config import ModelConfig
+from mt.decode.int8 import quantize_linears
 from mt.decode.packed import PackedLinear, pack_linears, packing_available
 from mt.model import Transformer
 
@@ -60,3 +62,31 @@ def test_pack_linears_copies_and_keeps_the_source_model(tie):
 def test_not_packed_when_not_fp32_on_cpu():
     model = small_model().double()
     assert pack_linears(model) is model
+
+
+def test_packed_model_runs_under_cpu_autocast():
+    """The trainer scores dev BLEU under bf16 autocast on CPUs with AMX."""
+    model = small_model().eval()
+    packed = pack_linears(model)
+    src = torch.tensor([[5, 6, 7, 2]])
+    tgt = torch.tensor([[1, 10, 11]])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model(src, tgt)
+        got = packed(src, tgt)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.float(), want.float())
+
+
+def test_int8_copy_is_close_and_cpu_only():
+    model = small_model().eval()
+    quantized = quantize_linears(model)
+    assert quantized is not model
+    assert sum(type(m) is nn.Linear for m in model.modules()) > 0  # the source is untouched
+    assert not any(type(m) is nn.Linear for m in quantized.modules())
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
+    with torch.no_grad():
+        want, got = model(src, tgt), quantized(src, tgt)
+    assert (got - want).abs().max() < 0.05 * want.abs().max()  # int8 error, not a new model
+    with pytest.raises(ValueError, match="CPU only"):
+        quantize_linears(small_model().to("meta"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 ROWS_HINT = 256  # the row count oneDNN tunes the packed layout for; any row count works
@@ -36,12 +37,16 @@ def packing_available(model: nn.Module) -> bool:
 
 
 class PackedLinear(nn.Module):
-    """`nn.Linear`'s forward, for inference, from a weight packed once into oneDNN's layout."""
+    """`nn.Linear`'s forward, for inference, from a weight packed once into oneDNN's layout.
+
+    Under CPU autocast, or for input that is not fp32, it runs `F.linear` on the original
+    weight (kept by reference, not copied), so that dev BLEU under bf16 autocast still works."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
+        self.register_buffer("weight", weight, persistent=False)
         self.register_buffer(
             "packed", torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT), persistent=False
         )
@@ -49,6 +54,8 @@ class PackedLinear(nn.Module):
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
+            return F.linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:

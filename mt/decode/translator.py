@@ -17,6 +17,7 @@ import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
+from mt.decode.int8 import quantize_linears
 from mt.decode.packed import pack_linears
 from mt.decode.search import Hypothesis, beam_search, greedy_search
 from mt.model import Transformer
@@ -40,8 +41,14 @@ class Translator:
         greedy: bool = False,
         alignment: bool = False,
     ) -> None:
-        # On CPU in fp32: a copy with pre-packed weights; the caller's model is not touched.
-        self.model = pack_linears(model) if device.type == "cpu" else model.eval()
+        # On CPU: a copy with int8 or pre-packed fp32 Linear layers; the caller's model (which
+        # may be in the middle of training) is not touched.
+        if cfg.int8:
+            self.model = quantize_linears(model)
+        elif device.type == "cpu":
+            self.model = pack_linears(model)
+        else:
+            self.model = model.eval()
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
