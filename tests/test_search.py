@@ -7,7 +7,6 @@ import torch
 
 from mt.batching import pad
 from mt.config import ModelConfig
-from mt.decode.packed import pack_linears
 from mt.decode.search import (
     beam_search,
     greedy_search,
@@ -273,12 +272,3 @@ def test_stop_early_with_one_beam_is_greedy(copier):
     greedy = greedy_search(copier, src, 1.5, 4)
     early = beam_search(copier, src, 1, 0.0, 1.5, 4, stop_early=True)
     assert [b[0].tokens for b in early] == [g.tokens for g in greedy]
-
-
-def test_packed_model_searches_like_the_plain_one(copier):
-    packed = pack_linears(copier)
-    _, src = sources(12, seed=35)
-    for beam in (1, 4):
-        a = beam_search(copier, src, beam, 0.6, 1.5, 4, nbest=beam)
-        b = beam_search(packed, src, beam, 0.6, 1.5, 4, nbest=beam)
-        assert [[h.tokens for h in r] for r in a] == [[h.tokens for h in r] for r in b]

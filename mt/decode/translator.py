@@ -18,7 +18,6 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.int8 import quantize_linears
-from mt.decode.packed import pack_linears
 from mt.decode.search import Hypothesis, beam_search, greedy_search
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
@@ -41,14 +40,8 @@ class Translator:
         greedy: bool = False,
         alignment: bool = False,
     ) -> None:
-        # On CPU: a copy with int8 or pre-packed fp32 Linear layers; the caller's model (which
-        # may be in the middle of training) is not touched.
-        if cfg.int8:
-            self.model = quantize_linears(model)
-        elif device.type == "cpu":
-            self.model = pack_linears(model)
-        else:
-            self.model = model.eval()
+        # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
+        self.model = quantize_linears(model) if cfg.int8 else model.eval()
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device

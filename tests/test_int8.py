@@ -1,0 +1,34 @@
+"""int8 decoding: a quantised copy, close to the fp32 model, CPU only, the source untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mt.config import ModelConfig
+from mt.decode.int8 import quantize_linears
+from mt.model import Transformer
+
+
+def small_model(tie: bool = True) -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        d_model=32, n_heads=2, d_ff=64, encoder_layers=2, decoder_layers=2, tie_embeddings=tie
+    )
+    return Transformer(cfg, 40, 40)
+
+
+def test_int8_copy_is_close_and_cpu_only():
+    model = small_model().eval()
+    quantized = quantize_linears(model)
+    assert quantized is not model
+    assert sum(type(m) is nn.Linear for m in model.modules()) > 0  # the source is untouched
+    assert not any(type(m) is nn.Linear for m in quantized.modules())
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
+    with torch.no_grad():
+        want, got = model(src, tgt), quantized(src, tgt)
+    assert (got - want).abs().max() < 0.05 * want.abs().max()  # int8 error, not a new model
+    with pytest.raises(ValueError, match="CPU only"):
+        quantize_linears(small_model().to("meta"))
