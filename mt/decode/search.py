@@ -39,13 +39,15 @@ TOPK_BLOCK = 64  # columns per block in row_topk
 
 
 def row_topk(x: torch.Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x.topk(k, dim=-1)` (sorted) for a wide 2-D `x`, in about a third of the time.
+    """`x.topk(k, dim=-1)` (sorted) for a wide 2-D `x`, faster: 1.5-1.8 against 2.4 ms for
+    k=10 on 256 x 8,000 (2 EPYC cores).
 
     torch's CPU topk costs ~1 ns per element; a max over contiguous blocks costs a tenth of
-    that. The k largest entries of a row lie in the k blocks with the largest maxima (a block
-    outside them has k larger block maxima above its own), so the exact top k is the top k of
-    those k blocks plus the columns that do not fill a whole block. Values are exactly those
-    of `topk`; which of several equal entries is returned may differ, as topk leaves it open.
+    that or less. The k largest entries of a row lie in the k blocks with the largest maxima
+    (a block outside them has k larger block maxima above its own), so the exact top k is the
+    top k of those k blocks plus the columns that do not fill a whole block. Values are exactly
+    those of `topk`; which of several equal entries is returned may differ, as topk leaves it
+    open.
     """
     n, v = x.shape
     nb = v // block
