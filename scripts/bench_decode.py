@@ -341,8 +341,8 @@ def main() -> None:
         )
     speed = {(r["engine"], r["beam"]): r["sent_per_s"] for r in rows}
     print()
-    pairs = [("mt", "hf"), ("mt", "ct2"), ("mt-early", "ct2"), ("mt-int8", "ct2-int8")]
-    for ours, peer in pairs + [("mt-int8-early", "ct2-int8")]:
+    pairs = [("mt", "hf"), ("mt", "ct2"), ("mt-early", "ct2")]
+    for ours, peer in pairs + [("mt-int8", "ct2-int8"), ("mt-int8-early", "ct2-int8")]:
         for beam in sorted({r["beam"] for r in rows}):
             if (ours, beam) in speed and (peer, beam) in speed:
                 ratio = speed[(ours, beam)] / speed[(peer, beam)]
