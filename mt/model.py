@@ -208,15 +208,21 @@ class DecoderState:
     length: int = 0  # target tokens fed so far
     group: int = 1  # decoder rows per encoder row
 
-    def select(self, index: torch.Tensor, memory_index: torch.Tensor | None = None) -> DecoderState:
+    def select(
+        self,
+        index: torch.Tensor,
+        memory_index: torch.Tensor | None = None,
+        group: int | None = None,
+    ) -> DecoderState:
         """Keep decoder rows `index` (in that order): beams that survive, sentences not yet
-        finished; and encoder rows `memory_index` (default `index`, which needs group 1)."""
+        finished; and encoder rows `memory_index` (default `index`, which needs group 1).
+        `group` is the decoder rows per encoder row afterwards (default: unchanged)."""
         if memory_index is None:
             if self.group != 1:
                 raise ValueError("select: memory_index is needed when group > 1")
             memory_index = index
         return replace(
-            self.reorder_caches(index),
+            self.reorder_caches(index, group),
             memory_mask=self.memory_mask.index_select(0, memory_index),
             memory_kv=[
                 (k.index_select(0, memory_index), v.index_select(0, memory_index))
@@ -224,10 +230,13 @@ class DecoderState:
             ],
         )
 
-    def reorder_caches(self, index: torch.Tensor) -> DecoderState:
-        """Reorder the decoder caches only, for beams that move within their sentence."""
+    def reorder_caches(self, index: torch.Tensor, group: int | None = None) -> DecoderState:
+        """Reorder the decoder caches only, for beams that move within their sentence (or, with
+        `group`, become that many beams of it: beam search's first step)."""
         return replace(
-            self, caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches]
+            self,
+            caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches],
+            group=self.group if group is None else group,
         )
 
 

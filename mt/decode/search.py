@@ -89,7 +89,7 @@ def _top_tokens(
         logits = model.project(chunk).float()
         if normalise:
             logits = torch.log_softmax(logits, dim=-1)
-            eos.append(logits[:, EOS].clone())
+            eos.append(logits[:, EOS])  # masking PAD and BOS below leaves this column
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
         top, tok = row_topk(logits, min(k, logits.size(-1)))
@@ -244,10 +244,9 @@ def beam_search(
         keep = (~done).nonzero().squeeze(1)
         reorder = next_rows[keep].reshape(-1)
         if done.any():  # sentences leave: their encoder rows go too
-            state = state.select(reorder, keep)
+            state = state.select(reorder, keep, group=K)
         else:
-            state = state.reorder_caches(reorder)
-        state.group = K
+            state = state.reorder_caches(reorder, group=K)
         history = torch.cat([history[reorder], next_tok[keep].reshape(-1, 1)], dim=1)
         align_hist = align_hist[reorder]  # zero columns unless alignments are asked for
         if align is not None:
