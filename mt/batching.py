@@ -7,9 +7,10 @@ Sorting by length before cutting batches keeps padding small, so a budget of `ma
 
 from __future__ import annotations
 
-import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mt.tokenizer import BOS, EOS, PAD
@@ -27,6 +28,16 @@ class Batch:
     def src_pad_mask(self) -> torch.Tensor:
         """(B, S) True where the source is padding."""
         return self.src.eq(PAD)
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies, so `to(cuda, non_blocking=True)` overlaps the step (DataLoader)."""
+        return Batch(
+            self.src.pin_memory(),
+            self.tgt_in.pin_memory(),
+            self.tgt_out.pin_memory(),
+            self.src_tokens,
+            self.tgt_tokens,
+        )
 
     def to(self, device: torch.device) -> Batch:
         return Batch(
@@ -60,37 +71,56 @@ def collate(src: list[list[int]], tgt: list[list[int]]) -> Batch:
 
 
 def token_batches(
-    sizes: list[int], max_tokens: int, seed: int | None = None, epoch: int = 0
-) -> list[list[int]]:
-    """Index lists whose padded size (count x longest) stays within `max_tokens`.
+    sizes: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    seed: int | None = None,
+    epoch: int = 0,
+    items: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """Index arrays whose padded size (count x longest) stays within `max_tokens`.
 
-    With a seed, examples of equal size are shuffled and the batch order is shuffled, both from
-    (seed, epoch); without one the order is deterministic (for decoding). An example longer than
-    the budget gets a batch of its own rather than being dropped.
+    `items` are the indices to batch (default: all of `sizes`; repeats allowed, for corpora
+    sampled more than once per epoch). With a seed, items of equal size are shuffled and the
+    batch order is shuffled, both from (seed, epoch); without one the order is deterministic (for
+    decoding). An item longer than the budget gets a batch of its own rather than being dropped.
+    Everything is numpy: the only Python loop runs once per batch, not per sentence.
     """
-    rng = random.Random(seed * 100_003 + epoch) if seed is not None else None
-    order = list(range(len(sizes)))
+    sizes = np.asarray(sizes)
+    rng = np.random.default_rng([seed, epoch]) if seed is not None else None
+    if items is None:
+        items = np.arange(len(sizes), dtype=np.int64)
+    if len(items) == 0:
+        return []
     if rng is not None:
-        rng.shuffle(order)  # random order within equal sizes after the stable sort below
-    order.sort(key=lambda i: sizes[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        size = max(sizes[i], 1)
-        if current and max(longest, size) * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, size)
-    if current:
-        batches.append(current)
+        items = items[rng.permutation(len(items))]  # random order within equal sizes
+    s = np.maximum(sizes[items], 1)
+    if s.max() < 1 << 16:
+        s = s.astype(np.uint16)  # numpy's stable sort is a radix sort for 16-bit keys
+    order = np.argsort(s, kind="stable")
+    items, s = items[order], s[order].astype(np.int64)
+    bounds = []
+    i, n = 0, len(s)
+    while i < n:
+        # The most items from i on whose count x size (the last, longest) fits the budget:
+        # count x size grows with count, so bisect between 1 (always taken) and an upper bound.
+        lo, hi = 1, min(n - i, max(max_tokens // int(s[i]), 1))
+        if s[i + hi - 1] * hi <= max_tokens:
+            lo = hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if s[i + mid - 1] * mid <= max_tokens:
+                lo = mid
+            else:
+                hi = mid
+        i += lo
+        bounds.append(i)
+    batches = np.split(items, bounds[:-1])
     if rng is not None:
-        rng.shuffle(batches)
+        batches = [batches[j] for j in rng.permutation(len(batches))]
     return batches
 
 
-def shard(batches: list[list[int]], rank: int, world: int) -> list[list[int]]:
+def shard(batches: list[np.ndarray], rank: int, world: int) -> list[np.ndarray]:
     """This rank's batches; every rank gets the same count so DDP steps stay in lockstep."""
     if world == 1:
         return batches

@@ -6,6 +6,7 @@ closed pipe (`mt translate | head`) exits quietly. Tracebacks are left for real 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ def _device(name: str):
 
 
 def _read_text_file(path: Path) -> list[str]:
-    from mt.data import read_lines
+    from mt.data.corpus import read_lines
 
     return read_lines(path)
 
@@ -67,6 +68,37 @@ def train(
         cfg.train.run_dir = str(run_dir)
     state = run_training(cfg, Path(cfg.train.run_dir), resume)
     typer.echo(f"done: step {state.step}, checkpoints in {cfg.train.run_dir}", err=True)
+
+
+@app.command()
+def prepare(
+    config: Annotated[Path, typer.Argument(help="YAML config file.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config value: section.key=value (repeatable)."),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Run directory (default: train.run_dir of the config).")
+    ] = None,
+) -> None:
+    """Train the tokenizer and build the token stores, without training.
+
+    A cluster job can prepare once on a CPU node; `mt train` on the same run directory (and
+    data.cache_dir) then maps the stores and starts at once.
+    """
+    from mt.config import load_config
+    from mt.data.prepare import prepare as run_prepare
+
+    cfg = load_config(config, set_ or [])
+    if run_dir is not None:
+        cfg.train.run_dir = str(run_dir)
+    from mt.train.rundir import lock_run_dir
+
+    lock = lock_run_dir(Path(cfg.train.run_dir), "prepare")
+    try:
+        run_prepare(cfg, Path(cfg.train.run_dir))
+    finally:
+        lock.release()
 
 
 STOP_EARLY_HELP = (
@@ -157,12 +189,9 @@ def translate(
     if input is None and sys.stdin.isatty():
         translator.cfg.buffer_lines = 1  # someone is typing: answer each line at once
     src = open(input, "rb") if input is not None else sys.stdin.buffer
+    tmp = output.with_name(output.name + ".tmp") if output is not None else None
     try:
-        out = (
-            open(output.with_name(output.name + ".tmp"), "w", encoding="utf-8")
-            if output is not None
-            else sys.stdout
-        )
+        out = open(tmp, "w", encoding="utf-8") if tmp is not None else sys.stdout
     except OSError as err:
         raise MtError(f"{output}: cannot write ({err.strerror})") from None
     with src:
@@ -170,19 +199,22 @@ def translate(
             write_translations(
                 translator.translate_stream(_text_lines(src)), out, nbest=nbest, alignment=alignment
             )
+            if tmp is not None:
+                out.close()
+                os.replace(tmp, output)
         except BrokenPipeError:
             # The reader went away (`mt translate | head`): stop quietly, as Unix tools do.
             # Typer would turn this into exit 1, so it is handled here, where it happens.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return
-        except BaseException:
-            if output is not None:  # no half-written temp file left beside the output
-                out.close()
-                output.with_name(output.name + ".tmp").unlink(missing_ok=True)
+        except BaseException as err:
+            if tmp is not None:  # no half-written temp file left beside the output
+                with contextlib.suppress(OSError):
+                    out.close()
+                tmp.unlink(missing_ok=True)
+                if isinstance(err, OSError):  # a full disk, a lost mount: one line
+                    raise MtError(f"{output}: cannot write ({err.strerror or err})") from None
             raise
-    if output is not None:
-        out.close()
-        os.replace(output.with_name(output.name + ".tmp"), output)
     if translator.truncated:
         typer.echo(
             f"warning: {translator.truncated} input line(s) were longer than the model's "

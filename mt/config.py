@@ -25,26 +25,45 @@ from mt.errors import MtError
 
 
 @dataclass
+class CorpusConfig:
+    """One training corpus among several (`data.corpora`), read like `data.train`.
+
+    `weight` is how many times each of its pairs is seen per epoch on average: 1 takes every pair
+    once, 0.3 a fresh random 30% each epoch (a large web-crawled set next to a clean one), 2 every
+    pair twice. Empty `root` and `format` take the values of the `data` section.
+    """
+
+    name: str = ""
+    root: str = ""
+    format: Literal["", "text", "tsv", "jsonl", "hf"] = ""
+    hf_subset: str = ""
+    weight: float = 1.0
+
+
+@dataclass
 class DataConfig:
     """Where the parallel corpus lives and which sentence pairs to keep.
 
     `format` says how `train`/`valid`/`test` are read: `text` means `{root}/{name}.{lang}` (or
     `.gz`); `tsv` and `jsonl` mean a file `{root}/{name}`; `hf` means `root` is a `datasets` name
-    (or a folder written by `save_to_disk`) and the names are its splits.
+    (or a folder written by `save_to_disk`), `hf_subset` its configuration (`de-en` for `wmt14`)
+    and the names are its splits. `corpora`, when given, replaces `train` with several corpora.
     """
 
     root: str = "${MT_DATA:-data/multi30k}"
     src_lang: str = "de"
     tgt_lang: str = "en"
     format: Literal["text", "tsv", "jsonl", "hf"] = "text"
+    hf_subset: str = ""
     train: str = "train"
+    corpora: list[CorpusConfig] = field(default_factory=list)
     valid: str = "val"
     test: str = "test_2016_flickr"
     max_len: int = 128  # training pairs with more tokens on either side are dropped
     max_len_ratio: float = 3.0  # ... and pairs whose token-length ratio exceeds this
     max_train_examples: int = 0  # 0 keeps all; tests and demos take a slice
     max_valid_examples: int = 0
-    cache_dir: str = ""  # tokenized Arrow cache; empty means `{run_dir}/cache`
+    cache_dir: str = ""  # prepared token stores; empty means `{run_dir}/cache`
 
 
 @dataclass
@@ -84,6 +103,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     threads: int = 0  # CPU threads; 0 = all cores
+    loader_workers: int = 1  # processes that collate batches ahead of the step; 0 = in-process
     max_tokens: int = 4096  # per batch, counting padding
     accum_steps: int = 1
     optimizer_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -95,6 +115,7 @@ class TrainConfig:
     warmup: int = 4000
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # 0 disables gradient clipping
+    max_bad_updates: int = 20  # updates in a row with a non-finite gradient before the run stops
     max_steps: int = 100_000
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
@@ -201,8 +222,13 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
         if key not in names:
             raise MtError(f"{source}: unknown key '{path}' (known: {', '.join(sorted(names))})")
         hint = hints[key]
+        item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
         if dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value, path, source)
+        elif item is not None and dataclasses.is_dataclass(item):
+            if not isinstance(value, list):
+                raise MtError(f"{source}: {path} must be a list, got {value!r}")
+            kwargs[key] = [_build(item, v, f"{path}[{i}]", source) for i, v in enumerate(value)]
         else:
             try:
                 kwargs[key] = _check_type(value, hint, path)
@@ -242,6 +268,7 @@ def validate(cfg: Config, source: str) -> None:
         (t.lr_scale > 0, "train.lr_scale must be > 0"),
         (0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)"),
         (t.clip_norm >= 0, "train.clip_norm must be >= 0"),
+        (t.max_bad_updates > 0, "train.max_bad_updates must be > 0"),
         (t.max_steps > 0, "train.max_steps must be > 0"),
         (t.max_epochs >= 0, "train.max_epochs must be >= 0"),
         (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
@@ -252,6 +279,7 @@ def validate(cfg: Config, source: str) -> None:
         (t.average_last >= 0, "train.average_last must be >= 0"),
         (t.average_last <= t.keep_last, "train.average_last must be <= train.keep_last"),
         (t.threads >= 0, "train.threads must be >= 0"),
+        (t.loader_workers >= 0, "train.loader_workers must be >= 0"),
         (
             len(t.optimizer_betas) == 2 and all(0 <= b < 1 for b in t.optimizer_betas),
             "train.optimizer_betas must be two numbers in [0, 1)",
@@ -265,7 +293,12 @@ def validate(cfg: Config, source: str) -> None:
         (cfg.data.max_len > 0, "data.max_len must be > 0"),
         (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
         (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
+        (cfg.data.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
+        (cfg.data.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
     ]
+    for i, c in enumerate(cfg.data.corpora):
+        checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
+        checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
     for ok, message in checks:
         if not ok:
             raise MtError(f"{source}: {message}")
@@ -338,11 +371,17 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     cfg.data.root = expand_env(cfg.data.root)
     cfg.train.run_dir = expand_env(cfg.train.run_dir)
     cfg.data.cache_dir = expand_env(cfg.data.cache_dir)
+    for c in cfg.data.corpora:
+        c.root = expand_env(c.root)
     return cfg
 
 
 def save_config(cfg: Config, path: Path) -> None:
     """Write the resolved config, so a run directory records what was actually trained."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise MtError(f"{path}: cannot write the config ({err.strerror or err})") from None

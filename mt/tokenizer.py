@@ -87,17 +87,26 @@ class Tokenizer:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise MtError(f"{path}: cannot write the tokenizer ({err.strerror or err})") from None
 
 
 def _train_one(lines: Iterable[str], cfg: TokenizerConfig, seed_text: str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
-        with corpus.open("w", encoding="utf-8") as f:
-            for line in lines:
-                if line:
-                    f.write(line.replace("\n", " ") + "\n")
+        try:
+            with corpus.open("w", encoding="utf-8") as f:
+                for line in lines:
+                    if line:
+                        f.write(line.replace("\n", " ") + "\n")
+        except OSError as err:
+            raise MtError(
+                f"{corpus}: cannot write the tokenizer's training sample ({err.strerror or err})"
+            ) from None
         prefix = Path(tmp) / "spm"
         try:
             spm.SentencePieceTrainer.train(

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from mt.data import read_lines
+from mt.data.corpus import read_lines
 from mt.tokenizer import BOS, EOS, PAD, UNK
 from mt.train.checkpoint import Loaded, load_model
 

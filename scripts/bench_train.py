@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,7 +33,8 @@ from peer_marian import machine_info, marian_config  # noqa: E402
 
 from mt.batching import Batch, collate, token_batches  # noqa: E402
 from mt.config import Config, ModelConfig, load_config  # noqa: E402
-from mt.data import load_corpus  # noqa: E402
+from mt.data.loader import TrainingSet  # noqa: E402
+from mt.data.prepare import prepare  # noqa: E402
 from mt.memory import keep_freed_memory  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 from mt.tokenizer import PAD, Tokenizer  # noqa: E402
@@ -101,15 +103,15 @@ def real_batches(
     tok = Tokenizer.load(run_dir)
     if tok is None:
         raise SystemExit(f"{run_dir}: no spm.model")
-    corpus = load_corpus(cfg.data, cfg.data.train, tok, run_dir / "cache", True)
-    sizes = [max(len(s), len(t) + 1) for s, t in zip(corpus.src, corpus.tgt)]
-    idx = token_batches(sizes, max_tokens, seed=1, epoch=0)[:n]
+    prepared = prepare(cfg, run_dir)
+    corpus = TrainingSet(prepared.train, prepared.weights)
+    idx = token_batches(corpus.sizes, max_tokens, seed=1, epoch=0)[:n]
     hf_sentences = hf_sentences or round(sum(len(b) for b in idx) / len(idx))
-    order = torch.randperm(len(sizes), generator=torch.Generator().manual_seed(1)).tolist()
+    order = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(1)).numpy()
     rand = [order[i * hf_sentences : (i + 1) * hf_sentences] for i in range(n)]
 
-    def make(groups: list[list[int]]) -> list[Batch]:
-        return [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b]) for b in groups]
+    def make(groups: list[np.ndarray]) -> list[Batch]:
+        return [corpus[b] for b in groups]
 
     return make(idx), make(rand), tok.src_vocab_size
 

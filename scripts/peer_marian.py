@@ -33,9 +33,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mt.batching import Batch, collate, pad, token_batches
+from mt.batching import Batch, pad, token_batches
 from mt.config import Config, DecodeConfig, load_config
-from mt.data import load_corpus, read_parallel
+from mt.data.corpus import read_parallel
+from mt.data.loader import TrainingSet
+from mt.data.prepare import prepare
 from mt.errors import MtError
 from mt.metrics import score
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
@@ -135,8 +137,7 @@ def write_atomic(path: Path, text: str) -> None:
 def train(
     model: torch.nn.Module,
     cfg: Config,
-    corpus_src: list[list[int]],
-    corpus_tgt: list[list[int]],
+    data: TrainingSet,
     device: torch.device,
     precision: str,
     args: argparse.Namespace,
@@ -158,7 +159,6 @@ def train(
         weight_decay=t.weight_decay,
     )
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    sizes = [max(len(s), len(tg) + 1) for s, tg in zip(corpus_src, corpus_tgt)]
     budget = 60.0 * args.minutes
     log_path.write_text("", encoding="utf-8")
 
@@ -173,14 +173,11 @@ def train(
     bar = tqdm(total=args.max_steps or None, unit="step", dynamic_ncols=True, disable=None)
     start = window_start = time.perf_counter()
     while reason is None:
-        batches = token_batches(sizes, t.max_tokens, t.seed, epoch)
+        batches = data.epoch_batches(t.max_tokens, t.seed, epoch)
         n_batches, pos = len(batches), 0
         while pos < n_batches and reason is None:
             chosen = batches[pos : pos + t.accum_steps]
-            group = [
-                collate([corpus_src[i] for i in idx], [corpus_tgt[i] for i in idx])
-                for idx in chosen
-            ]
+            group = [data[idx] for idx in chosen]
             lr = learning_rate(step + 1, t, cfg.model)
             for g in optimizer.param_groups:
                 g["lr"] = lr
@@ -387,9 +384,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(t.seed)
     random.seed(t.seed)
 
-    d = cfg.data
-    cache = Path(d.cache_dir) if d.cache_dir else run_dir / "cache"
-    corpus = load_corpus(d, d.train, tok, cache, True, d.max_train_examples)
+    prepared = prepare(cfg, run_dir)
+    corpus = TrainingSet(prepared.train, prepared.weights)
     mcfg = marian_config(cfg, tok)
     model = MarianMTModel(mcfg).to(device)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -407,8 +403,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stats = train(
         model,
         cfg,
-        corpus.src,
-        corpus.tgt,
+        corpus,
         device,
         precision,
         args,
@@ -433,7 +428,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **stats,
         "budget_minutes": args.minutes,
         "max_steps": args.max_steps,
-        "test": d.test,
+        "test": cfg.data.test,
         **{k: v for k, v in beam.items() if k != "beam"},
         "beam": args.beam,
         "length_penalty": args.length_penalty,

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mt.config import DataConfig, TokenizerConfig
-from mt.data import read_parallel
+from mt.data.corpus import read_parallel
 from mt.errors import MtError
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, train_tokenizer
 

@@ -53,9 +53,15 @@ def save(data: dict[str, Any], path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as err:
+    except (OSError, RuntimeError) as err:
+        # torch.save reports a full disk as RuntimeError ("file write failed"), not OSError.
         tmp.unlink(missing_ok=True)
-        raise MtError(f"{path}: cannot write checkpoint ({err.strerror or err})") from None
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else _first_line(err)
+        raise MtError(f"{path}: cannot write checkpoint ({reason})") from None
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -12,29 +12,36 @@ Dev BLEU needs a decoder, so this module uses `mt.decode` and `mt.metrics` for e
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
-from mt.batching import Batch, collate, shard, token_batches
+from mt.batching import Batch, shard, token_batches
 from mt.config import Config, DecodeConfig, save_config
-from mt.data import Corpus, load_corpus, read_parallel
+from mt.data.corpus import read_parallel
+from mt.data.loader import TrainingSet, collate_store, iterate, pair_sizes
+from mt.data.prepare import prepare
 from mt.decode.translator import Translator
-from mt.errors import MtError
+from mt.errors import EXIT_DIVERGED, MtError
 from mt.metrics import bleu
-from mt.tokenizer import PAD, Tokenizer, train_tokenizer
+from mt.progress import stderr_is_terminal
+from mt.tokenizer import PAD
 from mt.train import checkpoint, distributed
 from mt.train.loss import label_smoothed_loss
+from mt.train.rundir import RunLock, lock_run_dir
 from mt.train.schedule import learning_rate
 
 
@@ -86,42 +93,37 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def _strict(value: Any) -> Any:
+    """JSON has no NaN or Infinity: a non-finite number is written as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 class MetricsLog:
-    """Appends one JSON object per line to `metrics.jsonl` (kept across resumes)."""
+    """Appends one JSON object per line to `metrics.jsonl` (kept across resumes).
+
+    Strict JSON (`null` for a non-finite value), so any JSON parser reads every line.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        line = json.dumps({k: _strict(v) for k, v in record.items()}, allow_nan=False)
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as err:
+            raise MtError(f"{self.path}: cannot write metrics ({err.strerror or err})") from None
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise MtError(f"{run_dir}: run directory is not writable ({err.strerror})") from None
+def _refuse_finished_run(run_dir: Path, resume: bool) -> None:
     if not resume and (run_dir / "last.pt").exists():
         raise MtError(
             f"{run_dir}: already holds a run (last.pt); pass --resume to continue it "
             "or --run-dir for a new one"
         )
-
-
-def _tokenizer(cfg: Config, run_dir: Path) -> Tokenizer:
-    tok = Tokenizer.load(run_dir)
-    if tok is not None:
-        return tok
-    src, tgt = read_parallel(cfg.data, cfg.data.train)
-    if cfg.data.max_train_examples:
-        src, tgt = src[: cfg.data.max_train_examples], tgt[: cfg.data.max_train_examples]
-    tok = train_tokenizer(src, tgt, cfg.tokenizer)
-    tok.save(run_dir)
-    return tok
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -142,6 +144,7 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
+        self.lock: RunLock | None = None  # rank 0 holds the run directory's lock
         t = cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -150,26 +153,19 @@ class Trainer:
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
 
-        # Rank 0 makes the run directory, tokenizer and token cache; the others then read them.
-        cache = Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
+        # Rank 0 makes the run directory, tokenizer and token stores; the others then map them.
         d = cfg.data
         for turn in (True, False):
             if self.dist.main == turn:
                 if turn:
-                    _prepare_run_dir(run_dir, resume)
-                    self.tokenizer = _tokenizer(cfg, run_dir)
-                else:
-                    self.tokenizer = Tokenizer.load(run_dir)
-                self.train_data = load_corpus(
-                    d, d.train, self.tokenizer, cache, True, d.max_train_examples
-                )
-                self.valid_data = load_corpus(
-                    d, d.valid, self.tokenizer, cache, False, d.max_valid_examples
-                )
+                    self.lock = lock_run_dir(run_dir, "train")
+                    _refuse_finished_run(run_dir, resume)
+                prepared = prepare(cfg, run_dir, build=turn, log=turn)
             distributed.barrier(self.dist)
-        valid_src, valid_ref = read_parallel(d, d.valid)
-        n_valid = len(self.valid_data)
-        self.valid_src, self.valid_ref = valid_src[:n_valid], valid_ref[:n_valid]
+        self.tokenizer = prepared.tokenizer
+        self.train_set = TrainingSet(prepared.train, prepared.weights)
+        self.valid_data = prepared.valid
+        self.valid_src, self.valid_ref = read_parallel(d, d.valid, d.max_valid_examples)
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
         self.net: torch.nn.Module = self.model  # what training calls: the DDP wrapper if any
@@ -182,7 +178,10 @@ class Trainer:
             fused=True,  # one kernel for all parameters: ~3x faster steps than the default on CPU
         )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        self.bad_run = torch.zeros((), dtype=torch.long, device=self.device)
+        self.bad_total = torch.zeros((), dtype=torch.long, device=self.device)
         self.state = TrainState()
+        self._steps_per_epoch = 0
         if resume and (run_dir / "last.pt").exists():
             self._restore(run_dir / "last.pt")
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
@@ -196,9 +195,6 @@ class Trainer:
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
         self.log = MetricsLog(run_dir / "metrics.jsonl")
-        self.sizes = [
-            max(len(s), len(tg) + 1) for s, tg in zip(self.train_data.src, self.train_data.tgt)
-        ]
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -216,6 +212,12 @@ class Trainer:
         self.state = TrainState(**ts["state"])
 
     def _save(self, path: Path, with_state: bool, **extra: Any) -> None:
+        finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
+        if not bool(finite):  # never replace a good checkpoint with a broken model
+            raise MtError(
+                f"{path}: not written: the model has non-finite weights at step {self.state.step}",
+                EXIT_DIVERGED,
+            )
         train_state = None
         if with_state:
             train_state = {
@@ -249,14 +251,6 @@ class Trainer:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def _batches(self, corpus: Corpus, seed: int | None, epoch: int) -> list[list[int]]:
-        sizes = (
-            self.sizes
-            if corpus is self.train_data
-            else [max(len(s), len(t) + 1) for s, t in zip(corpus.src, corpus.tgt)]
-        )
-        return token_batches(sizes, self.cfg.train.max_tokens, seed, epoch)
-
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Validation loss (teacher forced) and greedy dev BLEU."""
@@ -264,12 +258,10 @@ class Trainer:
         loss_sum = nll_sum = 0.0
         ntok = 0
         data = self.valid_data
-        limit = self.cfg.model.max_positions
-        for idx in self._batches(data, None, 0):
-            idx = [i for i in idx if len(data.src[i]) <= limit and len(data.tgt[i]) < limit]
-            if not idx:
-                continue
-            b = collate([data.src[i] for i in idx], [data.tgt[i] for i in idx]).to(self.device)
+        sizes = pair_sizes(data)
+        fits = np.nonzero(sizes <= self.cfg.model.max_positions)[0]  # longer: no positions
+        for idx in token_batches(sizes, self.cfg.train.max_tokens, items=fits):
+            b = collate_store(data, idx).to(self.device)
             with autocast(self.device, self.precision):
                 logits = self.model(b.src, b.tgt_in)
             loss, nll = label_smoothed_loss(logits, b.tgt_out, self.cfg.train.label_smoothing, PAD)
@@ -350,13 +342,52 @@ class Trainer:
             loss_sum += loss.detach()
             nll_sum += nll.detach()
         self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
         if t.clip_norm:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+            norm = torch.nn.utils.clip_grad_norm_(params, t.clip_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        # A non-finite loss or gradient: skip the update on the device (fused Adam reads
+        # `found_inf`), with no host sync; fp16's scaler does the same with its own flag.
+        bad = ~torch.isfinite(norm)
+        if not self.scaler.is_enabled():
+            self.optimizer.found_inf = bad.float()
+            self.optimizer.grad_scale = None
+        self.bad_run = (self.bad_run + 1) * bad  # updates skipped in a row
+        self.bad_total += bad
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         return loss_sum, nll_sum, ntok
+
+    def _check_divergence(self) -> None:
+        """Stop (saving the last good state) once `max_bad_updates` were skipped in a row."""
+        t, s = self.cfg.train, self.state
+        run = int(self.bad_run)
+        if run < t.max_bad_updates:
+            return
+        if self.dist.main:
+            self._save(self.run_dir / "last.pt", with_state=True)
+        raise MtError(
+            f"train: stopped at step {s.step}: {run} updates in a row had a non-finite loss or "
+            f"gradient (train.max_bad_updates {t.max_bad_updates}); every one was skipped, so "
+            f"{self.run_dir / 'last.pt'} holds finite weights. Lower train.lr / train.lr_scale "
+            "or set train.clip_norm, then --resume",
+            EXIT_DIVERGED,
+        )
+
+    def _eta(self, seconds_per_step: float, batches_left: int) -> tuple[float, str]:
+        """Seconds to the first stop rule that will fire, and its name."""
+        t, s = self.cfg.train, self.state
+        options = [((t.max_steps - s.step) * seconds_per_step, "max_steps")]
+        if t.max_minutes:
+            options.append((60 * t.max_minutes - s.elapsed, "max_minutes"))
+        if t.max_epochs:
+            per_epoch = max(self._steps_per_epoch, 1)
+            steps = batches_left / t.accum_steps + (t.max_epochs - s.epoch - 1) * per_epoch
+            options.append((steps * seconds_per_step, "max_epochs"))
+        return min(options)
 
     def _stop_reason(self) -> str | None:
         t, s = self.cfg.train, self.state
@@ -391,6 +422,8 @@ class Trainer:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             distributed.shutdown(self.dist)
+            if self.lock is not None:
+                self.lock.release()
 
     def _loop(self, stop_signal: list[int]) -> TrainState:
         t, s = self.cfg.train, self.state
@@ -399,7 +432,7 @@ class Trainer:
         n_params = sum(p.numel() for p in self.model.parameters())
         if main:
             tqdm.write(
-                f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_data)} training "
+                f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
                 f"pairs, device {self.device}, precision {self.precision}, "
                 f"{d.world} process(es), run dir {self.run_dir}"
             )
@@ -412,79 +445,94 @@ class Trainer:
         )
         window_loss = torch.zeros((), device=self.device)
         window_nll = torch.zeros((), device=self.device)
-        window_tok = 0
+        window_tok = window_steps = 0
         window_start = time.perf_counter()
         window_eval = 0.0  # evaluation time inside the window, left out of tokens/s
         reason = self._stop_reason()
+        pin = self.device.type == "cuda"
         while reason is None:
-            batches = shard(self._batches(self.train_data, t.seed, s.epoch), d.rank, d.world)
+            planned = self.train_set.epoch_batches(t.max_tokens, t.seed, s.epoch)
+            batches = shard(planned, d.rank, d.world)
+            self._steps_per_epoch = math.ceil(len(batches) / t.accum_steps)
             if not batches:
                 raise MtError(
                     f"train: fewer batches per epoch than processes ({d.world}); "
                     "lower train.max_tokens or use fewer processes"
                 )
-            while s.batch_in_epoch < len(batches) and reason is None:
-                tick = time.perf_counter()
-                chosen = batches[s.batch_in_epoch : s.batch_in_epoch + t.accum_steps]
-                group = [
-                    collate(
-                        [self.train_data.src[i] for i in idx], [self.train_data.tgt[i] for i in idx]
-                    )
-                    for idx in chosen
-                ]
-                loss, nll, ntok = self._update(group)
-                s.batch_in_epoch += len(chosen)
-                window_loss += loss
-                window_nll += nll
-                window_tok += ntok
-                s.elapsed += time.perf_counter() - tick
-                bar.update(1)
-                if s.step % t.log_every == 0:
-                    span = time.perf_counter() - window_start - window_eval
-                    w_loss, w_nll, w_tok = distributed.sum_all(
-                        d, [float(window_loss), float(window_nll), float(window_tok)], self.device
-                    )
-                    rec = {
-                        "step": s.step,
-                        "epoch": s.epoch,
-                        "loss": w_loss / w_tok,
-                        "nll": w_nll / w_tok,
-                        "lr": learning_rate(s.step, t, self.cfg.model),
-                        "tgt_tokens_per_s": w_tok / span,
-                        "elapsed": round(s.elapsed, 1),
-                    }
-                    if main:
-                        self.log.write(rec)
-                    bar.set_postfix(
-                        loss=f"{rec['loss']:.3f}",
-                        lr=f"{rec['lr']:.2e}",
-                        tok_s=f"{rec['tgt_tokens_per_s']:.0f}",
-                    )
-                    window_loss.zero_()
-                    window_nll.zero_()
-                    window_tok = 0
-                    window_start = time.perf_counter()
-                    window_eval = 0.0
-                if s.step % t.eval_every == 0:
+            stream = iterate(self.train_set, batches[s.batch_in_epoch :], t.loader_workers, pin)
+            try:
+                while s.batch_in_epoch < len(batches) and reason is None:
                     tick = time.perf_counter()
-                    if main:
-                        self._evaluate_and_save(tick)
-                    s.last_eval_step = s.step
-                    if not main:
-                        s.elapsed += time.perf_counter() - tick
-                    window_eval += time.perf_counter() - tick
-                # After the step's log and evaluation, so a resumed run misses neither.
-                if distributed.agree(d, bool(stop_signal), self.device):
-                    bar.close()
-                    if main:
-                        self._save(self.run_dir / "last.pt", with_state=True)
-                        tqdm.write(f"interrupted at step {s.step}; saved {self.run_dir}/last.pt")
-                    raise KeyboardInterrupt
-                # Rank 0's clock decides the time budget, so all ranks stop at the same step.
-                reason = self._stop_reason()
-                if d.active:
-                    stop = distributed.agree(d, reason is not None, self.device)
-                    reason = (reason or "rank 0 stopped") if stop else None
+                    group = list(itertools.islice(stream, t.accum_steps))
+                    loss, nll, ntok = self._update(group)
+                    s.batch_in_epoch += len(group)
+                    window_loss += loss
+                    window_nll += nll
+                    window_tok += ntok
+                    window_steps += 1
+                    if self.device.type == "cpu" or s.step % t.log_every == 0:
+                        self._check_divergence()  # free on CPU; a host sync on CUDA
+                    s.elapsed += time.perf_counter() - tick
+                    bar.update(1)
+                    if s.step % t.log_every == 0:
+                        span = time.perf_counter() - window_start - window_eval
+                        w_loss, w_nll, w_tok = distributed.sum_all(
+                            d,
+                            [float(window_loss), float(window_nll), float(window_tok)],
+                            self.device,
+                        )
+                        rec = {
+                            "step": s.step,
+                            "epoch": s.epoch,
+                            "loss": w_loss / w_tok,
+                            "nll": w_nll / w_tok,
+                            "lr": learning_rate(s.step, t, self.cfg.model),
+                            "tgt_tokens_per_s": w_tok / span,
+                            "elapsed": round(s.elapsed, 1),
+                            "skipped_updates": int(self.bad_total),
+                        }
+                        if main:
+                            self.log.write(rec)
+                            if not stderr_is_terminal():
+                                eta = self._eta(
+                                    span / max(window_steps, 1), len(batches) - s.batch_in_epoch
+                                )
+                                print(_log_line(rec, eta), file=sys.stderr, flush=True)
+                        bar.set_postfix(
+                            loss=f"{rec['loss']:.3f}",
+                            lr=f"{rec['lr']:.2e}",
+                            tok_s=f"{rec['tgt_tokens_per_s']:.0f}",
+                        )
+                        window_loss.zero_()
+                        window_nll.zero_()
+                        window_tok = window_steps = 0
+                        window_start = time.perf_counter()
+                        window_eval = 0.0
+                    if s.step % t.eval_every == 0:
+                        self._check_divergence()
+                        tick = time.perf_counter()
+                        if main:
+                            self._evaluate_and_save(tick)
+                        s.last_eval_step = s.step
+                        if not main:
+                            s.elapsed += time.perf_counter() - tick
+                        window_eval += time.perf_counter() - tick
+                    # After the step's log and evaluation, so a resumed run misses neither.
+                    if distributed.agree(d, bool(stop_signal), self.device):
+                        bar.close()
+                        if main:
+                            self._save(self.run_dir / "last.pt", with_state=True)
+                            tqdm.write(
+                                f"interrupted at step {s.step}; saved {self.run_dir}/last.pt"
+                            )
+                        raise KeyboardInterrupt
+                    # Rank 0's clock decides the time budget, so all ranks stop at the same step.
+                    reason = self._stop_reason()
+                    if d.active:
+                        stop = distributed.agree(d, reason is not None, self.device)
+                        reason = (reason or "rank 0 stopped") if stop else None
+            finally:
+                stream.close()  # stops the loader's workers
             if s.batch_in_epoch >= len(batches):
                 s.epoch += 1
                 s.batch_in_epoch = 0
@@ -510,6 +558,29 @@ class Trainer:
         out = self.run_dir / "averaged.pt"
         checkpoint.save(checkpoint.average(paths), out)
         return out
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min"
+
+
+def _log_line(rec: dict[str, Any], eta: tuple[float, str]) -> str:
+    """fairseq's simple log format: one plain line per log interval when stderr is a file."""
+    parts = [
+        f"step {rec['step']}",
+        f"epoch {rec['epoch'] + 1}",
+        f"loss {rec['loss']:.3f}",
+        f"lr {rec['lr']:.3g}",
+        f"{rec['tgt_tokens_per_s']:,.0f} tgt tok/s",
+        f"elapsed {_minutes(rec['elapsed'])}",
+    ]
+    if rec.get("skipped_updates"):
+        parts.append(f"skipped {rec['skipped_updates']}")
+    parts.append(f"eta {_minutes(eta[0])} ({eta[1]})")
+    return "train: " + " | ".join(parts)
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False) -> TrainState:

@@ -1,0 +1,325 @@
+"""Turn raw corpora into token stores: stream, encode on all cores, filter, append.
+
+Peak memory does not grow with the corpus: text is read `CHUNK` pairs at a time, encoded with
+sentencepiece's batch API (C++ threads over all cores) while the next chunk is read, converted to
+flat numpy arrays and appended to the store. The tokenizer, when the run has none yet, trains on
+a uniform sample of `tokenizer.input_sentence_size` sentences drawn in one streaming pass
+(reservoir sampling), so it never needs the corpus in memory either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import queue
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mt.config import Config, DataConfig
+from mt.data.corpus import Chunk, Source, pair_chunks, split_source, train_sources
+from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
+from mt.errors import MtError
+from mt.progress import Progress
+from mt.tokenizer import Tokenizer, train_tokenizer
+
+FILTERS = ("empty", "too_long", "ratio")
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which training pairs to drop; lengths count the EOS each side gets in training."""
+
+    max_len: int
+    max_ratio: float
+
+
+def keep_pair(src: list[int], tgt: list[int], max_len: int, max_ratio: float) -> bool:
+    """The length and ratio filter for one pair whose `src` ends with EOS (`tgt` has none)."""
+    ls, lt = len(src), len(tgt) + 1
+    return ls <= max_len and lt <= max_len and max(ls, lt) <= max_ratio * min(ls, lt)
+
+
+def drop_reasons(src_len: np.ndarray, tgt_len: np.ndarray, f: Filter) -> np.ndarray:
+    """Per pair 0 (kept) or 1 + the index in FILTERS of the first filter that drops it.
+
+    Lengths are raw token counts; each side gets one EOS in training, counted here.
+    """
+    ls, lt = src_len.astype(np.int64) + 1, tgt_len.astype(np.int64) + 1
+    reason = np.zeros(len(ls), np.int8)
+    ratio = np.maximum(ls, lt) > f.max_ratio * np.minimum(ls, lt)
+    reason[ratio] = 3
+    reason[(ls > f.max_len) | (lt > f.max_len)] = 2
+    reason[(src_len == 0) | (tgt_len == 0)] = 1
+    return reason
+
+
+def threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _flat(ids: list[list[int]], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """sentencepiece's nested lists as (flat ids, lengths) without a Python loop per token."""
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def _read_ahead(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
+    """Yield from `chunks`, read by a thread one or two chunks ahead (reading overlaps encoding)."""
+    q: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for c in chunks:
+                if stop.is_set():
+                    return
+                q.put(("chunk", c))
+            q.put(("end", None))
+        except BaseException as err:  # re-raised in the consumer, where the user sees it
+            q.put(("error", err))
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value  # type: ignore[misc]
+            yield value  # type: ignore[misc]
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a reader waiting on a full queue
+            try:
+                q.get(timeout=0.1)
+            except queue.Empty:
+                pass
+
+
+def _identity(source: Source) -> str:
+    """What a store must change with: the files (path, size, mtime) or the dataset name."""
+    parts = [source.format, source.root, source.name, source.src_lang, source.tgt_lang]
+    parts.append(source.hf_subset)
+    for p in source.paths():
+        st = p.stat() if p.exists() else None
+        parts.append(f"{p.resolve()}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}")
+    return "|".join(parts)
+
+
+def store_folder(
+    cache: Path, source: Source, tokenizer: Tokenizer, f: Filter | None, limit: int
+) -> Path:
+    """`cache/{name}-{key}`: the key changes with the data, the tokenizer and the filters."""
+    settings = f"filter={f}:limit={limit}"
+    key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"
+    return cache / f"{name}-{key}"
+
+
+def build_store(
+    source: Source,
+    tokenizer: Tokenizer,
+    folder: Path,
+    f: Filter | None,
+    limit: int = 0,
+    n_threads: int = 0,
+    log: bool = True,
+) -> TokenStore:
+    """Read, encode, filter and write one corpus into a store at `folder`."""
+    n_threads = n_threads or threads()
+    dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
+    writer = StoreWriter(folder, dtype)
+    dropped = np.zeros(len(FILTERS) + 1, np.int64)
+    progress = Progress(f"prepare {source.name}", "pairs", enabled=log)
+    start = time.perf_counter()
+    try:
+        for src_text, tgt_text in _read_ahead(pair_chunks(source, limit=limit)):
+            src, src_len = _flat(tokenizer.src.encode(src_text, num_threads=n_threads), dtype)
+            tgt, tgt_len = _flat(tokenizer.tgt.encode(tgt_text, num_threads=n_threads), dtype)
+            if f is not None:
+                reason = drop_reasons(src_len, tgt_len, f)
+                dropped += np.bincount(reason, minlength=len(dropped))
+                keep = reason == 0
+                src, src_len = src[np.repeat(keep, src_len)], src_len[keep]
+                tgt, tgt_len = tgt[np.repeat(keep, tgt_len)], tgt_len[keep]
+            writer.append((src, src_len), (tgt, tgt_len))
+            progress.update(len(src_text))
+        progress.close()
+        read = progress.n
+        if f is not None and writer.pairs == 0:
+            raise MtError(
+                f"{source.where}: no pair passes the filters (data.max_len {f.max_len}, "
+                f"data.max_len_ratio {f.max_ratio}, and both sides non-empty)"
+            )
+        seconds = time.perf_counter() - start
+        summary = {
+            "source": source.where,
+            "pairs_read": read,
+            "pairs_kept": writer.pairs,
+            "dropped": {name: int(dropped[i + 1]) for i, name in enumerate(FILTERS)},
+            "seconds": round(seconds, 3),
+        }
+        writer.finish({"summary": summary})
+    except BaseException:
+        progress.close()
+        writer.abort()
+        raise
+    store = TokenStore.open(folder)
+    if log:
+        progress.write(describe(store))
+    return store
+
+
+def describe(store: TokenStore) -> str:
+    """One line on what a store holds and what preparing it dropped."""
+    m = store.meta
+    s = m.get("summary", {})
+    size = sum(p.stat().st_size for p in store.folder.iterdir())
+    tokens = m["tokens"]["src"] + m["tokens"]["tgt"]
+    dropped = s.get("dropped", {})
+    drops = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in dropped.items())
+    seconds = s.get("seconds", 0)
+    rate = f" ({s.get('pairs_read', 0) / seconds:,.0f} pairs/s)" if seconds >= 0.05 else ""
+    return (
+        f"{s.get('source', store.folder)}: {s.get('pairs_read', len(store)):,} pairs read, "
+        f"{len(store):,} kept" + (f" (dropped: {drops})" if dropped else "") + f"; "
+        f"{m['tokens']['src']:,} + {m['tokens']['tgt']:,} tokens, {size / 2**20:,.1f} MiB "
+        f"({size / max(tokens, 1):.2f} bytes/token) in {seconds:.1f} s{rate} "
+        f"-> {store.folder}"
+    )
+
+
+def open_or_build(
+    source: Source,
+    tokenizer: Tokenizer,
+    cache: Path,
+    f: Filter | None,
+    limit: int = 0,
+    build: bool = True,
+    log: bool = True,
+) -> TokenStore:
+    """The store for `source`: mapped when a trusted one exists, else built (if `build`)."""
+    folder = store_folder(cache, source, tokenizer, f, limit)
+    if folder.exists():
+        try:
+            store = TokenStore.open(folder)
+            if log:
+                print(f"ready: {describe(store)}", file=sys.stderr, flush=True)
+            return store
+        except StoreError as err:
+            if not build:
+                raise MtError(f"{folder}: token store cannot be used ({err})") from None
+            print(f"{folder}: rebuilding the token store ({err})", flush=True, file=sys.stderr)
+    elif not build:
+        raise MtError(f"{folder}: token store missing (the preparing process did not write it)")
+    return build_store(source, tokenizer, folder, f, limit, log=log)
+
+
+def sample_pairs(
+    sources: list[Source], n: int, limit: int, seed: int
+) -> tuple[list[str], list[str]]:
+    """A uniform sample of `n` pairs over all `sources` in one pass (reservoir sampling).
+
+    Memory holds the sample only; per chunk the replacement positions are drawn with numpy, so
+    the pass costs little more than reading.
+    """
+    rng = np.random.default_rng(seed)
+    src: list[str] = []
+    tgt: list[str] = []
+    seen = 0
+    for source in sources:
+        for s, t in _read_ahead(pair_chunks(source, limit=limit)):
+            fill = min(max(n - len(src), 0), len(s))
+            src += s[:fill]
+            tgt += t[:fill]
+            seen += fill
+            rest = len(s) - fill
+            if rest:
+                # Item k (0-based over the whole stream) replaces slot j ~ U[0, k] when j < n.
+                k = seen + np.arange(rest)
+                j = (rng.random(rest) * (k + 1)).astype(np.int64)
+                for i in np.nonzero(j < n)[0]:
+                    src[j[i]], tgt[j[i]] = s[fill + i], t[fill + i]
+                seen += rest
+    return src, tgt
+
+
+def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer:
+    """The run's tokenizer: loaded from `run_dir`, else trained on a sample and saved there."""
+    tok = Tokenizer.load(run_dir)
+    if tok is not None:
+        return tok
+    t = cfg.tokenizer
+    pairs = t.input_sentence_size // 2 if t.joint else t.input_sentence_size
+    start = time.perf_counter()
+    src, tgt = sample_pairs(
+        train_sources(cfg.data), max(pairs, 1), cfg.data.max_train_examples, cfg.train.seed
+    )
+    sampled = time.perf_counter() - start
+    tok = train_tokenizer(src, tgt, t)
+    tok.save(run_dir)
+    if log:
+        print(
+            f"tokenizer: {t.type} {tok.src_vocab_size:,} pieces"
+            + ("" if tok.joint else f" / {tok.tgt_vocab_size:,}")
+            + f", trained on {len(src):,} sampled pairs (sampling {sampled:.1f} s, training "
+            f"{time.perf_counter() - start - sampled:.1f} s) -> {run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return tok
+
+
+@dataclass
+class Prepared:
+    """What training reads: the tokenizer, a store per training corpus, and the dev store."""
+
+    tokenizer: Tokenizer
+    train: list[TokenStore]
+    weights: list[float]
+    valid: TokenStore
+
+
+def cache_dir(cfg: Config, run_dir: Path) -> Path:
+    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
+
+
+def prepare(cfg: Config, run_dir: Path, build: bool = True, log: bool = True) -> Prepared:
+    """Tokenizer and stores for `cfg`, built where missing (`build`) or only opened.
+
+    `mt prepare` and the first `mt train` build; under torchrun the other ranks only open what
+    rank 0 built, so every process maps the same files.
+    """
+    d: DataConfig = cfg.data
+    if build:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise MtError(f"{run_dir}: cannot create the run directory ({err.strerror})") from None
+        tok = prepare_tokenizer(cfg, run_dir, log)
+    else:
+        loaded = Tokenizer.load(run_dir)
+        if loaded is None:
+            raise MtError(f"{run_dir}: no tokenizer (the preparing process did not write it)")
+        tok = loaded
+    cache = cache_dir(cfg, run_dir)
+    f = Filter(d.max_len, d.max_len_ratio)
+    sources = train_sources(d)
+    train = [open_or_build(s, tok, cache, f, d.max_train_examples, build, log) for s in sources]
+    valid_source = split_source(d, d.valid)
+    valid = open_or_build(valid_source, tok, cache, None, d.max_valid_examples, build, log)
+    return Prepared(tok, train, [s.weight for s in sources], valid)
