@@ -9,6 +9,7 @@ floor(w) full copies plus a fresh random fraction w - floor(w) of its pairs each
 
 from __future__ import annotations
 
+import gc
 import signal
 from collections.abc import Iterator
 
@@ -148,6 +149,9 @@ def iterate(
             b = data[idx]
             yield b.pin_memory() if pin else b
         return
+    # Forked workers share the trainer's memory copy-on-write; the garbage collector would
+    # touch (and so copy) every tracked object in them. Frozen objects are left alone.
+    gc.freeze()
     loader = torch.utils.data.DataLoader(
         data,
         batch_size=None,
