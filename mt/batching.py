@@ -83,41 +83,59 @@ def token_batches(
     sampled more than once per epoch). With a seed, items of equal size are shuffled and the
     batch order is shuffled, both from (seed, epoch); without one the order is deterministic (for
     decoding). An item longer than the budget gets a batch of its own rather than being dropped.
-    Everything is numpy: the only Python loop runs once per batch, not per sentence.
+    Everything is numpy: Python loops run once per distinct size, never once per sentence.
     """
     sizes = np.asarray(sizes)
-    rng = np.random.default_rng([seed, epoch]) if seed is not None else None
-    if items is None:
-        items = np.arange(len(sizes), dtype=np.int64)
+    if sizes.size and sizes.max() < 1 << 16:
+        sizes = sizes.astype(np.uint16, copy=False)  # numpy's stable sort is a radix sort here
+    keys = np.maximum(sizes if items is None else sizes[items], 1)  # an empty pair costs 1
+    order = np.argsort(keys, kind="stable")
+    items = order if items is None else items[order]
     if len(items) == 0:
         return []
-    if rng is not None:
-        items = items[rng.permutation(len(items))]  # random order within equal sizes
-    s = np.maximum(sizes[items], 1)
-    if s.max() < 1 << 16:
-        s = s.astype(np.uint16)  # numpy's stable sort is a radix sort for 16-bit keys
-    order = np.argsort(s, kind="stable")
-    items, s = items[order], s[order].astype(np.int64)
-    bounds = []
-    i, n = 0, len(s)
-    while i < n:
-        # The most items from i on whose count x size (the last, longest) fits the budget:
-        # count x size grows with count, so bisect between 1 (always taken) and an upper bound.
-        lo, hi = 1, min(n - i, max(max_tokens // int(s[i]), 1))
-        if s[i + hi - 1] * hi <= max_tokens:
-            lo = hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if s[i + mid - 1] * mid <= max_tokens:
-                lo = mid
-            else:
-                hi = mid
-        i += lo
-        bounds.append(i)
+    s = keys[order]
+    if seed is not None:
+        # Random order within each run of equal size: shuffling a run in place touches only
+        # that run (cache-friendly), where permuting everything first would touch it all.
+        rng = np.random.default_rng([seed, epoch])
+        edges = np.flatnonzero(np.diff(s)) + 1
+        for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), len(s)]):
+            rng.shuffle(items[lo:hi])
+    bounds = _greedy_cuts(s, max_tokens)
     batches = np.split(items, bounds[:-1])
-    if rng is not None:
+    if seed is not None:
         batches = [batches[j] for j in rng.permutation(len(batches))]
     return batches
+
+
+def _greedy_cuts(sorted_sizes: np.ndarray, max_tokens: int) -> list[int]:
+    """End positions of the batches a greedy pass over ascending sizes would cut.
+
+    Greedy: an item joins the open batch while (count + 1) x its size fits the budget (sizes
+    ascend, so the newest item is the longest); otherwise it opens a new batch. Within a run of
+    equal size `s` that is a batch of `max_tokens // s` items at a time, so the loop runs once
+    per distinct size (a few hundred), not once per batch or item.
+    """
+    values, runs = np.unique(sorted_sizes, return_counts=True)
+    cuts: list[np.ndarray] = []
+    pos = count = 0  # items placed so far, items in the open batch
+    for size, run in zip(values.tolist(), runs.tolist()):
+        cap = max(max_tokens // size, 1)
+        if count >= cap:  # the open batch cannot take even one item of this size
+            cuts.append(np.array([pos]))
+            count = 0
+        take = min(cap - count, run)
+        pos, count, run = pos + take, count + take, run - take
+        if run:  # the open batch is full: close it, cut whole batches of `cap`, keep the last open
+            full, rest = divmod(run, cap)
+            if rest == 0:
+                full, rest = full - 1, cap
+            cuts.append(pos + cap * np.arange(full + 1))
+            pos += cap * full + rest
+            count = rest
+    if count:
+        cuts.append(np.array([pos]))
+    return np.concatenate(cuts).tolist() if cuts else []
 
 
 def shard(batches: list[np.ndarray], rank: int, world: int) -> list[np.ndarray]:
