@@ -7,8 +7,9 @@ Sorting by length before cutting batches keeps padding small, so a budget of `ma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import torch
@@ -70,13 +71,43 @@ def collate(src: list[list[int]], tgt: list[list[int]]) -> Batch:
     )
 
 
+class Batches(Sequence[np.ndarray]):
+    """An epoch's batches: one index array and the (start, end) of each batch in it.
+
+    Millions of examples make hundreds of thousands of batches; a list of arrays would be an
+    object per batch, this is three arrays. Indexing gives a batch (a view), slicing gives
+    Batches (how ranks take their share and a resumed run skips what it has done).
+    """
+
+    def __init__(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.items, self.starts, self.ends = items, starts, ends
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @overload
+    def __getitem__(self, i: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Batches: ...
+
+    def __getitem__(self, i: int | slice) -> np.ndarray | Batches:
+        if isinstance(i, slice):
+            return Batches(self.items, self.starts[i], self.ends[i])
+        return self.items[self.starts[i] : self.ends[i]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for a, b in zip(self.starts.tolist(), self.ends.tolist()):
+            yield self.items[a:b]
+
+
 def token_batches(
     sizes: Sequence[int] | np.ndarray,
     max_tokens: int,
     seed: int | None = None,
     epoch: int = 0,
     items: np.ndarray | None = None,
-) -> list[np.ndarray]:
+) -> Batches:
     """Index arrays whose padded size (count x longest) stays within `max_tokens`.
 
     `items` are the indices to batch (default: all of `sizes`; repeats allowed, for corpora
@@ -91,8 +122,10 @@ def token_batches(
     keys = np.maximum(sizes if items is None else sizes[items], 1)  # an empty pair costs 1
     order = np.argsort(keys, kind="stable")
     items = order if items is None else items[order]
+    if len(items) < 1 << 31:
+        items = items.astype(np.int32)  # half the memory of an epoch plan
     if len(items) == 0:
-        return []
+        return Batches(items, np.zeros(0, np.int64), np.zeros(0, np.int64))
     s = keys[order]
     if seed is not None:
         # Random order within each run of equal size: shuffling a run in place touches only
@@ -102,10 +135,12 @@ def token_batches(
         for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), len(s)]):
             rng.shuffle(items[lo:hi])
     bounds = _greedy_cuts(s, max_tokens)
-    batches = np.split(items, bounds[:-1])
+    ends = np.array(bounds, dtype=np.int64)
+    starts = np.concatenate([[0], ends[:-1]])
     if seed is not None:
-        batches = [batches[j] for j in rng.permutation(len(batches))]
-    return batches
+        shuffled = rng.permutation(len(ends))
+        starts, ends = starts[shuffled], ends[shuffled]
+    return Batches(items, starts, ends)
 
 
 def _greedy_cuts(sorted_sizes: np.ndarray, max_tokens: int) -> list[int]:
@@ -138,7 +173,7 @@ def _greedy_cuts(sorted_sizes: np.ndarray, max_tokens: int) -> list[int]:
     return np.concatenate(cuts).tolist() if cuts else []
 
 
-def shard(batches: list[np.ndarray], rank: int, world: int) -> list[np.ndarray]:
+def shard(batches: Batches, rank: int, world: int) -> Batches:
     """This rank's batches; every rank gets the same count so DDP steps stay in lockstep."""
     if world == 1:
         return batches

@@ -45,7 +45,7 @@ def size_profile(batches, sizes) -> Counter:
 def test_batches_respect_the_budget(seed):
     sizes = random_sizes() + [300, 999]  # two examples longer than the budget
     batches = token_batches(sizes, max_tokens=256, seed=seed, epoch=1)
-    assert all(isinstance(b, np.ndarray) and b.dtype == np.int64 for b in batches)
+    assert all(isinstance(b, np.ndarray) and b.dtype.kind == "i" for b in batches)
     for batch in batches:
         longest = max(sizes[i] for i in batch)
         assert len(batch) * longest <= 256 or len(batch) == 1
@@ -94,8 +94,8 @@ def test_equal_sizes_are_shuffled_within_the_length():
 def test_without_seed_the_order_is_by_length():
     sizes = [5, 1, 3, 3, 2]
     assert as_lists(token_batches(sizes, 6)) == [[1, 4], [2, 3], [0]]
-    assert token_batches([], 10) == []
-    assert token_batches(np.array(sizes), 6, items=np.array([], np.int64)) == []
+    assert as_lists(token_batches([], 10)) == []
+    assert as_lists(token_batches(np.array(sizes), 6, items=np.array([], np.int64))) == []
 
 
 @pytest.mark.parametrize("trial", range(6))

@@ -182,7 +182,7 @@ def test_prepare_then_train_does_not_encode_again(tmp_path, multi30k_dir, mt_cli
     assert (run / "spm.model").is_file()
     cache = run / "cache"
     stamps = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for p in cache.rglob("*")}
-    assert len(stamps) == 2 + 2 * 5  # two stores of five files each
+    assert len(stamps) == 2 + 2 * 6  # two stores of six files each
 
     trained = mt_cli(
         "train",

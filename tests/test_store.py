@@ -23,7 +23,7 @@ from mt.errors import MtError
 from mt.tokenizer import train_tokenizer
 
 Pairs = list[tuple[list[int], list[int]]]
-STORE_FILES = ("src.npy", "tgt.npy", "src.idx.npy", "tgt.idx.npy", "meta.json")
+STORE_FILES = ("src.npy", "tgt.npy", "src.idx.npy", "tgt.idx.npy", "sizes.npy", "meta.json")
 
 
 def random_pairs(n: int, vocab: int, seed: int = 0, max_len: int = 30) -> Pairs:
@@ -93,6 +93,9 @@ def test_files_are_plain_npy(tmp_path):
         # The data starts on a 64-byte boundary, so a map of it is aligned for any dtype.
         mapped = np.load(tmp_path / "store" / f"{name}.npy", mmap_mode="r")
         assert mapped.offset % 64 == 0
+    sizes = np.load(tmp_path / "store" / "sizes.npy")
+    assert sizes.dtype == np.uint16
+    assert sizes.tolist() == [max(len(src), len(tgt)) + 1 for src, tgt in pairs]
 
 
 def test_bytes_on_disk(tmp_path):
@@ -103,7 +106,8 @@ def test_bytes_on_disk(tmp_path):
         write_store(folder, pairs, 8000)
         tokens = sum(len(s) + len(t) for s, t in pairs)
         size = sum(p.stat().st_size for p in folder.iterdir())
-        overheads.append(size - 2 * tokens - 16 * n)  # 2 bytes a token, 2 int64 offsets a pair
+        # 2 bytes a token; a pair: 2 int64 offsets and its uint16 batching size
+        overheads.append(size - 2 * tokens - 18 * n)
     assert all(0 < o < 1500 for o in overheads), overheads
     assert abs(overheads[0] - overheads[1]) < 16  # a constant: only meta.json's digits differ
 

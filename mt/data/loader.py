@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from mt.batching import Batch, token_batches
+from mt.batching import Batch, Batches, token_batches
 from mt.data.store import TokenStore
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -63,8 +63,7 @@ def collate_store(store: TokenStore, idx: np.ndarray) -> Batch:
 
 def pair_sizes(store: TokenStore) -> np.ndarray:
     """Per pair the longer side with its EOS: what a batch pays for it in padded tokens."""
-    ls, lt = store.lengths()
-    return np.maximum(ls, lt) + 1
+    return store.sizes
 
 
 class TrainingSet(torch.utils.data.Dataset):
@@ -74,8 +73,10 @@ class TrainingSet(torch.utils.data.Dataset):
         self.stores, self.weights = stores, weights
         counts = [len(s) for s in stores]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        sizes = np.concatenate([pair_sizes(s) for s in stores])
-        self.sizes = sizes.astype(np.uint16 if sizes.max() < 1 << 16 else np.int32)
+        # One corpus: the store's mapped array itself, no copy. Several: one small copy.
+        self.sizes = (
+            stores[0].sizes if len(stores) == 1 else np.concatenate([s.sizes for s in stores])
+        )
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -95,7 +96,7 @@ class TrainingSet(torch.utils.data.Dataset):
                 parts.append(lo + rng.choice(hi - lo, size=extra, replace=False))
         return np.concatenate(parts)
 
-    def epoch_batches(self, max_tokens: int, seed: int, epoch: int) -> list[np.ndarray]:
+    def epoch_batches(self, max_tokens: int, seed: int, epoch: int) -> Batches:
         items = self.epoch_items(seed, epoch)
         return token_batches(self.sizes, max_tokens, seed, epoch, items)
 
@@ -141,7 +142,7 @@ def _worker_init(_: int) -> None:
 
 
 def iterate(
-    data: torch.utils.data.Dataset, batches: list[np.ndarray], workers: int, pin: bool
+    data: torch.utils.data.Dataset, batches: Batches, workers: int, pin: bool
 ) -> Iterator[Batch]:
     """Collated batches in the order given; `workers` > 0 collates them in other processes."""
     if workers == 0:

@@ -6,6 +6,8 @@ Layout of one store folder (fairseq's `MMapIndexedDataset` idea, in standard num
     tgt.npy       the same for the target side
     src.idx.npy   int64 offsets, one more than the pairs: sentence i is src[idx[i]:idx[i+1]]
     tgt.idx.npy   the same for the target side
+    sizes.npy     uint16 per pair: its longer side + EOS, what a batch pays for it (batching
+                  reads only this, so a start-up never scans the offsets)
     meta.json     format version, pair and token counts, dtype, the preparation summary
 
 Neither side holds BOS or EOS; batching adds them. Training opens the arrays with
@@ -19,6 +21,7 @@ never trusted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -31,7 +34,7 @@ import numpy as np
 
 from mt.errors import MtError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER = 128  # bytes of our .npy header: room for any shape, and a 64-byte aligned data start
 _SIDES = ("src", "tgt")
 
@@ -87,6 +90,7 @@ class StoreWriter:
             }
             for a in self.offsets.values():
                 a.append(np.zeros(1, np.int64))
+            self.sizes = _Appender(self.tmp / "sizes.npy", np.dtype(np.uint16))
         except OSError as err:
             self._fail(err)
 
@@ -99,13 +103,15 @@ class StoreWriter:
                 tokens, offsets = self.tokens[side], self.offsets[side]
                 offsets.append(tokens.n + np.cumsum(lengths, dtype=np.int64))
                 tokens.append(flat)
+            size = np.maximum(src[1], tgt[1]) + 1
+            self.sizes.append(np.minimum(size, np.iinfo(np.uint16).max))
             self.pairs += len(src[1])
         except OSError as err:
             self._fail(err)
 
     def finish(self, meta: dict[str, Any]) -> None:
         try:
-            for a in [*self.tokens.values(), *self.offsets.values()]:
+            for a in [*self.tokens.values(), *self.offsets.values(), self.sizes]:
                 a.close()
             meta = {
                 "format": FORMAT_VERSION,
@@ -124,9 +130,12 @@ class StoreWriter:
     def abort(self) -> None:
         """Drop the unfinished store (on any error, including the caller's)."""
         appenders = [*getattr(self, "tokens", {}).values(), *getattr(self, "offsets", {}).values()]
+        if hasattr(self, "sizes"):
+            appenders.append(self.sizes)
         for a in appenders:
             if not a.f.closed:
-                a.f.close()
+                with contextlib.suppress(OSError):  # flushing a full disk fails again
+                    a.f.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _fail(self, err: OSError) -> None:
@@ -150,6 +159,7 @@ class TokenStore:
     tgt: np.ndarray
     src_idx: np.ndarray
     tgt_idx: np.ndarray
+    sizes: np.ndarray
 
     def __len__(self) -> int:
         return len(self.src_idx) - 1
@@ -167,11 +177,11 @@ class TokenStore:
         try:
             arrays = [
                 np.load(folder / f"{name}.npy", mmap_mode="r")
-                for name in ("src", "tgt", "src.idx", "tgt.idx")
+                for name in ("src", "tgt", "src.idx", "tgt.idx", "sizes")
             ]
         except (OSError, ValueError, EOFError) as err:
             raise StoreError(f"unreadable array ({err})") from None
-        src, tgt, src_idx, tgt_idx = arrays
+        src, tgt, src_idx, tgt_idx, sizes = arrays
         n = meta.get("pairs")
         tokens = meta.get("tokens")
         if not isinstance(tokens, dict) or not isinstance(n, int):
@@ -181,6 +191,8 @@ class TokenStore:
             and src_idx.dtype == tgt_idx.dtype == np.int64
             and src.ndim == tgt.ndim == src_idx.ndim == tgt_idx.ndim == 1
             and len(src_idx) == len(tgt_idx) == n + 1
+            and sizes.dtype == np.uint16
+            and sizes.shape == (n,)
             and len(src) == tokens.get("src")
             and len(tgt) == tokens.get("tgt")
             and src_idx[0] == tgt_idx[0] == 0
@@ -189,7 +201,7 @@ class TokenStore:
         )
         if not ok:
             raise StoreError("arrays disagree with meta.json")
-        return TokenStore(folder, meta, src, tgt, src_idx, tgt_idx)
+        return TokenStore(folder, meta, src, tgt, src_idx, tgt_idx, sizes)
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """Token counts per pair, (source, target), without EOS."""
