@@ -279,7 +279,7 @@ def validate(cfg: Config, source: str) -> None:
         (t.average_last >= 0, "train.average_last must be >= 0"),
         (t.average_last <= t.keep_last, "train.average_last must be <= train.keep_last"),
         (t.threads >= 0, "train.threads must be >= 0"),
-        (t.loader_workers >= 0, "train.loader_workers must be >= 0"),
+        (0 <= t.loader_workers <= 64, "train.loader_workers must be in [0, 64]"),
         (
             len(t.optimizer_betas) == 2 and all(0 <= b < 1 for b in t.optimizer_betas),
             "train.optimizer_betas must be two numbers in [0, 1)",

@@ -142,6 +142,13 @@ def test_wrong_type_names_key_and_file(tmp_path, text, key):
         ("data:\n  src_lang: en\n  tgt_lang: en\n", "data.src_lang"),
         ("tokenizer:\n  joint: false\n", "model.tie_embeddings"),
         ("train:\n  keep_last: 1\n  average_last: 2\n", "train.average_last"),
+        ("train:\n  loader_workers: 100000\n", "train.loader_workers"),
+        ("train:\n  loader_workers: -1\n", "train.loader_workers"),
+        ("train:\n  max_bad_updates: 0\n", "train.max_bad_updates"),
+        ("data:\n  corpora: [{name: a, weight: 0}]\n", "data.corpora[0].weight"),
+        ("data:\n  corpora: [{weight: 1}]\n", "data.corpora[0].name"),
+        ("data:\n  corpora: [{name: a, wieght: 1}]\n", "data.corpora[0].wieght"),
+        ("data:\n  corpora: {name: a}\n", "data.corpora"),
     ],
 )
 def test_impossible_value_names_key_and_file(tmp_path, text, key):
@@ -264,12 +271,14 @@ def test_save_config_round_trips(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-@pytest.mark.parametrize("name", ["tiny", "multi30k_de_en", "multi30k_en_de"])
+@pytest.mark.parametrize("name", ["tiny", "demo", "multi30k_de_en", "multi30k_en_de"])
 def test_shipped_configs_load(name, monkeypatch):
     monkeypatch.setenv("MT_DATA", "/data/m30k")
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
     assert cfg.data.root == "/data/m30k"
     assert cfg.model.d_model % cfg.model.n_heads == 0
-    if name != "tiny":
+    if name == "demo":
+        assert cfg.train.max_minutes == 3
+    elif name != "tiny":
         assert cfg.train.max_minutes == 30 and cfg.decode.beam == 5
         assert {cfg.data.src_lang, cfg.data.tgt_lang} == {"de", "en"}
