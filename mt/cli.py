@@ -43,57 +43,61 @@ def _read_text_file(path: Path) -> list[str]:
     return read_lines(path)
 
 
+# The options `mt train` and `mt prepare` share: both read a config into a run directory.
+ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a config value: section.key=value (repeatable)."),
+]
+RunDirOption = Annotated[
+    Path | None, typer.Option(help="Run directory (default: train.run_dir of the config).")
+]
+
+
+def _load(config: Path, set_: list[str] | None, run_dir: Path | None):
+    """The config with overrides applied and `--run-dir` taking the place of train.run_dir."""
+    from mt.config import load_config
+
+    cfg = load_config(config, set_ or [])
+    if run_dir is not None:
+        cfg.train.run_dir = str(run_dir)
+    return cfg
+
+
 @app.command()
 def train(
-    config: Annotated[Path, typer.Argument(help="YAML config file.")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a config value: section.key=value (repeatable)."),
-    ] = None,
-    run_dir: Annotated[
-        Path | None, typer.Option(help="Run directory (default: train.run_dir of the config).")
-    ] = None,
+    config: ConfigArg,
+    set_: SetOption = None,
+    run_dir: RunDirOption = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in the run directory.")] = False,
 ) -> None:
     """Train a tokenizer and a Transformer as CONFIG says."""
-    from mt.config import load_config
     from mt.memory import keep_freed_memory
 
     keep_freed_memory()
 
-    cfg = load_config(config, set_ or [])  # before importing torch: config errors come fast
+    cfg = _load(config, set_, run_dir)  # before importing torch: config errors come fast
     from mt.train.trainer import train as run_training
 
-    if run_dir is not None:
-        cfg.train.run_dir = str(run_dir)
     state = run_training(cfg, Path(cfg.train.run_dir), resume)
     typer.echo(f"done: step {state.step}, checkpoints in {cfg.train.run_dir}", err=True)
 
 
 @app.command()
 def prepare(
-    config: Annotated[Path, typer.Argument(help="YAML config file.")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override a config value: section.key=value (repeatable)."),
-    ] = None,
-    run_dir: Annotated[
-        Path | None, typer.Option(help="Run directory (default: train.run_dir of the config).")
-    ] = None,
+    config: ConfigArg,
+    set_: SetOption = None,
+    run_dir: RunDirOption = None,
 ) -> None:
     """Train the tokenizer and build the token stores, without training.
 
     A cluster job can prepare once on a CPU node; `mt train` on the same run directory (and
     data.cache_dir) then maps the stores and starts at once.
     """
-    from mt.config import load_config
     from mt.data.prepare import prepare as run_prepare
-
-    cfg = load_config(config, set_ or [])
-    if run_dir is not None:
-        cfg.train.run_dir = str(run_dir)
     from mt.train.rundir import lock_run_dir
 
+    cfg = _load(config, set_, run_dir)
     lock = lock_run_dir(Path(cfg.train.run_dir), "prepare")
     try:
         run_prepare(cfg, Path(cfg.train.run_dir))
