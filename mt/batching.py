@@ -134,8 +134,7 @@ def token_batches(
         edges = np.flatnonzero(np.diff(s)) + 1
         for lo, hi in zip([0, *edges.tolist()], [*edges.tolist(), len(s)]):
             rng.shuffle(items[lo:hi])
-    bounds = _greedy_cuts(s, max_tokens)
-    ends = np.array(bounds, dtype=np.int64)
+    ends = _greedy_cuts(s, max_tokens)
     starts = np.concatenate([[0], ends[:-1]])
     if seed is not None:
         shuffled = rng.permutation(len(ends))
@@ -143,7 +142,7 @@ def token_batches(
     return Batches(items, starts, ends)
 
 
-def _greedy_cuts(sorted_sizes: np.ndarray, max_tokens: int) -> list[int]:
+def _greedy_cuts(sorted_sizes: np.ndarray, max_tokens: int) -> np.ndarray:
     """End positions of the batches a greedy pass over ascending sizes would cut.
 
     Greedy: an item joins the open batch while (count + 1) x its size fits the budget (sizes
@@ -170,7 +169,7 @@ def _greedy_cuts(sorted_sizes: np.ndarray, max_tokens: int) -> list[int]:
             count = rest
     if count:
         cuts.append(np.array([pos]))
-    return np.concatenate(cuts).tolist() if cuts else []
+    return np.concatenate(cuts).astype(np.int64) if cuts else np.zeros(0, np.int64)
 
 
 def shard(batches: Batches, rank: int, world: int) -> Batches:

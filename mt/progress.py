@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 
 from tqdm import tqdm
 
@@ -21,51 +20,27 @@ def stderr_is_terminal() -> bool:
 class Progress:
     """Counts work done; shows it as a bar (terminal) or as a line every `interval` seconds."""
 
-    def __init__(
-        self,
-        what: str,
-        unit: str,
-        total: int | None = None,
-        initial: int = 0,
-        interval: float = 30.0,
-        line: Callable[[Progress], str] | None = None,
-        enabled: bool = True,
-    ) -> None:
-        self.what, self.unit, self.total, self.n = what, unit, total, initial
+    def __init__(self, what: str, unit: str, interval: float = 30.0, enabled: bool = True) -> None:
+        self.what, self.unit, self.n = what, unit, 0
         self.interval = interval
-        self.line = line or Progress.default_line
         self.enabled = enabled
-        self.start = time.perf_counter()
-        self._last_print = self.start
-        self._initial = initial
+        self.start = self._last_print = time.perf_counter()
         self.bar = None
         if enabled and stderr_is_terminal():
-            self.bar = tqdm(
-                total=total,
-                initial=initial,
-                unit=unit,
-                unit_scale=True,
-                dynamic_ncols=True,
-                desc=what,
-            )
+            self.bar = tqdm(unit=unit, unit_scale=True, dynamic_ncols=True, desc=what)
 
-    def update(self, n: int = 1, **postfix: str) -> None:
+    def update(self, n: int = 1) -> None:
         self.n += n
         if self.bar is not None:
             self.bar.update(n)
-            if postfix:
-                self.bar.set_postfix(postfix, refresh=False)
         elif self.enabled and time.perf_counter() - self._last_print >= self.interval:
             self._last_print = time.perf_counter()
-            print(self.line(self), file=sys.stderr, flush=True)
-
-    def rate(self) -> float:
-        return (self.n - self._initial) / max(time.perf_counter() - self.start, 1e-9)
-
-    @staticmethod
-    def default_line(p: Progress) -> str:
-        total = f"/{p.total:,}" if p.total else ""
-        return f"{p.what}: {p.n:,}{total} {p.unit}, {p.rate():,.0f} {p.unit}/s"
+            rate = self.n / max(self._last_print - self.start, 1e-9)
+            print(
+                f"{self.what}: {self.n:,} {self.unit}, {rate:,.0f} {self.unit}/s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def write(self, message: str) -> None:
         """A message that does not break the bar."""

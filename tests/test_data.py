@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import keep_pair
 
 import mt.data.prepare as prep
 from mt.config import CorpusConfig, DataConfig, TokenizerConfig
@@ -23,7 +24,7 @@ from mt.data.corpus import (
     split_source,
     train_sources,
 )
-from mt.data.prepare import Filter, keep_pair, open_or_build
+from mt.data.prepare import Filter, open_or_build
 from mt.data.store import FORMAT_VERSION, TokenStore
 from mt.errors import MtError
 from mt.tokenizer import EOS, Tokenizer, train_tokenizer

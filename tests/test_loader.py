@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mt.batching import Batch, collate
-from mt.data.loader import TrainingSet, collate_store, iterate, pair_sizes
+from mt.data.loader import TrainingSet, collate_store, iterate
 from mt.data.store import StoreWriter, TokenStore, token_dtype
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -100,7 +100,7 @@ def test_collate_store_by_hand(tmp_path):
 
 def test_pair_sizes_are_the_longer_side_with_eos(two_stores):
     (store, _), (pairs, _) = two_stores
-    assert pair_sizes(store).tolist() == [max(len(s), len(t)) + 1 for s, t in pairs]
+    assert store.sizes.tolist() == [max(len(s), len(t)) + 1 for s, t in pairs]
 
 
 def test_mixed_corpora_in_one_batch(two_stores):

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import keep_pair
 
 import mt.data.prepare as prep
 from mt.config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from mt.data.corpus import Source, pair_chunks, read_parallel
-from mt.data.prepare import FILTERS, Filter, drop_reasons, keep_pair, prepare, sample_pairs
+from mt.data.prepare import FILTERS, Filter, drop_reasons, prepare, sample_pairs
 from mt.data.store import TokenStore
 from mt.tokenizer import EOS, Tokenizer, train_tokenizer
 

@@ -61,11 +61,6 @@ def collate_store(store: TokenStore, idx: np.ndarray) -> Batch:
     )
 
 
-def pair_sizes(store: TokenStore) -> np.ndarray:
-    """Per pair the longer side with its EOS: what a batch pays for it in padded tokens."""
-    return store.sizes
-
-
 class TrainingSet(torch.utils.data.Dataset):
     """The training corpora as one index space, indexed by whole batches (index arrays)."""
 

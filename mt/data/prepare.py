@@ -41,12 +41,6 @@ class Filter:
     max_ratio: float
 
 
-def keep_pair(src: list[int], tgt: list[int], max_len: int, max_ratio: float) -> bool:
-    """The length and ratio filter for one pair whose `src` ends with EOS (`tgt` has none)."""
-    ls, lt = len(src), len(tgt) + 1
-    return ls <= max_len and lt <= max_len and max(ls, lt) <= max_ratio * min(ls, lt)
-
-
 def drop_reasons(src_len: np.ndarray, tgt_len: np.ndarray, f: Filter) -> np.ndarray:
     """Per pair 0 (kept) or 1 + the index in FILTERS of the first filter that drops it.
 

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from mt.batching import Batch, shard, token_batches
 from mt.config import Config, DecodeConfig, save_config
 from mt.data.corpus import read_parallel
-from mt.data.loader import TrainingSet, collate_store, iterate, pair_sizes
+from mt.data.loader import TrainingSet, collate_store, iterate
 from mt.data.prepare import prepare
 from mt.decode.translator import Translator
 from mt.errors import EXIT_DIVERGED, MtError
@@ -258,7 +258,7 @@ class Trainer:
         loss_sum = nll_sum = 0.0
         ntok = 0
         data = self.valid_data
-        sizes = pair_sizes(data)
+        sizes = data.sizes  # per pair: longer side + EOS
         fits = np.nonzero(sizes <= self.cfg.model.max_positions)[0]  # longer: no positions
         for idx in token_batches(sizes, self.cfg.train.max_tokens, items=fits):
             b = collate_store(data, idx).to(self.device)
