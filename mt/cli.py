@@ -72,11 +72,14 @@ def train(
     resume: Annotated[bool, typer.Option(help="Continue the run in the run directory.")] = False,
 ) -> None:
     """Train a tokenizer and a Transformer as CONFIG says."""
-    from mt.memory import keep_freed_memory
+    from mt.memory import check_model_fits, keep_freed_memory
 
     keep_freed_memory()
 
     cfg = _load(config, set_, run_dir)  # before importing torch: config errors come fast
+    # A model too big for this machine, refused before the data is prepared (the vocabulary
+    # is the configured size here; build_model checks again with the trained one).
+    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, cfg.tokenizer.vocab_size)
     from mt.train.trainer import train as run_training
 
     state = run_training(cfg, Path(cfg.train.run_dir), resume)
@@ -113,6 +116,22 @@ STOP_EARLY_HELP = (
 INT8_HELP = "CPU: int8 Linear layers, faster at a small BLEU cost (default: decode.int8)."
 
 
+def _check_beam(beam: int) -> None:
+    from mt.config import MAX_BEAM
+
+    if not 1 <= beam <= MAX_BEAM:
+        raise MtError(f"--beam must be between 1 and {MAX_BEAM:,}, got {beam:,}")
+
+
+def _check_max_tokens(max_tokens: int) -> None:
+    from mt.config import MAX_BATCH_TOKENS
+
+    if not 1 <= max_tokens <= MAX_BATCH_TOKENS:
+        raise MtError(
+            f"--max-tokens must be between 1 and {MAX_BATCH_TOKENS:,}, got {max_tokens:,}"
+        )
+
+
 def _translator(
     checkpoint_path: Path,
     device: str,
@@ -131,8 +150,7 @@ def _translator(
     loaded = load_model(checkpoint_path, dev)
     dcfg = loaded.cfg.decode
     if beam is not None:
-        if beam < 1:
-            raise MtError(f"--beam must be >= 1, got {beam}")
+        _check_beam(beam)
         dcfg.beam = beam
     if greedy and nbest > 1:
         raise MtError("--nbest needs beam search; it cannot be combined with --greedy")
@@ -146,8 +164,7 @@ def _translator(
     if dcfg.int8 and dev.type != "cpu":
         raise MtError("int8 decoding (--int8, decode.int8) runs on CPU only; add --device cpu")
     if max_tokens is not None:
-        if max_tokens < 1:
-            raise MtError(f"--max-tokens must be >= 1, got {max_tokens}")
+        _check_max_tokens(max_tokens)
         dcfg.max_tokens = max_tokens
     try:
         return Translator(
@@ -299,8 +316,7 @@ def attention(
         raise MtError("--src is empty")
     loaded = load_model(checkpoint, _device(device))
     if beam is not None:
-        if beam < 1:
-            raise MtError(f"--beam must be >= 1, got {beam}")
+        _check_beam(beam)
         loaded.cfg.decode.beam = beam
     n_heads = loaded.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:

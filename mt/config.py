@@ -11,6 +11,7 @@ without hard-coding a machine's path.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -125,6 +126,7 @@ class TrainConfig:
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
+    compile: bool = False  # torch.compile the model: for CUDA (on CPU it made steps slower)
 
 
 @dataclass
@@ -136,6 +138,7 @@ class DecodeConfig:
     alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
     int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"  # CUDA weights; CPU always decodes in fp32
     max_len_a: float = 1.2  # output length limit a * src_len + b
     max_len_b: int = 10
     max_tokens: int = 4096  # source tokens per decoding batch
@@ -149,6 +152,24 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+# Upper bounds that keep absurd values from reaching an allocation or a C integer: each sits far
+# above any real setting, so what they reject is a typo.
+MAX_LENGTH = 65_535  # token counts are 16-bit in the token store (mt/data/store.py)
+MAX_VOCAB = 1_000_000
+MAX_WIDTH = 65_536  # model.d_model, model.d_ff
+MAX_LAYERS = 256
+MAX_BEAM = 1_024
+MAX_BATCH_TOKENS = 1 << 24  # train.max_tokens, decode.max_tokens, --max-tokens
+MAX_ACCUM = 1_024
+MAX_THREADS = 4_096
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+
+
+def in_range(name: str, value: float, low: float, high: float) -> tuple[bool, str]:
+    """A validate() check: `low <= value <= high`, with a message naming the key and bounds."""
+    return low <= value <= high, f"{name} must be in [{low:,}, {high:,}], got {value:,}"
 
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -201,7 +222,13 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
             return float(value)  # PyYAML reads `5e-4` (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MtError(f"{where} must be a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        if not math.isfinite(number):
+            raise MtError(f"{where} must be a finite number, got {value!r}")
+        return number
     if hint is str:
         if not isinstance(value, str):
             raise MtError(f"{where} must be a string, got {value!r}")
@@ -241,29 +268,32 @@ def validate(cfg: Config, source: str) -> None:
     """Reject values that type-check but cannot work; messages name key and file."""
     m, t, d, tok = cfg.model, cfg.train, cfg.decode, cfg.tokenizer
     checks = [
-        (m.d_model > 0, "model.d_model must be > 0"),
-        (m.n_heads > 0, "model.n_heads must be > 0"),
+        in_range("model.d_model", m.d_model, 1, MAX_WIDTH),
+        in_range("model.n_heads", m.n_heads, 1, max(m.d_model, 1)),
         (
             m.n_heads > 0 and m.d_model % m.n_heads == 0,
             f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})",
         ),
         (m.d_model % 2 == 0, "model.d_model must be even (sinusoidal positions)"),
-        (m.d_ff > 0, "model.d_ff must be > 0"),
-        (m.encoder_layers > 0, "model.encoder_layers must be > 0"),
-        (m.decoder_layers > 0, "model.decoder_layers must be > 0"),
+        in_range("model.d_ff", m.d_ff, 1, MAX_WIDTH * 4),
+        in_range("model.encoder_layers", m.encoder_layers, 1, MAX_LAYERS),
+        in_range("model.decoder_layers", m.decoder_layers, 1, MAX_LAYERS),
         (0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)"),
         (0.0 <= m.attention_dropout < 1.0, "model.attention_dropout must be in [0, 1)"),
         (0.0 <= m.activation_dropout < 1.0, "model.activation_dropout must be in [0, 1)"),
-        (m.max_positions > 0, "model.max_positions must be > 0"),
+        in_range("model.max_positions", m.max_positions, 1, MAX_LENGTH + 1),
         (
             not m.tie_embeddings or tok.joint,
             "model.tie_embeddings needs tokenizer.joint: true (one shared vocabulary)",
         ),
-        (tok.vocab_size >= 16, "tokenizer.vocab_size must be >= 16"),
+        in_range("tokenizer.vocab_size", tok.vocab_size, 16, MAX_VOCAB),
+        in_range("tokenizer.input_sentence_size", tok.input_sentence_size, 2, 2**31 - 1),
         (0.0 < tok.character_coverage <= 1.0, "tokenizer.character_coverage must be in (0, 1]"),
         (t.warmup > 0, "train.warmup must be > 0"),
-        (t.max_tokens > 0, "train.max_tokens must be > 0"),
-        (t.accum_steps > 0, "train.accum_steps must be > 0"),
+        in_range("train.max_tokens", t.max_tokens, 1, MAX_BATCH_TOKENS),
+        in_range("train.accum_steps", t.accum_steps, 1, MAX_ACCUM),
+        in_range("train.seed", t.seed, 0, MAX_SEED),
+        (0.0 <= t.weight_decay <= 1.0, "train.weight_decay must be in [0, 1]"),
         (t.lr > 0, "train.lr must be > 0"),
         (t.lr_scale > 0, "train.lr_scale must be > 0"),
         (0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)"),
@@ -278,19 +308,21 @@ def validate(cfg: Config, source: str) -> None:
         (t.keep_last >= 0, "train.keep_last must be >= 0"),
         (t.average_last >= 0, "train.average_last must be >= 0"),
         (t.average_last <= t.keep_last, "train.average_last must be <= train.keep_last"),
-        (t.threads >= 0, "train.threads must be >= 0"),
+        in_range("train.threads", t.threads, 0, MAX_THREADS),
         (0 <= t.loader_workers <= 64, "train.loader_workers must be in [0, 64]"),
         (
             len(t.optimizer_betas) == 2 and all(0 <= b < 1 for b in t.optimizer_betas),
             "train.optimizer_betas must be two numbers in [0, 1)",
         ),
         (t.optimizer_eps > 0, "train.optimizer_eps must be > 0"),
-        (d.beam > 0, "decode.beam must be > 0"),
+        in_range("decode.beam", d.beam, 1, MAX_BEAM),
         (0 < d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
-        (d.max_tokens > 0, "decode.max_tokens must be > 0"),
-        (d.buffer_lines > 0, "decode.buffer_lines must be > 0"),
-        (d.max_len_a >= 0 and d.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0"),
-        (cfg.data.max_len > 0, "data.max_len must be > 0"),
+        in_range("decode.max_tokens", d.max_tokens, 1, MAX_BATCH_TOKENS),
+        (0.0 <= d.alpha <= 10.0, "decode.alpha must be in [0, 10]"),
+        in_range("decode.buffer_lines", d.buffer_lines, 1, 10_000_000),
+        (d.max_len_a >= 0, "decode.max_len_a must be >= 0"),
+        (d.max_len_b >= 0, "decode.max_len_b must be >= 0"),
+        in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),
         (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
         (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
         (cfg.data.max_train_examples >= 0, "data.max_train_examples must be >= 0"),

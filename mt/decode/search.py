@@ -26,7 +26,8 @@ class Hypothesis:
 def max_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor:
     """Per-sentence output limit a * src_len + b (without EOS), capped by the model's positions."""
     src_len = src.ne(PAD).sum(1)
-    return (src_len.float() * a + b).floor().long().clamp(1, limit - 1)
+    # Clamped while still float: a huge a or b must reach the cap, not wrap around in int64.
+    return (src_len.double() * a + min(b, limit)).clamp(1, limit - 1).floor().long()
 
 
 def length_penalty(length: int, alpha: float) -> float:

@@ -19,6 +19,7 @@ import torch
 
 from mt.config import Config, from_dict, to_dict
 from mt.errors import MtError
+from mt.memory import check_model_fits
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
 
@@ -105,7 +106,10 @@ class Loaded:
 
 
 def build_model(cfg: Config, tokenizer: Tokenizer) -> Transformer:
-    return Transformer(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    """The model of `cfg` in fp32 on the CPU, refused with one line if its weights cannot fit."""
+    m = cfg.model
+    check_model_fits(m, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    return Transformer(m, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:

@@ -1,0 +1,329 @@
+"""Every numeric option at its extremes: 0, negative and absurdly large.
+
+One table lists each numeric config value and each numeric flag of every command with what the
+three values must do: `E` (exit non-zero with one `mt: error:` line naming the option), `W`
+(work: exit 0 and produce what the command produces) or `A` (either of the two; e.g. a huge
+learning rate may train or be stopped by the divergence guard). Never a traceback.
+
+The table is checked against the config dataclasses and the commands' parameters, so a new
+numeric option without a row fails `test_the_table_covers_every_numeric_option`.
+
+Commands run in this process through `mt.cli.main` (the entry point of the `mt` script) on a
+five-sentence corpus, so the ~200 cases take seconds each at most; a traceback reaches pytest
+as an exception and fails the case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from mt.cli import app, main
+from mt.config import Config
+
+HUGE_INT = 10**30
+HUGE_FLOAT = 1e30
+VALUES = {"zero": 0, "negative": -1, "huge": None}  # None: HUGE_INT or HUGE_FLOAT by type
+
+SENTENCES = ["ka lo mi", "lo mi nu ka", "mi nu", "nu ka lo mi nu", "ka ka lo"]
+
+# key -> outcomes at (0, -1, huge), optionally with extra `--set`s that keep a working run short.
+CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
+    "data.max_len": ("EEE",),  # lengths are 16-bit in the token store
+    "data.max_len_ratio": ("EEW",),
+    "data.max_train_examples": ("WEW",),
+    "data.max_valid_examples": ("WEW",),
+    "data.corpora.weight": ("EEE",),
+    "tokenizer.vocab_size": ("EEE",),  # token ids are 16-bit in the token store
+    "tokenizer.character_coverage": ("EEE",),
+    "tokenizer.input_sentence_size": ("EEE",),
+    "model.d_model": ("EEE",),  # huge: the memory check before building the model
+    "model.n_heads": ("EEE",),
+    "model.d_ff": ("EEE",),
+    "model.encoder_layers": ("EEE",),
+    "model.decoder_layers": ("EEE",),
+    "model.dropout": ("WEE",),
+    "model.attention_dropout": ("WEE",),
+    "model.activation_dropout": ("WEE",),
+    "model.max_positions": ("EEE",),
+    "train.seed": ("WEE",),
+    "train.threads": ("WEE",),
+    "train.loader_workers": ("WEE",),
+    "train.max_tokens": ("EEE",),
+    "train.accum_steps": ("EEE",),
+    "train.optimizer_betas": ("WEE",),  # both betas set to the value
+    "train.optimizer_eps": ("EEW",),
+    "train.weight_decay": ("WEE",),
+    "train.lr_scale": ("EEA", ["train.schedule=noam"]),
+    "train.lr": ("EEA",),
+    "train.warmup": ("EEW",),
+    "train.label_smoothing": ("WEE",),
+    "train.clip_norm": ("WEW",),
+    "train.max_bad_updates": ("EEW",),
+    "train.max_steps": ("EEW", ["train.max_epochs=1"]),
+    "train.max_epochs": ("WEW",),
+    "train.max_minutes": ("WEW",),
+    "train.patience": ("WEW",),
+    "train.log_every": ("EEW",),
+    "train.eval_every": ("EEW",),
+    "train.keep_last": ("WEW",),
+    "train.average_last": ("WEE",),
+    "decode.beam": ("EEE",),
+    "decode.nbest": ("EEE",),
+    "decode.alpha": ("WEE",),
+    "decode.max_len_a": ("WEW",),
+    "decode.max_len_b": ("WEW",),
+    "decode.max_tokens": ("EEE",),
+    "decode.buffer_lines": ("EEE",),
+}
+
+# (command, flag) -> outcomes at (0, -1, huge).
+FLAG_TABLE: dict[tuple[str, str], str] = {
+    ("translate", "--beam"): "EEE",
+    ("translate", "--nbest"): "EEE",
+    ("translate", "--max-tokens"): "EEE",
+    ("eval", "--beam"): "EEE",
+    ("eval", "--max-tokens"): "EEE",
+    ("eval", "--min-bleu"): "WWE",  # huge: the gate fails, exit 1 with one line
+    ("attention", "--layer"): "WWE",
+    ("attention", "--head"): "WWE",
+    ("attention", "--beam"): "EEE",
+}
+
+
+def numeric_config_keys() -> list[str]:
+    """`section.key` of every int/float (or list of them) field, corpora's as data.corpora.*."""
+    keys = []
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            args = typing.get_args(hint)
+            item = args[0] if typing.get_origin(hint) is list else None
+            if dataclasses.is_dataclass(hint):
+                walk(hint, f"{prefix}{f.name}.")
+            elif item is not None and dataclasses.is_dataclass(item):
+                walk(item, f"{prefix}{f.name}.")
+            elif hint in (int, float) or item in (int, float):
+                keys.append(prefix + f.name)
+
+    walk(Config, "")
+    return keys
+
+
+def _bare(hint: typing.Any) -> typing.Any:
+    """`int` from `Annotated[int | None, ...]`."""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 else hint
+
+
+def numeric_flags() -> dict[tuple[str, str], type]:
+    """(command, --flag) -> int or float, for every numeric option of every `mt` command."""
+    found = {}
+    for command in app.registered_commands:
+        name = command.name or command.callback.__name__.replace("_", "-")
+        hints = typing.get_type_hints(command.callback, include_extras=True)
+        for param, hint in hints.items():
+            meta = typing.get_args(hint)[1:] if typing.get_origin(hint) is typing.Annotated else ()
+            info = next((m for m in meta if isinstance(m, typer.models.OptionInfo)), None)
+            if info is None or _bare(hint) not in (int, float):
+                continue
+            decls = [d for d in (info.param_decls or ()) if d.startswith("--")]
+            flag = max(decls, key=len) if decls else "--" + param.rstrip("_").replace("_", "-")
+            found[(name, flag)] = _bare(hint)
+    return found
+
+
+def test_the_table_covers_every_numeric_option():
+    assert sorted(CONFIG_TABLE) == sorted(numeric_config_keys())
+    assert sorted(FLAG_TABLE) == sorted(numeric_flags())
+
+
+# -- running a command in this process ---------------------------------------------------------
+
+
+def run(args: list[object], capsys, monkeypatch) -> tuple[int, str, str]:
+    """`mt ARGS` through the real entry point: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["mt", *map(str, args)])
+    try:
+        main()
+        rc = 0
+    except SystemExit as ex:
+        rc = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def write_task(folder: Path) -> Path:
+    """The five-sentence corpus and a config that trains a 16-wide model for two steps."""
+    data = folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for name in ("train", "val"):
+        for lang in ("src", "tgt"):
+            (data / f"{name}.{lang}").write_text("".join(s + "\n" for s in SENTENCES))
+    (folder / "input.txt").write_text("ka lo mi\nmi nu\nlo ka\n")
+    config = {
+        "data": {"root": str(data), "src_lang": "src", "tgt_lang": "tgt"},
+        "tokenizer": {"vocab_size": 32},
+        "model": {"d_model": 16, "n_heads": 2, "d_ff": 32, "encoder_layers": 1},
+        "train": {
+            "device": "cpu",
+            "threads": 1,
+            "loader_workers": 0,
+            "max_steps": 2,
+            "warmup": 2,
+            "log_every": 1,
+            "eval_every": 2,
+        },
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def value_for(key_type: type, which: str) -> int | float:
+    if which == "huge":
+        return HUGE_INT if key_type is int else HUGE_FLOAT
+    return VALUES[which]
+
+
+def field_type(key: str) -> type:
+    node: typing.Any = Config
+    for part in key.split("."):
+        hint = typing.get_type_hints(node)[part]
+        if typing.get_origin(hint) is list:
+            hint = typing.get_args(hint)[0]
+        node = hint
+    return node
+
+
+def assert_one_error_line(rc: int, err: str, names: str) -> None:
+    assert rc != 0, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert names in lines[0], lines[0]
+
+
+CONFIG_CASES = [
+    (key, which, row[0][i]) for key, row in CONFIG_TABLE.items() for i, which in enumerate(VALUES)
+]
+
+
+@pytest.mark.parametrize(("key", "which", "expect"), CONFIG_CASES)
+def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypatch):
+    config = write_task(tmp_path)
+    value = value_for(field_type(key), which)
+    extra = list(CONFIG_TABLE[key][1]) if len(CONFIG_TABLE[key]) > 1 else []
+    if key == "data.corpora.weight":
+        raw = yaml.safe_load(config.read_text())
+        raw["data"]["corpora"] = [{"name": "train", "weight": value}]
+        config.write_text(yaml.safe_dump(raw))
+        sets = []
+    elif key == "train.optimizer_betas":
+        sets = [f"{key}=[{value}, {value}]"]
+    else:
+        sets = [f"{key}={value}"]
+    if key == "train.max_steps" and which != "huge":
+        extra = []
+    args = ["train", config, "--run-dir", tmp_path / "run"]
+    for item in sets + extra:
+        args += ["--set", item]
+
+    rc, out, err = run(args, capsys, monkeypatch)
+
+    if expect == "E":
+        short = key.replace("data.corpora.", "data.corpora[0].")
+        assert_one_error_line(rc, err, short)
+        return
+    if expect == "A" and rc != 0:
+        assert_one_error_line(rc, err, "mt: error:")
+        return
+    assert rc == 0, err
+    assert (tmp_path / "run" / "last.pt").is_file()
+    if key.startswith("decode."):  # the run's decode settings are the checkpoint's
+        rc, out, err = run(
+            ["translate", tmp_path / "run" / "last.pt", "-i", tmp_path / "input.txt"],
+            capsys,
+            monkeypatch,
+        )
+        assert rc == 0, err
+        assert len(out.splitlines()) == 3
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A checkpoint of the two-step model and the folder with its corpus."""
+    folder = tmp_path_factory.mktemp("extremes")
+    config = write_task(folder)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sys, "argv", ["mt", "train", str(config), "--run-dir", str(folder / "run")])
+    try:
+        main()
+    except SystemExit as ex:
+        assert not ex.code, ex.code
+    finally:
+        mp.undo()
+    return folder
+
+
+def flag_args(command: str, folder: Path) -> list[object]:
+    ckpt = folder / "run" / "last.pt"
+    text = folder / "input.txt"
+    if command == "translate":
+        return ["translate", ckpt, "-i", text, "--device", "cpu"]
+    if command == "eval":
+        return ["eval", ckpt, "--src", text, "--ref", text, "--device", "cpu"]
+    if command == "attention":
+        return ["attention", ckpt, "--src", "ka lo mi", "-o", folder / "attn.png"]
+    raise AssertionError(f"no arguments known for mt {command}")
+
+
+FLAG_CASES = [
+    (command, flag, which, outcomes[i])
+    for (command, flag), outcomes in FLAG_TABLE.items()
+    for i, which in enumerate(VALUES)
+]
+
+
+@pytest.mark.parametrize(("command", "flag", "which", "expect"), FLAG_CASES)
+def test_flag_at_extreme(command, flag, which, expect, trained, capsys, monkeypatch):
+    value = value_for(numeric_flags()[(command, flag)], which)
+    args = [*flag_args(command, trained), flag, value]
+
+    rc, out, err = run(args, capsys, monkeypatch)
+
+    if expect == "E":
+        name = "BLEU" if flag == "--min-bleu" else flag
+        assert_one_error_line(rc, err, name)
+        return
+    assert rc == 0, err
+    assert "Traceback" not in err
+    if command == "translate":
+        assert len(out.splitlines()) == 3
+    if command == "attention":
+        assert (trained / "attn.png").is_file()
+
+
+def test_a_model_too_big_for_the_machine_is_one_line(tmp_path, capsys, monkeypatch):
+    """Within every bound but ~10^12 parameters: refused before any tensor is allocated."""
+    config = write_task(tmp_path)
+    sets = ["model.d_model=65536", "model.n_heads=8", "model.d_ff=262144"]
+    args = ["train", config, "--run-dir", tmp_path / "run"]
+    for item in sets:
+        args += ["--set", item]
+
+    rc, out, err = run(args, capsys, monkeypatch)
+
+    assert_one_error_line(rc, err, "model.d_model")
+    assert "GiB" in err
