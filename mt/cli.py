@@ -116,6 +116,13 @@ STOP_EARLY_HELP = (
 INT8_HELP = "CPU: int8 Linear layers, faster at a small BLEU cost (default: decode.int8)."
 
 
+def _on(sampling, dev):
+    """The sampling generator moved to `dev` with the same seed (draws happen there)."""
+    import torch
+
+    return torch.Generator(device=dev).manual_seed(sampling.generator.initial_seed())
+
+
 def _check_beam(beam: int) -> None:
     from mt.config import MAX_BEAM
 
@@ -142,7 +149,11 @@ def _translator(
     alignment: bool,
     stop_early: bool | None = None,
     int8: bool | None = None,
+    sampling=None,
+    no_repeat_ngram: int | None = None,
+    with_scores: bool = False,
 ):
+    from mt.config import MAX_LENGTH
     from mt.decode.translator import Translator
     from mt.train.checkpoint import load_model
 
@@ -166,12 +177,80 @@ def _translator(
     if max_tokens is not None:
         _check_max_tokens(max_tokens)
         dcfg.max_tokens = max_tokens
+    if no_repeat_ngram is not None:
+        if not 0 <= no_repeat_ngram <= MAX_LENGTH:
+            raise MtError(
+                f"--no-repeat-ngram must be between 0 and {MAX_LENGTH:,}, got {no_repeat_ngram:,}"
+            )
+        dcfg.no_repeat_ngram = no_repeat_ngram
+    if sampling is not None and sampling.generator is not None:
+        sampling.generator = sampling.generator if dev.type == "cpu" else _on(sampling, dev)
     try:
         return Translator(
-            loaded.model, loaded.tokenizer, dcfg, dev, greedy=greedy, alignment=alignment
+            loaded.model,
+            loaded.tokenizer,
+            dcfg,
+            dev,
+            greedy=greedy,
+            alignment=alignment,
+            sampling=sampling,
+            with_scores=with_scores,
         )
     except ValueError as err:  # a decoding option this model or torch cannot do
         raise MtError(f"{checkpoint_path}: {err}") from None
+
+
+def _sampling(
+    sample: bool,
+    topk: int | None,
+    topp: float | None,
+    temperature: float | None,
+    seed: int | None,
+    greedy: bool,
+    beam: int | None,
+    nbest: int,
+):
+    """The Sampling of --sample and its options, or None; misuse is one line."""
+    from mt.config import MAX_SEED
+
+    given = [
+        f
+        for f, v in (
+            ("--topk", topk),
+            ("--topp", topp),
+            ("--temperature", temperature),
+            ("--seed", seed),
+        )
+        if v is not None
+    ]
+    if not sample:
+        if given:
+            raise MtError(f"{given[0]} needs --sample")
+        return None
+    if greedy or beam is not None or nbest != 1:
+        raise MtError(
+            "--sample draws one output per line: it cannot be combined with "
+            "--greedy, --beam or --nbest"
+        )
+    if topk is not None and topk < 0:
+        raise MtError(f"--topk must be >= 0 (0: no limit), got {topk:,}")
+    if topp is not None and not 0 < topp <= 1:
+        raise MtError(f"--topp must be in (0, 1], got {topp}")
+    if temperature is not None and not (0 < temperature < float("inf")):
+        raise MtError(f"--temperature must be > 0, got {temperature}")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise MtError(f"--seed must be between 0 and {MAX_SEED:,}, got {seed:,}")
+    import torch
+
+    from mt.decode.search import Sampling
+
+    generator = torch.Generator().manual_seed(seed if seed is not None else 1)
+    return Sampling(
+        topk or 0,
+        1.0 if topp is None else topp,
+        1.0 if temperature is None else temperature,
+        generator,
+    )
 
 
 def _text_lines(stream):
@@ -198,14 +277,49 @@ def translate(
     ] = False,
     stop_early: Annotated[bool | None, typer.Option(help=STOP_EARLY_HELP)] = None,
     int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
+    input_format: Annotated[
+        str,
+        typer.Option(help='text, or jsonl: {"src": ..., "prefix": ..., "constraints": [...]}.'),
+    ] = "text",
+    output_format: Annotated[
+        str, typer.Option(help="text, or jsonl: translation, score, nbest, tokens, alignment.")
+    ] = "text",
+    no_repeat_ngram: Annotated[
+        int | None, typer.Option(help="No n-gram of N tokens twice in an output (0: off).")
+    ] = None,
+    sample: Annotated[
+        bool, typer.Option(help="Draw each token (back-translation) instead of searching.")
+    ] = False,
+    topk: Annotated[int | None, typer.Option(help="--sample: among the k best (0: all).")] = None,
+    topp: Annotated[
+        float | None, typer.Option(help="--sample: nucleus, the best tokens with mass p.")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="--sample: > 1 flattens.")] = None,
+    seed: Annotated[int | None, typer.Option(help="--sample: random seed (default 1).")] = None,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
+    from mt.decode.requests import read_requests
     from mt.decode.translator import write_translations
 
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
+    for flag, value in (("--input-format", input_format), ("--output-format", output_format)):
+        if value not in ("text", "jsonl"):
+            raise MtError(f"{flag} must be text or jsonl, got {value!r}")
+    sampling = _sampling(sample, topk, topp, temperature, seed, greedy, beam, nbest)
     translator = _translator(
-        checkpoint, device, beam, nbest, max_tokens, greedy, alignment, stop_early, int8
+        checkpoint,
+        device,
+        beam,
+        nbest,
+        max_tokens,
+        greedy,
+        alignment,
+        stop_early,
+        int8,
+        sampling,
+        no_repeat_ngram,
+        with_scores=output_format == "jsonl",
     )
     if input is None and sys.stdin.isatty():
         translator.cfg.buffer_lines = 1  # someone is typing: answer each line at once
@@ -217,8 +331,14 @@ def translate(
         raise MtError(f"{output}: cannot write ({err.strerror})") from None
     with src:
         try:
+            name = str(input) if input is not None else "<stdin>"
+            requests = read_requests(_text_lines(src), input_format, name)
             write_translations(
-                translator.translate_stream(_text_lines(src)), out, nbest=nbest, alignment=alignment
+                translator.translate_stream(requests),
+                out,
+                nbest=nbest,
+                alignment=alignment,
+                jsonl=output_format == "jsonl",
             )
             if tmp is not None:
                 out.close()

@@ -137,6 +137,7 @@ class DecodeConfig:
     nbest: int = 1
     alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
+    no_repeat_ngram: int = 0  # > 0: no n-gram of this many tokens occurs twice in an output
     int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
     dtype: Literal["fp32", "bf16", "fp16"] = "fp32"  # CUDA weights; CPU always decodes in fp32
     max_len_a: float = 1.2  # output length limit a * src_len + b
@@ -320,6 +321,7 @@ def validate(cfg: Config, source: str) -> None:
         in_range("decode.max_tokens", d.max_tokens, 1, MAX_BATCH_TOKENS),
         (0.0 <= d.alpha <= 10.0, "decode.alpha must be in [0, 10]"),
         in_range("decode.buffer_lines", d.buffer_lines, 1, 10_000_000),
+        in_range("decode.no_repeat_ngram", d.no_repeat_ngram, 0, MAX_LENGTH),
         (d.max_len_a >= 0, "decode.max_len_a must be >= 0"),
         (d.max_len_b >= 0, "decode.max_len_b must be >= 0"),
         in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),

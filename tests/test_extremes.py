@@ -77,6 +77,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.beam": ("EEE",),
     "decode.nbest": ("EEE",),
     "decode.alpha": ("WEE",),
+    "decode.no_repeat_ngram": ("WEE",),
     "decode.max_len_a": ("WEW",),
     "decode.max_len_b": ("WEW",),
     "decode.max_tokens": ("EEE",),
@@ -88,6 +89,11 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("translate", "--beam"): "EEE",
     ("translate", "--nbest"): "EEE",
     ("translate", "--max-tokens"): "EEE",
+    ("translate", "--no-repeat-ngram"): "WEE",
+    ("translate", "--topk"): "WEW",  # 0: no limit; huge: all tokens
+    ("translate", "--topp"): "EEE",
+    ("translate", "--temperature"): "EEW",
+    ("translate", "--seed"): "WEE",
     ("eval", "--beam"): "EEE",
     ("eval", "--max-tokens"): "EEE",
     ("eval", "--min-bleu"): "WWE",  # huge: the gate fails, exit 1 with one line
@@ -277,11 +283,15 @@ def trained(tmp_path_factory) -> Path:
     return folder
 
 
-def flag_args(command: str, folder: Path) -> list[object]:
+SAMPLING_FLAGS = ("--topk", "--topp", "--temperature", "--seed")
+
+
+def flag_args(command: str, flag: str, folder: Path) -> list[object]:
     ckpt = folder / "run" / "last.pt"
     text = folder / "input.txt"
     if command == "translate":
-        return ["translate", ckpt, "-i", text, "--device", "cpu"]
+        sample = ["--sample"] if flag in SAMPLING_FLAGS else []
+        return ["translate", ckpt, "-i", text, "--device", "cpu", *sample]
     if command == "eval":
         return ["eval", ckpt, "--src", text, "--ref", text, "--device", "cpu"]
     if command == "attention":
@@ -299,7 +309,7 @@ FLAG_CASES = [
 @pytest.mark.parametrize(("command", "flag", "which", "expect"), FLAG_CASES)
 def test_flag_at_extreme(command, flag, which, expect, trained, capsys, monkeypatch):
     value = value_for(numeric_flags()[(command, flag)], which)
-    args = [*flag_args(command, trained), flag, value]
+    args = [*flag_args(command, flag, trained), flag, value]
 
     rc, out, err = run(args, capsys, monkeypatch)
 

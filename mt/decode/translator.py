@@ -8,17 +8,20 @@ written back in input order. Every input line yields exactly one output line (`n
 
 from __future__ import annotations
 
+import copy
 import itertools
+import json
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.int8 import quantize_linears
-from mt.decode.search import Hypothesis, beam_search, greedy_search
+from mt.decode.requests import Request, translation_record
+from mt.decode.search import Hypothesis, Sampling, beam_search, greedy_search
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
 
@@ -28,6 +31,7 @@ class Translation:
     text: str
     hypotheses: list[Hypothesis]  # best first; empty for an empty input line
     texts: list[str]  # detokenized text of each hypothesis
+    pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
 
 
 class Translator:
@@ -39,22 +43,41 @@ class Translator:
         device: torch.device,
         greedy: bool = False,
         alignment: bool = False,
+        sampling: Sampling | None = None,
+        with_scores: bool = False,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
+        # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
+        # setting travels in checkpoints trained on GPUs, and CPU half matmuls are slow there.
+        if cfg.dtype != "fp32" and device.type == "cuda":
+            half = torch.bfloat16 if cfg.dtype == "bf16" else torch.float16
+            model = copy.deepcopy(model).to(half)
         self.model = quantize_linears(model) if cfg.int8 else model.eval()
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
         self.greedy = greedy or cfg.beam == 1 and cfg.nbest == 1
         self.alignment = alignment
+        self.sampling = sampling  # draw instead of search (one output per line)
+        self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
 
-    def _search(self, src: torch.Tensor) -> list[list[Hypothesis]]:
+    def _search(
+        self, src: torch.Tensor, prefixes: list[list[int]] | None
+    ) -> list[list[Hypothesis]]:
         c = self.cfg
-        if self.greedy:
+        if self.greedy or self.sampling is not None:
             hyps = greedy_search(
-                self.model, src, c.max_len_a, c.max_len_b, self.alignment, with_scores=False
+                self.model,
+                src,
+                c.max_len_a,
+                c.max_len_b,
+                self.alignment,
+                with_scores=self.with_scores or self.sampling is not None,
+                prefixes=prefixes,
+                no_repeat_ngram=c.no_repeat_ngram,
+                sampling=self.sampling,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -67,11 +90,19 @@ class Translator:
             c.nbest,
             self.alignment,
             c.stop_early,
+            prefixes=prefixes,
+            no_repeat_ngram=c.no_repeat_ngram,
         )
 
     def translate_lines(self, lines: list[str]) -> list[Translation]:
         """Translations of `lines`, in their order."""
+        return self.translate_requests([Request(line) for line in lines])
+
+    def translate_requests(self, requests: list[Request]) -> list[Translation]:
+        """Translations of `requests` (sources with optional prefixes), in their order."""
+        lines = [r.src for r in requests]
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
+        prefix_ids = self._prefix_ids(requests)
         results: list[list[Hypothesis]] = [[] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
         for i in todo:
@@ -82,22 +113,36 @@ class Translator:
         for batch in token_batches(sizes, self.cfg.max_tokens):
             rows = [todo[j] for j in batch]
             src = pad([ids[r] for r in rows]).to(self.device)
-            for r, hyps in zip(rows, self._search(src)):
+            prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
+            for r, hyps in zip(rows, self._search(src, prefixes)):
                 results[r] = hyps
         out = []
         for hyps in results:
             texts = [self.tokenizer.decode_tgt(h.tokens) for h in hyps]
-            out.append(Translation(texts[0] if texts else "", hyps, texts))
+            pieces = self.tokenizer.tgt_pieces(hyps[0].tokens) if hyps else []
+            out.append(Translation(texts[0] if texts else "", hyps, texts, pieces))
         return out
 
-    def translate_stream(self, lines: Iterable[str]) -> Iterator[Translation]:
-        """Translate an endless iterable buffer by buffer, yielding in input order."""
+    def _prefix_ids(self, requests: list[Request]) -> list[list[int]] | None:
+        """Target ids of each request's prefix (None when no request has one), cut so that
+        at least one position is left for the continuation."""
+        if not any(r.prefix for r in requests):
+            return None
+        ids = self.tokenizer.encode_tgt([r.prefix for r in requests])
+        return [p[: self.max_src - 2] for p in ids]
+
+    def translate_stream(self, lines: Iterable[str | Request]) -> Iterator[Translation]:
+        """Translate an endless iterable (of lines or requests) buffer by buffer, yielding in
+        input order."""
         it = iter(lines)
         while True:
-            chunk = [line.rstrip("\r\n") for line in itertools.islice(it, self.cfg.buffer_lines)]
+            chunk = [
+                x if isinstance(x, Request) else Request(x.rstrip("\r\n"))
+                for x in itertools.islice(it, self.cfg.buffer_lines)
+            ]
             if not chunk:
                 return
-            yield from self.translate_lines(chunk)
+            yield from self.translate_requests(chunk)
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:
@@ -131,12 +176,17 @@ def write_translations(
     out,  # a text stream
     nbest: int = 1,
     alignment: bool = False,
+    jsonl: bool = False,
 ) -> int:
-    """Write and flush after each buffer-sized group; returns the number of input lines."""
+    """Write and flush after each buffer-sized group; returns the number of input lines.
+    With `jsonl`, one JSON object per input line (see `translation_record`)."""
     n = 0
     for n, t in enumerate(translations, 1):
-        for line in format_translation(t, n - 1, nbest, alignment):
-            out.write(line + "\n")
+        if jsonl:
+            out.write(json.dumps(translation_record(t, alignment), ensure_ascii=False) + "\n")
+        else:
+            for line in format_translation(t, n - 1, nbest, alignment):
+                out.write(line + "\n")
         if out is sys.stdout or n % 64 == 0:
             out.flush()
     out.flush()

@@ -1,0 +1,92 @@
+"""What one input line asks of `mt translate`, read from plain text or from a JSON object.
+
+`--input-format jsonl` lets each line carry more than the source sentence (a target prefix to
+continue, terminology that must appear) while keeping translate's contract: one input line,
+one output line, streamed. A malformed line is an error naming its line number, not a
+skipped or guessed line, because a skipped line would shift every later output line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from mt.errors import MtError
+
+KEYS = ("src", "prefix", "constraints")
+
+
+@dataclass
+class Request:
+    src: str
+    prefix: str = ""  # target text the translation must start with
+    constraints: list[str] = field(default_factory=list)  # target phrases it must contain
+
+
+def parse_jsonl_line(line: str, where: str) -> Request:
+    """`{"src": ..., "prefix": ..., "constraints": [...]}` -> Request; `where` is `file:line`."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise MtError(f"{where}: not a JSON object ({err.msg})") from None
+    if not isinstance(obj, dict):
+        raise MtError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(KEYS))
+    if unknown:
+        raise MtError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+    src = obj.get("src")
+    if not isinstance(src, str):
+        raise MtError(f"{where}: 'src' must be a string")
+    prefix = obj.get("prefix", "")
+    if not isinstance(prefix, str):
+        raise MtError(f"{where}: 'prefix' must be a string")
+    constraints = obj.get("constraints", [])
+    if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
+        raise MtError(f"{where}: 'constraints' must be a list of strings")
+    phrases = [c.strip() for c in constraints]
+    if any(not c for c in phrases):
+        raise MtError(f"{where}: a constraint is empty")
+    return Request(src.replace("\n", " "), prefix.strip(), phrases)
+
+
+def read_requests(lines: Iterable[str], fmt: str, name: str) -> Iterator[Request]:
+    """Requests from text lines (`fmt` text: each line is the source) or JSON lines."""
+    for i, line in enumerate(lines, 1):
+        if fmt == "jsonl":
+            stripped = line.strip()
+            yield parse_jsonl_line(stripped, f"{name}:{i}") if stripped else Request("")
+        else:
+            yield Request(line.rstrip("\r\n"))
+
+
+def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
+    """The JSON object written for one translation (`--output-format jsonl`).
+
+    `score` is the best hypothesis' (length-normalised for beam search, a log-probability sum
+    for greedy search and sampling); `nbest` lists every returned hypothesis best first;
+    `tokens` are the best hypothesis' target pieces and `alignment` (with --alignment) the
+    most-attended source position of each.
+    """
+    record: dict[str, Any] = {"translation": t.text}
+    if t.hypotheses:
+        best = t.hypotheses[0]
+        record["score"] = _finite(best.score)
+        record["tokens"] = t.pieces
+        if alignment:
+            record["alignment"] = best.alignment
+        record["nbest"] = [
+            {"translation": text, "score": _finite(h.score)}
+            for text, h in zip(t.texts, t.hypotheses)
+        ]
+    else:  # an empty line: the empty output, probability 1
+        record.update(score=0.0, tokens=[], nbest=[{"translation": "", "score": 0.0}])
+        if alignment:
+            record["alignment"] = []
+    return record
+
+
+def _finite(x: float) -> float | None:
+    """Scores as strict JSON: NaN (not computed) and infinities become null."""
+    return round(x, 6) if x == x and abs(x) != float("inf") else None
