@@ -139,8 +139,30 @@ def _check_max_tokens(max_tokens: int) -> None:
         )
 
 
+def _load_models(paths: list[Path], dev):
+    """One checkpoint's Loaded, or for several an Ensemble in the first one's Loaded (its
+    tokenizer and decode settings); members must share the tokenizer."""
+    from mt.decode.ensemble import Ensemble
+    from mt.train.checkpoint import load_model
+
+    first = load_model(paths[0], dev)
+    if len(paths) == 1:
+        return first
+    members = [first.model]
+    for path in paths[1:]:
+        other = load_model(path, dev)
+        if other.tokenizer.fingerprint() != first.tokenizer.fingerprint():
+            raise MtError(
+                f"{path}: its tokenizer differs from {paths[0]}'s; an ensemble needs one "
+                "vocabulary (train the members with the same spm.model)"
+            )
+        members.append(other.model)
+    first.model = Ensemble(members).eval()
+    return first
+
+
 def _translator(
-    checkpoint_path: Path,
+    checkpoint_path: Path | list[Path],
     device: str,
     beam: int | None,
     nbest: int,
@@ -155,10 +177,10 @@ def _translator(
 ):
     from mt.config import MAX_LENGTH
     from mt.decode.translator import Translator
-    from mt.train.checkpoint import load_model
 
     dev = _device(device)
-    loaded = load_model(checkpoint_path, dev)
+    paths = checkpoint_path if isinstance(checkpoint_path, list) else [checkpoint_path]
+    loaded = _load_models(paths, dev)
     dcfg = loaded.cfg.decode
     if beam is not None:
         _check_beam(beam)
@@ -264,7 +286,13 @@ def _text_lines(stream):
 
 @app.command()
 def translate(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    checkpoints: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A checkpoint written by mt train; several decode as an ensemble.",
+            metavar="CHECKPOINT...",
+        ),
+    ],
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
     beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
@@ -308,7 +336,7 @@ def translate(
             raise MtError(f"{flag} must be text or jsonl, got {value!r}")
     sampling = _sampling(sample, topk, topp, temperature, seed, greedy, beam, nbest)
     translator = _translator(
-        checkpoint,
+        checkpoints,
         device,
         beam,
         nbest,
@@ -475,6 +503,85 @@ def average(
 
     save(average_weights(checkpoints), output)
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {output}", err=True)
+
+
+@app.command()
+def score(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
+    tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
+    json_: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line, with token scores.")
+    ] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens per batch.")] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
+    int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
+) -> None:
+    """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
+    length-normalised as beam search ranks it."""
+    from mt.decode.score import Scorer, count_parallel, score_files, write_scores
+    from mt.train.checkpoint import load_model
+
+    for path in (src, tgt):
+        if not path.is_file():
+            raise MtError(f"{path}: file not found")
+    if max_tokens is not None:
+        _check_max_tokens(max_tokens)
+    count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
+    dev = _device(device)
+    loaded = load_model(checkpoint, dev)
+    dcfg = loaded.cfg.decode
+    dcfg.max_tokens = max_tokens or dcfg.max_tokens
+    dcfg.int8 = dcfg.int8 if int8 is None else int8
+    if dcfg.int8 and dev.type != "cpu":
+        raise MtError("int8 scoring (--int8, decode.int8) runs on CPU only; add --device cpu")
+    scorer = Scorer(loaded.model, loaded.tokenizer, dcfg, dev)
+    scores = score_files(scorer, src, tgt, dcfg.buffer_lines)
+    tmp = output.with_name(f".{output.name}.tmp") if output is not None else None
+    try:
+        out = open(tmp, "w", encoding="utf-8") if tmp is not None else sys.stdout
+    except OSError as err:
+        raise MtError(f"{output}: cannot write ({err.strerror})") from None
+    try:
+        write_scores(scores, out, json_)
+        if tmp is not None:
+            out.close()
+            os.replace(tmp, output)
+    except BrokenPipeError:  # `mt score ... | head`: stop quietly, as translate does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    except BaseException as err:
+        if tmp is not None:  # no half-written temp file left beside the output
+            with contextlib.suppress(OSError):
+                out.close()
+            tmp.unlink(missing_ok=True)
+            if isinstance(err, OSError):
+                raise MtError(f"{output}: cannot write ({err.strerror or err})") from None
+        raise
+    if scorer.truncated:
+        typer.echo(
+            f"warning: {scorer.truncated} source line(s) were longer than the model's "
+            f"{scorer.max_src} positions and were truncated",
+            err=True,
+        )
+
+
+@app.command(name="export")
+def export_model(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write (must not exist).")],
+    to: Annotated[str, typer.Option("--to", help="ctranslate2 or marian (HF transformers).")],
+    quantization: Annotated[
+        str | None, typer.Option(help="ctranslate2: int8, int8_float16, float16, bfloat16, ...")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing OUT_DIR.")] = False,
+) -> None:
+    """Export a checkpoint for CTranslate2 or HF transformers (needs `pip install 'mt[export]'`)."""
+    from mt.export import export
+
+    export(checkpoint, to, out_dir, quantization, force)
+    typer.echo(f"exported {checkpoint} to {out_dir} ({to})", err=True)
 
 
 def main() -> None:

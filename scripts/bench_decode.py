@@ -1,6 +1,7 @@
 """Decoding speed of `mt` against HF `generate` and CTranslate2 running the same weights.
 
-The mt checkpoint is exported twice: to a `MarianMTModel` (same architecture; the model
+The mt checkpoint is exported twice with `mt.export` (what `mt export` runs): to a
+`MarianMTModel` (same architecture; the model
 dimensions are permuted so that mt's interleaved sin/cos positions land where Marian puts its
 concatenated ones, which leaves the function unchanged), and to a CTranslate2 Transformer
 through CTranslate2's spec API (a converter of our own: mt's weights map onto its spec
@@ -35,143 +36,11 @@ from pathlib import Path
 import torch
 
 from mt.data.corpus import read_lines
-from mt.tokenizer import BOS, EOS, PAD, UNK
-from mt.train.checkpoint import Loaded, load_model
+from mt.export import to_ctranslate2, to_marian
+from mt.tokenizer import PAD
+from mt.train.checkpoint import load_model
 
 ENGINES = ("mt", "hf", "ct2")
-
-
-def permutation(d: int) -> torch.Tensor:
-    """Marian dim j <- mt dim P[j]: sines (mt's even dims) first, then cosines (odd dims)."""
-    return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
-
-
-def to_marian(loaded: Loaded):
-    """A MarianMTModel computing the same function as the mt model (post-norm, tied)."""
-    from peer_marian import marian_config
-    from transformers import MarianMTModel
-
-    m = loaded.cfg.model
-    if m.norm != "post" or not m.tie_embeddings:
-        raise SystemExit("the Marian export needs a post-norm model with tied embeddings")
-    d = m.d_model
-    config = marian_config(loaded.cfg, loaded.tokenizer)  # the shape the peer trains with
-    hf = MarianMTModel(config).eval()
-    P = permutation(d)
-    w = loaded.model.state_dict()
-    sd = {"model.shared.weight": w["src_embed.weight"][:, P]}
-
-    def lin(prefix: str, weight: torch.Tensor, bias: torch.Tensor, rows=None, cols=None) -> None:
-        if cols is not None:
-            weight = weight[:, cols]
-        if rows is not None:
-            weight, bias = weight[rows], bias[rows]
-        sd[f"{prefix}.weight"], sd[f"{prefix}.bias"] = weight, bias
-
-    def norm(prefix: str, src: str) -> None:
-        sd[f"{prefix}.weight"], sd[f"{prefix}.bias"] = w[f"{src}.weight"][P], w[f"{src}.bias"][P]
-
-    def self_attn(prefix: str, src: str) -> None:
-        W, b = w[f"{src}.qkv.weight"], w[f"{src}.qkv.bias"]
-        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            lin(f"{prefix}.{name}", W[i * d : (i + 1) * d], b[i * d : (i + 1) * d], cols=P)
-        lin(f"{prefix}.out_proj", w[f"{src}.out.weight"], w[f"{src}.out.bias"], rows=P)
-
-    def ffn(prefix: str, src: str) -> None:
-        lin(f"{prefix}.fc1", w[f"{src}.fc1.weight"], w[f"{src}.fc1.bias"], cols=P)
-        lin(f"{prefix}.fc2", w[f"{src}.fc2.weight"], w[f"{src}.fc2.bias"], rows=P)
-
-    for i in range(m.encoder_layers):
-        p, s = f"model.encoder.layers.{i}", f"encoder.{i}"
-        self_attn(f"{p}.self_attn", f"{s}.attn")
-        norm(f"{p}.self_attn_layer_norm", f"{s}.norm1")
-        ffn(p, f"{s}.ffn")
-        norm(f"{p}.final_layer_norm", f"{s}.norm2")
-    for i in range(m.decoder_layers):
-        p, s = f"model.decoder.layers.{i}", f"decoder.{i}"
-        self_attn(f"{p}.self_attn", f"{s}.self_attn")
-        norm(f"{p}.self_attn_layer_norm", f"{s}.norm1")
-        c = f"{s}.cross_attn"
-        lin(f"{p}.encoder_attn.q_proj", w[f"{c}.q.weight"], w[f"{c}.q.bias"], cols=P)
-        kv, kvb = w[f"{c}.kv.weight"], w[f"{c}.kv.bias"]
-        lin(f"{p}.encoder_attn.k_proj", kv[:d], kvb[:d], cols=P)
-        lin(f"{p}.encoder_attn.v_proj", kv[d:], kvb[d:], cols=P)
-        lin(f"{p}.encoder_attn.out_proj", w[f"{c}.out.weight"], w[f"{c}.out.bias"], rows=P)
-        norm(f"{p}.encoder_attn_layer_norm", f"{s}.norm2")
-        ffn(p, f"{s}.ffn")
-        norm(f"{p}.final_layer_norm", f"{s}.norm3")
-    missing, unexpected = hf.load_state_dict(sd, strict=False)
-    left = [
-        k
-        for k in missing
-        if "embed_positions" not in k
-        and "embed_tokens" not in k
-        and k not in ("lm_head.weight", "final_logits_bias")
-    ]
-    if left or unexpected:
-        raise SystemExit(f"Marian export: missing {left}, unexpected {unexpected}")
-    hf.tie_weights()
-    return hf
-
-
-def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> None:
-    """Write a CTranslate2 model of the mt checkpoint (our own converter, via the spec API)."""
-    import ctranslate2
-    from ctranslate2.specs import common_spec, transformer_spec
-
-    m, tok = loaded.cfg.model, loaded.tokenizer
-    w = {k: v.float().numpy() for k, v in loaded.model.state_dict().items()}
-    w["positions"] = loaded.model.positions.numpy()
-    spec = transformer_spec.TransformerSpec.from_config(
-        (m.encoder_layers, m.decoder_layers),
-        m.n_heads,
-        pre_norm=m.norm == "pre",
-        activation=common_spec.Activation.RELU,
-    )
-
-    def lin(s, prefix: str) -> None:
-        s.weight, s.bias = w[f"{prefix}.weight"], w[f"{prefix}.bias"]
-
-    def ln(s, prefix: str) -> None:
-        s.gamma, s.beta = w[f"{prefix}.weight"], w[f"{prefix}.bias"]
-
-    for side, emb in ((spec.encoder, "src_embed"), (spec.decoder, "tgt_embed")):
-        side.scale_embeddings = True
-        side.position_encodings.encodings = w["positions"]
-        table = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
-        table.weight = w[f"{emb}.weight"]
-        if m.norm == "pre":
-            ln(side.layer_norm, "encoder_norm" if side is spec.encoder else "decoder_norm")
-    for i, ls in enumerate(spec.encoder.layer):
-        lin(ls.self_attention.linear[0], f"encoder.{i}.attn.qkv")
-        lin(ls.self_attention.linear[1], f"encoder.{i}.attn.out")
-        ln(ls.self_attention.layer_norm, f"encoder.{i}.norm1")
-        lin(ls.ffn.linear_0, f"encoder.{i}.ffn.fc1")
-        lin(ls.ffn.linear_1, f"encoder.{i}.ffn.fc2")
-        ln(ls.ffn.layer_norm, f"encoder.{i}.norm2")
-    for i, ls in enumerate(spec.decoder.layer):
-        lin(ls.self_attention.linear[0], f"decoder.{i}.self_attn.qkv")
-        lin(ls.self_attention.linear[1], f"decoder.{i}.self_attn.out")
-        ln(ls.self_attention.layer_norm, f"decoder.{i}.norm1")
-        lin(ls.attention.linear[0], f"decoder.{i}.cross_attn.q")
-        lin(ls.attention.linear[1], f"decoder.{i}.cross_attn.kv")
-        lin(ls.attention.linear[2], f"decoder.{i}.cross_attn.out")
-        ln(ls.attention.layer_norm, f"decoder.{i}.norm2")
-        lin(ls.ffn.linear_0, f"decoder.{i}.ffn.fc1")
-        lin(ls.ffn.linear_1, f"decoder.{i}.ffn.fc2")
-        ln(ls.ffn.layer_norm, f"decoder.{i}.norm3")
-    spec.decoder.projection.weight = w["output.weight"]
-    src_vocab = [tok.src.id_to_piece(i) for i in range(tok.src_vocab_size)]
-    tgt_vocab = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
-    spec.register_source_vocabulary(src_vocab)
-    spec.register_target_vocabulary(tgt_vocab)
-    spec.config.bos_token, spec.config.eos_token = tgt_vocab[BOS], tgt_vocab[EOS]
-    spec.config.unk_token, spec.config.decoder_start_token = tgt_vocab[UNK], tgt_vocab[BOS]
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out_dir))
-    del ctranslate2
 
 
 def run_engine(args: argparse.Namespace) -> dict:
@@ -230,7 +99,7 @@ def run_engine(args: argparse.Namespace) -> dict:
             intra_threads=args.threads,
             compute_type="int8" if args.int8 else "float32",
         )
-        pieces = [tok.src_pieces(x) for x in lines]
+        pieces = [tok.src.encode(x, out_type=str) for x in lines]  # the model adds </s>
         translator.translate_batch(pieces[:16], beam_size=beam)  # warm-up, untimed
         start = time.perf_counter()
         results = translator.translate_batch(
@@ -238,7 +107,8 @@ def run_engine(args: argparse.Namespace) -> dict:
             beam_size=beam,
             max_batch_size=args.max_tokens,
             batch_type="tokens",
-            max_decoding_length=int(a * max(len(p) for p in pieces) + b) + 1,
+            # mt's limit for the batch's longest source (+1 for </s>); EOS is not counted
+            max_decoding_length=int(a * (max(len(p) for p in pieces) + 1) + b),
         )
         out = [tok.tgt.decode_pieces(r.hypotheses[0]) for r in results]
     seconds = time.perf_counter() - start

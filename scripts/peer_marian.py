@@ -39,6 +39,7 @@ from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet
 from mt.data.prepare import prepare
 from mt.errors import MtError
+from mt.export import marian_config
 from mt.metrics import score
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 from mt.train.loss import label_smoothed_loss
@@ -66,43 +67,6 @@ def machine_info() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
-
-
-def marian_config(cfg: Config, tok: Tokenizer) -> Any:
-    """A MarianConfig of the mt model's shape, with mt's token ids.
-
-    Marian has one embedding table for both sides when `share_encoder_decoder_embeddings`, and
-    ties the output projection to the decoder embedding when `tie_word_embeddings`, which are
-    mt's `tie_embeddings` (one shared table + tied output, needs a joint vocabulary).
-    """
-    from transformers import MarianConfig
-
-    m = cfg.model
-    share = tok.joint and m.tie_embeddings
-    return MarianConfig(
-        vocab_size=tok.src_vocab_size,
-        decoder_vocab_size=tok.tgt_vocab_size,
-        share_encoder_decoder_embeddings=share,
-        tie_word_embeddings=m.tie_embeddings,
-        d_model=m.d_model,
-        encoder_layers=m.encoder_layers,
-        decoder_layers=m.decoder_layers,
-        encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads,
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        activation_dropout=m.activation_dropout,
-        activation_function="relu",
-        max_position_embeddings=m.max_positions,
-        scale_embedding=True,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=BOS,
-        decoder_start_token_id=BOS,
-        forced_eos_token_id=EOS,
-    )
 
 
 def logits(model: torch.nn.Module, b: Batch) -> torch.Tensor:

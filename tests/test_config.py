@@ -120,6 +120,8 @@ def test_unknown_key_names_key_and_file(tmp_path, text, key):
         ("train:\n  optimizer_betas: 0.9\n", "train.optimizer_betas"),
         ("train:\n  optimizer_betas: [0.9, x]\n", "train.optimizer_betas[1]"),
         ("model: 5\n", "model"),
+        ("train:\n  compile: maybe\n", "train.compile"),
+        ("decode:\n  dtype: fp8\n", "decode.dtype"),
     ],
 )
 def test_wrong_type_names_key_and_file(tmp_path, text, key):

@@ -100,6 +100,7 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("attention", "--layer"): "WWE",
     ("attention", "--head"): "WWE",
     ("attention", "--beam"): "EEE",
+    ("score", "--max-tokens"): "EEE",
 }
 
 
@@ -294,6 +295,8 @@ def flag_args(command: str, flag: str, folder: Path) -> list[object]:
         return ["translate", ckpt, "-i", text, "--device", "cpu", *sample]
     if command == "eval":
         return ["eval", ckpt, "--src", text, "--ref", text, "--device", "cpu"]
+    if command == "score":
+        return ["score", ckpt, "--src", text, "--tgt", text, "--device", "cpu"]
     if command == "attention":
         return ["attention", ckpt, "--src", "ka lo mi", "-o", folder / "attn.png"]
     raise AssertionError(f"no arguments known for mt {command}")

@@ -1,0 +1,80 @@
+"""Ensembles: the averaged distribution, search over it, and `mt translate A.pt B.pt`."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import torch
+from test_extremes import write_task
+from test_search import make_model, sources
+
+from mt.config import ModelConfig
+from mt.decode.ensemble import Ensemble
+from mt.decode.search import beam_search, greedy_search
+from mt.model import Transformer
+from mt.tokenizer import BOS
+
+
+def test_an_ensemble_of_one_model_twice_is_that_model():
+    model = make_model(3)
+    pair = Ensemble([model, model]).eval()
+    _, src = sources(8, seed=31)
+    assert [h.tokens for h in greedy_search(pair, src, 1.5, 4)] == [
+        h.tokens for h in greedy_search(model, src, 1.5, 4)
+    ]
+    for a, b in zip(beam_search(pair, src, 4, 0.6, 1.5, 4, nbest=2),
+                    beam_search(model, src, 4, 0.6, 1.5, 4, nbest=2)):  # fmt: skip
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+
+
+def test_the_step_distribution_is_the_normalised_mean_of_log_probabilities():
+    wide = make_model(4)
+    torch.manual_seed(5)  # a member of another width and depth, same vocabulary
+    cfg = ModelConfig(d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=3,
+                      dropout=0.0, max_positions=48)  # fmt: skip
+    narrow = Transformer(cfg, 16, 16).eval()
+    ens = Ensemble([wide, narrow]).eval()
+    assert ens.cfg.max_positions == 48
+    _, src = sources(5, seed=32)
+    prev = torch.full((5,), BOS)
+    with torch.no_grad():
+        memories, mask, _ = ens.encode(src)
+        state = ens.start_state(memories, mask)
+        got = torch.log_softmax(ens.project(ens.step_hidden(prev, state)[0]), -1)
+        want = []
+        for m in (wide, narrow):
+            memory, mask, _ = m.encode(src)
+            logits, _ = m.step(prev, m.start_state(memory, mask))
+            want.append(torch.log_softmax(logits, -1))
+        mean = (want[0] + want[1]) / 2
+    assert torch.allclose(got, torch.log_softmax(mean, -1), atol=1e-5)
+    assert not torch.allclose(got, want[0], atol=1e-3)  # both members count
+    hyps = beam_search(ens, src, 3, 0.6, 1.5, 4)
+    assert len(hyps) == 5 and all(len(h) == 1 for h in hyps)
+
+
+def test_mt_translate_with_two_checkpoints(tiny_run, mt_cli, multi30k_dir):
+    with gzip.open(multi30k_dir / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f).strip() for _ in range(12)]
+    early = sorted(tiny_run.glob("checkpoint_*.pt"))[0]
+    stdin = "\n".join(lines) + "\n"
+    both = mt_cli("translate", tiny_run / "last.pt", early, "--device", "cpu", stdin=stdin)
+    assert both.rc == 0, both.err
+    assert len(both.out.splitlines()) == 12
+    alone = mt_cli("translate", tiny_run / "last.pt", "--device", "cpu", stdin=stdin)
+    assert both.out != alone.out  # the second member changes some outputs
+    twice = mt_cli("translate", tiny_run / "last.pt", tiny_run / "last.pt", "--device", "cpu",
+                   stdin=stdin)  # fmt: skip
+    assert twice.out == alone.out
+
+
+def test_members_with_other_tokenizers_are_one_error_line(tiny_run, mt_cli, tmp_path):
+    config = write_task(tmp_path)  # a five-sentence task: its own small vocabulary
+    assert mt_cli("train", config, "--run-dir", tmp_path / "run").rc == 0
+    other = tmp_path / "run" / "last.pt"
+    result = mt_cli("translate", tiny_run / "last.pt", other, "--device", "cpu", stdin="Hund\n")
+    assert result.rc == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and str(other) in lines[0] and "tokenizer" in lines[0]
