@@ -139,3 +139,37 @@ def test_no_repeat_ngram_through_the_cli(tiny_run, mt_cli, german):
         toks = r["tokens"]
         pairs = list(zip(toks, toks[1:]))
         assert len(pairs) == len(set(pairs)), toks
+
+
+def test_constraints_appear_in_every_output(tiny_run, mt_cli, german, english):
+    """One or two reference words per sentence (the longest ones) must be in the output."""
+    terms = [sorted(e.rstrip(".").split(), key=len)[-1 - i % 2 :] for i, e in enumerate(english)]
+    lines = [json.dumps({"src": s, "constraints": t}) for s, t in zip(german, terms)]
+    result = mt_cli(
+        "translate", tiny_run / "last.pt", "--input-format", "jsonl", "--device", "cpu",
+        "--beam", "4", stdin="\n".join(lines) + "\n",
+    )  # fmt: skip
+    assert result.rc == 0, result.err
+    out = result.out.splitlines()
+    assert len(out) == N
+    for o, t in zip(out, terms):
+        for word in t:
+            assert f" {word}" in f" {o}", (word, o)
+
+
+@pytest.mark.parametrize(
+    ("record", "opts", "words"),
+    [
+        ({"src": "Ein Hund.", "constraints": ["dog"]}, ["--greedy"], "beam search"),
+        ({"src": "Ein Hund.", "constraints": ["dog"], "prefix": "A"}, [], "prefix"),
+        ({"src": "Ein Hund.", "constraints": [""]}, [], "empty"),
+    ],
+)
+def test_constraints_misused_are_one_error_line(tiny_run, mt_cli, record, opts, words):
+    result = mt_cli(
+        "translate", tiny_run / "last.pt", "--input-format", "jsonl", "--device", "cpu", *opts,
+        stdin=json.dumps(record) + "\n",
+    )  # fmt: skip
+    assert result.rc == 2, result.err
+    err = result.err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], result.err

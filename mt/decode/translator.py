@@ -19,9 +19,11 @@ import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
+from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.int8 import quantize_linears
 from mt.decode.requests import Request, translation_record
 from mt.decode.search import Hypothesis, Sampling, beam_search, greedy_search
+from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
 
@@ -48,7 +50,7 @@ class Translator:
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
         # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
-        # setting travels in checkpoints trained on GPUs, and CPU half matmuls are slow there.
+        # setting travels in checkpoints trained on GPUs, and CPU half matmuls are slow without AMX.
         if cfg.dtype != "fp32" and device.type == "cuda":
             half = torch.bfloat16 if cfg.dtype == "bf16" else torch.float16
             model = copy.deepcopy(model).to(half)
@@ -64,9 +66,16 @@ class Translator:
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
 
     def _search(
-        self, src: torch.Tensor, prefixes: list[list[int]] | None
+        self,
+        src: torch.Tensor,
+        prefixes: list[list[int]] | None,
+        constraints: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         c = self.cfg
+        if constraints is not None and any(constraints):
+            return constrained_beam_search(
+                self.model, src, constraints, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest
+            )
         if self.greedy or self.sampling is not None:
             hyps = greedy_search(
                 self.model,
@@ -103,6 +112,7 @@ class Translator:
         lines = [r.src for r in requests]
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
         prefix_ids = self._prefix_ids(requests)
+        constraint_ids = self._constraint_ids(requests)
         results: list[list[Hypothesis]] = [[] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
         for i in todo:
@@ -114,13 +124,33 @@ class Translator:
             rows = [todo[j] for j in batch]
             src = pad([ids[r] for r in rows]).to(self.device)
             prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
-            for r, hyps in zip(rows, self._search(src, prefixes)):
+            terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
+            for r, hyps in zip(rows, self._search(src, prefixes, terms)):
                 results[r] = hyps
         out = []
         for hyps in results:
             texts = [self.tokenizer.decode_tgt(h.tokens) for h in hyps]
             pieces = self.tokenizer.tgt_pieces(hyps[0].tokens) if hyps else []
             out.append(Translation(texts[0] if texts else "", hyps, texts, pieces))
+        return out
+
+    def _constraint_ids(self, requests: list[Request]) -> list[list[list[int]]] | None:
+        """Target ids of each request's constraint phrases (None when no request has any).
+        Constrained search is a beam search of its own: the options it lacks are refused."""
+        if not any(r.constraints for r in requests):
+            return None
+        if self.greedy or self.sampling is not None:
+            raise MtError("constraints need beam search: drop --greedy / --sample (or beam 1)")
+        if self.alignment or self.cfg.stop_early or self.cfg.no_repeat_ngram:
+            raise MtError(
+                "constraints cannot be combined with --alignment, --stop-early or --no-repeat-ngram"
+            )
+        if any(r.constraints and r.prefix for r in requests):
+            raise MtError("a line cannot have both a prefix and constraints")
+        out = []
+        for r in requests:
+            phrases = [phrase_ids(self.tokenizer, text) for text in r.constraints]
+            out.append([p for p in phrases if p])
         return out
 
     def _prefix_ids(self, requests: list[Request]) -> list[list[int]] | None:

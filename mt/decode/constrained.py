@@ -1,0 +1,280 @@
+"""Terminology constraints: beam search whose outputs must contain given target phrases.
+
+Lexically constrained decoding with dynamic beam allocation (DBA; Post & Vilar, 2018), the
+algorithm behind fairseq's `--constraints`. Each step a hypothesis may go on with its usual best
+tokens and, in addition, with the next token of each phrase it has not yet produced, so a
+phrase the model would never rank high can still enter the beam. Those forced candidates score
+badly at first, so the beam is split into banks by how many constraint tokens a candidate has
+met, and filled round-robin from the fullest bank down: a hypothesis that has just placed a
+phrase competes with its own bank rather than with unconstrained ones. A hypothesis may end
+only once all its phrases are in it (at the length limit the best one is returned anyway,
+preferring the ones that met the most phrases).
+
+Phrases are tracked token by token and in any order (fairseq's unordered tracker, without its
+trie): a phrase in progress that the next token breaks starts over. Everything is vectorised
+over (sentences x beams x candidates x phrases), so a step costs a few small tensor ops beyond
+the model's; sentences without constraints get exactly `beam_search`'s result (ties aside).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mt.decode.search import ROWS_PER_CHUNK, Hypothesis, length_penalty, max_lengths, row_topk
+from mt.model import DecoderState, Transformer
+from mt.tokenizer import BOS, EOS, PAD, Tokenizer
+
+NEG = float("-inf")
+
+
+def phrase_ids(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Target ids of a constraint phrase as the target tokenizer writes it inside a sentence.
+
+    A phrase alone can be segmented differently than inside a translation: without
+    sentencepiece's dummy prefix its first word would lack the word-initial mark that every
+    word after a space carries. So the phrase is encoded after an anchor word and a space, and
+    the anchor's pieces are dropped: sentencepiece splits at whitespace before segmenting, so
+    the result is the phrase's pieces after a space, which is where terms occur in a
+    translation (a term glued to a preceding character, as in "(dog", is not matched). With
+    the default dummy prefix this equals encoding the phrase alone. Empty text gives [].
+    """
+    text = text.strip()
+    if not text:
+        return []
+    anchor = tokenizer.encode_tgt(["a"])[0]
+    both = tokenizer.encode_tgt([f"a {text}"])[0]
+    if both[: len(anchor)] == anchor and len(both) > len(anchor):
+        return both[len(anchor) :]
+    return tokenizer.encode_tgt([text])[0]  # an odd model: the phrase's own segmentation
+
+
+def phrase_tensors(
+    constraints: list[list[list[int]]], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, C, L) phrase tokens (PAD after each phrase) and (B, C) lengths, C and L at least 1
+    so that a batch without constraints needs no special case: a slot of length 0 counts as
+    met from the start."""
+    C = max([1] + [len(c) for c in constraints])
+    L = max([1] + [len(p) for c in constraints for p in c])
+    tokens = torch.full((len(constraints), C, L), PAD, dtype=torch.long)
+    lengths = torch.zeros(len(constraints), C, dtype=torch.long)
+    for i, phrases in enumerate(constraints):
+        for j, p in enumerate(phrases):
+            if any(
+                t < 0 or t in (PAD, BOS, EOS) for t in p
+            ):  # UNK may be emitted, so it may be asked
+                raise ValueError(f"constraint {p} of sentence {i} holds PAD/BOS/EOS")
+            tokens[i, j, : len(p)] = torch.tensor(p, dtype=torch.long)
+            lengths[i, j] = len(p)
+    return tokens.to(device), lengths.to(device)
+
+
+def advance(
+    progress: torch.Tensor,  # (R, C) tokens of each phrase matched so far (0 when met)
+    met: torch.Tensor,  # (R, C) bool, phrase already produced
+    phrases: torch.Tensor,  # (R, C, L) each row's phrase tokens
+    lengths: torch.Tensor,  # (R, C)
+    tok: torch.Tensor,  # (R, M) candidate next tokens of each row
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tracker states (R, M, C) after appending each candidate token to its row.
+
+    A token that continues a phrase advances it; any other token breaks it, and the phrase
+    starts over (at 1 if the token is the phrase's first). This is fairseq's unordered rule
+    without a trie: phrases are tracked independently, so two phrases with a common start can
+    both be in progress, and a phrase that occurs twice in the list is met by one occurrence.
+    """
+    nxt = phrases.gather(2, progress[:, :, None].clamp(max=phrases.size(2) - 1))[:, :, 0]
+    cont = tok[:, :, None].eq(nxt[:, None, :])  # (R, M, C)
+    restart = tok[:, :, None].eq(phrases[:, None, :, 0]).long()
+    new = torch.where(cont, progress[:, None, :] + 1, restart)
+    new_met = met[:, None, :] | new.ge(lengths[:, None, :])
+    return new.masked_fill(new_met, 0), new_met
+
+
+def banks(progress: torch.Tensor, met: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Constraint tokens met (...,): the whole of each met phrase plus the longest run in
+    progress (runs of different phrases may overlap, so they are not added up)."""
+    return (met * lengths).sum(-1) + progress.amax(-1)
+
+
+def _expand(
+    model: Transformer,
+    prev: torch.Tensor,  # (R,)
+    state: DecoderState,
+    k: int,
+    wanted: torch.Tensor,  # (R, C) tokens whose log-probability is asked for
+    no_eos: torch.Tensor,  # (R,) bool, rows that may not end yet
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Feed `prev`; per row the `k` best tokens other than PAD/BOS (and EOS where `no_eos`)
+    with their log-probabilities (R, k), the log-probabilities of `wanted` (R, C) and of EOS
+    (R,). `search._top_tokens` returns only the top k, but the constraint tokens are needed
+    wherever they rank, so this is its loop with one gather more; projecting a chunk of rows
+    at a time keeps each chunk's logits in cache, as there."""
+    hidden, _ = model.step_hidden(prev, state)
+    lps, toks, wanted_lps, eos = [], [], [], []
+    for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
+        rows = slice(start, start + len(chunk))
+        logp = torch.log_softmax(model.project(chunk).float(), dim=-1)
+        wanted_lps.append(logp.gather(1, wanted[rows]))
+        eos_lp = logp[:, EOS].clone()
+        eos.append(eos_lp)
+        logp[:, PAD] = NEG
+        logp[:, BOS] = NEG
+        logp[:, EOS] = eos_lp.masked_fill(no_eos[rows], NEG)
+        top, tok = row_topk(logp, min(k, logp.size(-1)))
+        lps.append(top)
+        toks.append(tok)
+    return torch.cat(lps), torch.cat(toks), torch.cat(wanted_lps), torch.cat(eos)
+
+
+def _limits(
+    src: torch.Tensor, lengths: torch.Tensor, a: float, b: int, max_positions: int
+) -> torch.Tensor:
+    """`max_lengths`, raised so that every constraint fits with room to spare: at least the
+    constraint tokens plus max(b, 1) (as `search._limits` does for a prefix); still within the
+    model's positions, so a phrase longer than that can never be met."""
+    limit = max_lengths(src, a, b, max_positions)
+    floor = lengths.sum(1) + min(max(b, 1), max_positions)
+    return torch.maximum(limit, floor).clamp(max=max_positions - 1)
+
+
+@torch.inference_mode()
+def constrained_beam_search(
+    model: Transformer,
+    src: torch.Tensor,  # (B, S)
+    constraints: list[list[list[int]]],
+    beam: int,
+    alpha: float,
+    max_len_a: float,
+    max_len_b: int,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
+    (target ids, see `phrase_ids`; an empty list: plain beam search).
+
+    Scores are `beam_search`'s (log-probability including EOS over the GNMT length penalty).
+    Candidates per step are fairseq's: the sentence's best 2*beam continuations, each
+    hypothesis's best token, and each hypothesis's next token of every unmet phrase; they are
+    ranked round-robin over the banks (constraint tokens met), highest bank first, and then
+    treated as `beam_search` treats its 2*beam: EOS among the first `beam` ends a hypothesis
+    (only possible once all phrases are met), the first `beam` others go on. A sentence stops
+    with `beam` finished hypotheses or at its length limit, where every hypothesis ends; the
+    result is sorted by phrases met, then score, so an incomplete hypothesis comes back only
+    when no complete one was found.
+    """
+    if len(constraints) != src.size(0):
+        raise ValueError(f"{len(constraints)} constraint lists for {src.size(0)} sentences")
+    B, K, dev = src.size(0), beam, src.device
+    phrases, lengths = phrase_tensors(constraints, dev)
+    C = phrases.size(1)
+    if int(phrases.max()) >= model.output.out_features:
+        raise ValueError("a constraint token is outside the target vocabulary")
+    n_banks = int(lengths.sum(1).max()) + 1
+    limit = _limits(src, lengths, max_len_a, max_len_b, model.cfg.max_positions)
+    memory, mask, _ = model.encode(src)
+    state = model.start_state(memory, mask)
+    sent = torch.arange(B, device=dev)  # original index of each active sentence
+    scores = torch.zeros(B, 1, device=dev)  # (sentences, beams so far)
+    history = torch.empty(B, 0, dtype=torch.long, device=dev)
+    progress = torch.zeros(B, C, dtype=torch.long, device=dev)  # per row, as in `advance`
+    met = lengths.eq(0)  # empty slots are met from the start
+    prev = torch.full((B,), BOS, dtype=torch.long, device=dev)
+    finished: list[list[tuple[int, Hypothesis]]] = [[] for _ in range(B)]  # (phrases met, hyp)
+    t = 0
+    while sent.numel():
+        n, width = scores.shape
+        row_sent = sent.repeat_interleave(width)
+        r_phr, r_len = phrases[row_sent], lengths[row_sent]  # (R, C, L), (R, C)
+        nxt = r_phr.gather(2, progress[:, :, None].clamp(max=r_phr.size(2) - 1))[:, :, 0]
+        row_lp, row_tok, con_lp, eos_lp = _expand(model, prev, state, 2 * K, nxt, ~met.all(1))
+        force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
+        if force.any():
+            row_lp[force] = NEG
+            row_lp[force, 0] = eos_lp[force]
+            row_tok[force, 0] = EOS
+        # Constraint candidates: each unmet phrase's next token, once per row, unless it is
+        # among the row's own best tokens already (then that entry counts as its candidate).
+        con_ok = ~met & ~force[:, None]
+        dup = row_tok[:, :, None].eq(nxt[:, None, :]) & con_ok[:, None, :]  # (R, 2K, C)
+        con_ok &= ~dup.any(1)
+        earlier = torch.ones(C, C, dtype=torch.bool, device=dev).triu(1)  # [i, j]: i < j
+        same = nxt[:, :, None].eq(nxt[:, None, :]) & earlier & con_ok[:, :, None]
+        con_ok &= ~same.any(1)
+        # The best 2K over the sentence, plus each row's best and its constraint tokens.
+        top_part = scores[:, :, None] + row_lp.view(n, width, 2 * K)
+        keep = torch.zeros_like(top_part, dtype=torch.bool).view(n, -1)
+        keep.scatter_(1, top_part.view(n, -1).topk(min(2 * K, keep.size(1)), dim=1).indices, True)
+        keep = keep.view(-1, 2 * K)
+        keep[:, 0] = True
+        keep |= dup.any(2)
+        lp = torch.cat([row_lp.masked_fill(~keep, NEG), con_lp.masked_fill(~con_ok, NEG)], 1)
+        tok = torch.cat([row_tok, nxt], 1)  # (R, M)
+        M = tok.size(1)
+        cand = (scores[:, :, None] + lp.view(n, width, M)).view(n, width * M)
+        new_prog, new_met = advance(progress, met, r_phr, r_len, tok)  # (R, M, C)
+        bank = banks(new_prog, new_met, r_len[:, None, :]).view(n, width * M)
+        # DBA: rank within bank by score; take rank 0 of every bank (highest bank first),
+        # then rank 1, ...: equal shares, and a bank short of candidates leaves its share to
+        # the others. With no constraints there is one bank and this is the score order.
+        # Sorting by score, then (stably) by bank, groups each bank in score order; a
+        # candidate's rank is its distance from the start of its bank's run.
+        order = cand.sort(dim=1, descending=True, stable=True).indices
+        live = cand.gather(1, order).isfinite()
+        b_sorted, by_bank = (
+            bank.gather(1, order).masked_fill(~live, -1).sort(dim=1, descending=True, stable=True)
+        )
+        order = order.gather(1, by_bank)
+        pos = torch.arange(order.size(1), device=dev).expand_as(order)
+        run_start = torch.ones_like(live)
+        run_start[:, 1:] = b_sorted[:, 1:].ne(b_sorted[:, :-1])
+        rank = pos - torch.where(run_start, pos, 0).cummax(1).values
+        key = rank * n_banks + (n_banks - 1 - b_sorted)
+        key = key.masked_fill(b_sorted.lt(0), 1 << 62)  # -inf candidates last
+        sel = order.gather(1, key.topk(min(2 * K, key.size(1)), dim=1, largest=False).indices)
+        top_s = cand.gather(1, sel)  # (n, 2K) in DBA order
+        rows = torch.arange(n, device=dev)[:, None] * width + sel // M  # row in state
+        flat = rows * M + sel % M  # candidate index into (R * M)
+        tok_sel = tok.view(-1)[flat]
+        is_eos = tok_sel.eq(EOS)
+        ends = (is_eos[:, :K] & top_s[:, :K].isfinite()).nonzero().tolist()
+        if ends:
+            lpen = length_penalty(t + 1, alpha)
+            sent_list = sent.tolist()
+            n_met = (met & r_len.gt(0)).sum(1)  # phrases met by each row before its EOS
+            for i, j in ends:
+                orig = sent_list[i]
+                if len(finished[orig]) >= K:
+                    continue
+                row = int(rows[i, j])
+                hyp = Hypothesis(history[row].tolist(), float(top_s[i, j]) / lpen)
+                finished[orig].append((int(n_met[row]), hyp))
+        # The first K candidates that do not end continue.
+        rank_go = is_eos.long() * (2 * K) + torch.arange(sel.size(1), device=dev)
+        pick = rank_go.topk(K, dim=1, largest=False).indices  # (n, K)
+        next_scores = top_s.gather(1, pick)
+        next_rows = rows.gather(1, pick)
+        next_flat = flat.gather(1, pick)
+        next_tok = tok_sel.gather(1, pick)
+        done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
+        done |= limit[sent] <= t
+        if done.all():
+            break
+        keep_s = (~done).nonzero().squeeze(1)
+        reorder = next_rows[keep_s].reshape(-1)
+        if done.any():  # sentences leave: their encoder rows go too
+            state = state.select(reorder, keep_s, group=K)
+        else:
+            state = state.reorder_caches(reorder, group=K)
+        chosen = next_flat[keep_s].reshape(-1)
+        progress = new_prog.view(-1, C)[chosen]
+        met = new_met.view(-1, C)[chosen]
+        history = torch.cat([history[reorder], next_tok[keep_s].reshape(-1, 1)], dim=1)
+        scores = next_scores[keep_s]
+        sent = sent[keep_s]
+        prev = next_tok[keep_s].reshape(-1)
+        t += 1
+    out = []
+    for hyps in finished:
+        hyps.sort(key=lambda mh: (-mh[0], -mh[1].score))
+        out.append([h for _, h in hyps[:nbest]])
+    return out
