@@ -40,18 +40,28 @@ def attend(
     mask: torch.Tensor | None,
     dropout: float,
     need_weights: bool,
+    causal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Scaled dot-product attention; `mask` is boolean, True where a key may be attended.
+    """Scaled dot-product attention; `mask` is boolean, True where a key may be attended, and
+    `causal` lets query i see keys <= i only (in place of a mask).
 
     The fused kernel is used unless the weights are wanted (for plots and alignments), in which
     case the same arithmetic is spelled out so the returned weights are exactly the ones used.
     Decoding steps on CPU (a few queries per row) also take the spelled-out path: there torch's
     CPU kernel has a fixed cost per (row, head) that made it ~2x slower than two batched
     matmuls and a softmax (measured at beam-search shapes).
+    `causal` without a mask lets the fused kernel skip the masked half, and on CUDA it is what
+    admits the flash kernel (which takes no mask at all).
     """
     short = q.size(-2) <= SHORT_QUERIES and q.device.type == "cpu"
     if not need_weights and not short:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None
+        )
+        return y, None
+    if causal:
+        below = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        mask = below if mask is None else mask & below
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -75,6 +85,7 @@ class SelfAttention(nn.Module):
         mask: torch.Tensor | None,
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)
@@ -84,7 +95,7 @@ class SelfAttention(nn.Module):
                 v = torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
         p = self.dropout if self.training else 0.0
-        y, w = attend(q, k, v, mask, p, need_weights)  # (B, H, T, D/H)
+        y, w = attend(q, k, v, mask, p, need_weights, causal)  # (B, H, T, D/H)
         return self.out(y.transpose(1, 2).reshape(B, T, D)), w
 
 
@@ -179,15 +190,16 @@ class DecoderLayer(nn.Module):
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
         group: int = 1,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         drop = self.dropout
         if self.pre_norm:
-            y, ws = self.self_attn(self.norm1(x), self_mask, cache, need_weights)
+            y, ws = self.self_attn(self.norm1(x), self_mask, cache, need_weights, causal)
             x = x + drop(y)
             y, wc = self.cross_attn(self.norm2(x), memory_kv, memory_mask, need_weights, group)
             x = x + drop(y)
             return x + drop(self.ffn(self.norm3(x))), ws, wc
-        y, ws = self.self_attn(x, self_mask, cache, need_weights)
+        y, ws = self.self_attn(x, self_mask, cache, need_weights, causal)
         x = self.norm1(x + drop(y))
         y, wc = self.cross_attn(x, memory_kv, memory_mask, need_weights, group)
         x = self.norm2(x + drop(y))
@@ -310,13 +322,14 @@ class Transformer(nn.Module):
         memory_mask: torch.Tensor,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        T = tgt_in.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).tril()
-        self_mask = causal[None, None] & tgt_in.ne(PAD_ID)[:, None, None, :]  # (B, 1, T, T)
+        # Targets are right-padded, so under the causal rule a real position never sees a pad:
+        # `is_causal` alone is exact for every real position (and admits flash attention).
+        # Attention maps also mask pad keys, so their pad rows show no weight on padding.
+        self_mask = tgt_in.ne(PAD_ID)[:, None, None, :] if need_weights else None  # (B,1,1,T)
         x = self._embed(self.tgt_embed, tgt_in)
         self_w, cross_w = [], []
         for layer, kv in zip(self.decoder, memory_kv):
-            x, ws, wc = layer(x, self_mask, kv, memory_mask, None, need_weights)
+            x, ws, wc = layer(x, self_mask, kv, memory_mask, None, need_weights, causal=True)
             if ws is not None:
                 self_w.append(ws)
                 cross_w.append(wc)

@@ -20,6 +20,10 @@ round (with its slowest beside it); the ratios printed at the end compare best r
 
     pip install -e '.[bench]'
     python scripts/bench_decode.py runs/multi30k_de_en/best.pt --src $MT_DATA/test_2016_flickr.de.gz
+
+On a GPU: `--device cuda --dtype fp16` runs every engine there in that precision (mt through
+decode.dtype, HF with its weights cast, CTranslate2 with that compute type); `--engines mt,hf`
+leaves out CTranslate2 where its CUDA libraries are missing.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ from mt.tokenizer import PAD
 from mt.train.checkpoint import load_model
 
 ENGINES = ("mt", "hf", "ct2")
+CT2_TYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def run_engine(args: argparse.Namespace) -> dict:
     """Translate in this process with one engine; returns timing, output and peak memory."""
     torch.set_num_threads(args.threads)
     loaded = load_model(args.checkpoint, "cpu")
+    device = torch.device(args.device)
     tok = loaded.tokenizer
     lines = read_lines(Path(args.src))[: args.limit or None]
     a, b = loaded.cfg.decode.max_len_a, loaded.cfg.decode.max_len_b
@@ -57,25 +63,29 @@ def run_engine(args: argparse.Namespace) -> dict:
 
         dcfg = loaded.cfg.decode
         dcfg.beam, dcfg.nbest, dcfg.max_tokens = beam, 1, args.max_tokens
-        dcfg.stop_early, dcfg.int8 = args.stop_early, args.int8
-        tr = Translator(loaded.model, tok, dcfg, torch.device("cpu"), greedy=beam == 1)
+        dcfg.stop_early, dcfg.int8, dcfg.dtype = args.stop_early, args.int8, args.dtype
+        tr = Translator(loaded.model.to(device), tok, dcfg, device, greedy=beam == 1)
         tr.translate_lines(lines[:16])  # warm-up, untimed, as for every engine
         start = time.perf_counter()
         out = [t.text for t in tr.translate_lines(lines)]
     elif args.engine == "hf":
-        hf = to_marian(loaded)
+        hf = to_marian(loaded).to(device)
+        if device.type == "cuda" and args.dtype != "fp32":
+            hf = hf.to(torch.bfloat16 if args.dtype == "bf16" else torch.float16)
         ids = tok.encode_src(lines)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         res: dict[int, str] = {}
         with torch.inference_mode():  # warm-up, untimed
-            warm = torch.tensor([ids[order[0]]])
+            warm = torch.tensor([ids[order[0]]], device=device)
             hf.generate(input_ids=warm, num_beams=beam, do_sample=False, max_new_tokens=8)
         start = time.perf_counter()
         with torch.inference_mode():
             for k in range(0, len(order), args.batch):
                 rows = order[k : k + args.batch]
                 width = max(len(ids[i]) for i in rows)
-                src = torch.tensor([ids[i] + [PAD] * (width - len(ids[i])) for i in rows])
+                src = torch.tensor(
+                    [ids[i] + [PAD] * (width - len(ids[i])) for i in rows], device=device
+                )
                 gen = hf.generate(
                     input_ids=src,
                     attention_mask=src.ne(PAD),
@@ -94,10 +104,10 @@ def run_engine(args: argparse.Namespace) -> dict:
         model_dir = Path(args.ct2_dir)
         translator = ctranslate2.Translator(
             str(model_dir),
-            device="cpu",
+            device=device.type,
             inter_threads=1,
             intra_threads=args.threads,
-            compute_type="int8" if args.int8 else "float32",
+            compute_type="int8" if args.int8 else CT2_TYPES[args.dtype],
         )
         pieces = [tok.src.encode(x, out_type=str) for x in lines]  # the model adds </s>
         translator.translate_batch(pieces[:16], beam_size=beam)  # warm-up, untimed
@@ -139,6 +149,9 @@ def main() -> None:
     p.add_argument("--beams", default="1,5")
     p.add_argument("--int8", action="store_true", help="also int8 (mt dynamic, CT2 int8)")
     p.add_argument("--rounds", type=int, default=3, help="turns per engine; the best is kept")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="fp32", choices=list(CT2_TYPES), help="CUDA precision")
+    p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset")
     p.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
     p.add_argument("--beam", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)
@@ -151,27 +164,28 @@ def main() -> None:
 
     from mt.metrics import bleu
 
+    engines = [e for e in ENGINES if e in args.engines.split(",")]
     loaded = load_model(args.checkpoint, "cpu")
     refs = read_lines(Path(args.ref))[: args.limit or None] if args.ref else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dirs = {}
-        for q in [None] + (["int8"] if args.int8 else []):
+        for q in ([None] + (["int8"] if args.int8 else [])) if "ct2" in engines else []:
             ct2_dirs[q] = Path(tmp) / f"ct2-{q or 'fp32'}"
             to_ctranslate2(loaded, ct2_dirs[q], q)
         for beam in [int(x) for x in args.beams.split(",")]:
-            variants = [(e, False, False) for e in ENGINES]  # (engine, int8, stop early)
+            variants = [(e, False, False) for e in engines]  # (engine, int8, stop early)
             if beam > 1:
                 variants.append(("mt", False, True))
             if args.int8:
-                variants += [("mt", True, False), ("ct2", True, False)]
+                variants += [("mt", True, False)] + [("ct2", True, False)] * ("ct2" in engines)
                 if beam > 1:
                     variants.append(("mt", True, True))
             outputs = {}
             runs: dict[str, list[dict]] = {}
             for _ in range(args.rounds):
                 for engine, int8, early in variants:
-                    ct2_dir = ct2_dirs["int8" if int8 else None]
+                    ct2_dir = ct2_dirs.get("int8" if int8 else None, Path(tmp))
                     res = run_child(args, engine, beam, int8, ct2_dir, early)
                     outputs[res["engine"]] = res.pop("output")
                     runs.setdefault(res["engine"], []).append(res)
@@ -185,18 +199,12 @@ def main() -> None:
                 rows.append(row)
             if beam == 1:
                 n = len(outputs["mt"])
-                same_hf = sum(x == y for x, y in zip(outputs["mt"], outputs["hf"]))
-                same_ct2 = sum(x == y for x, y in zip(outputs["mt"], outputs["ct2"]))
-                print(
-                    json.dumps(
-                        {
-                            "greedy_identical_to_mt": {
-                                "hf": f"{same_hf}/{n}",
-                                "ct2": f"{same_ct2}/{n}",
-                            }
-                        }
-                    )
-                )
+                same = {
+                    e: f"{sum(x == y for x, y in zip(outputs['mt'], outputs[e]))}/{n}"
+                    for e in engines
+                    if e != "mt"
+                }
+                print(json.dumps({"greedy_identical_to_mt": same}))
     info = machine_info()
     print()
     print(
@@ -219,7 +227,7 @@ def main() -> None:
                 print(f"{ours} / {peer}, beam {beam}: {ratio:.2f}x")
     print(
         f"machine: {info['cpu']}, {args.threads} threads, avx512f {info['avx512f']}, "
-        f"amx {info['amx_bf16']}; best of {args.rounds} rounds"
+        f"amx {info['amx_bf16']}; device {args.device} {args.dtype}; best of {args.rounds} rounds"
     )
 
 
@@ -230,6 +238,7 @@ def run_child(
     cmd = [sys.executable, __file__, args.checkpoint, "--src", args.src, "--engine", engine]
     cmd += ["--beam", str(beam), "--threads", str(args.threads), "--limit", str(args.limit)]
     cmd += ["--batch", str(args.batch), "--max-tokens", str(args.max_tokens), "--ct2-dir", str(ct2)]
+    cmd += ["--device", args.device, "--dtype", args.dtype]
     if int8:
         cmd.append("--int8")
     if early:

@@ -21,4 +21,6 @@ def label_smoothed_loss(
     nll = -logp.gather(1, target[:, None]).squeeze(1)
     smooth = -logp.mean(dim=-1)
     loss = (1.0 - smoothing) * nll + smoothing * smooth
-    return loss[keep].sum(), nll[keep].sum()
+    # Zeroing pads rather than indexing with `keep` keeps shapes static: boolean indexing
+    # would make the host wait for the device (to size the result) on every micro-batch.
+    return loss.masked_fill(~keep, 0.0).sum(), nll.masked_fill(~keep, 0.0).sum()

@@ -192,6 +192,8 @@ class Trainer:
             self.net = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=ids, broadcast_buffers=False
             )
+        if t.compile:  # recompiles once when batch shapes first change, then shapes are dynamic
+            self.net = torch.compile(self.net)
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
         self.log = MetricsLog(run_dir / "metrics.jsonl")
@@ -324,10 +326,13 @@ class Trainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         ntok = sum(b.tgt_tokens for b in group)
-        # DDP averages gradients over ranks, so scale by world / global tokens to get the
-        # gradient of the loss per target token of the whole global batch.
-        global_tok = distributed.sum_all(self.dist, [float(ntok)], self.device)[0]
-        scale = self.dist.world / global_tok
+        scale: float | torch.Tensor = 1.0 / ntok
+        if self.dist.active:
+            # DDP averages gradients over ranks, so scale by world / global tokens to get the
+            # gradient of the loss per target token of the whole global batch. The count stays
+            # on the device: no host sync per step.
+            tok = torch.tensor(float(ntok), device=self.device)
+            scale = self.dist.world / distributed.all_sum(self.dist, tok)
         loss_sum = torch.zeros((), device=self.device)
         nll_sum = torch.zeros((), device=self.device)
         for i, b in enumerate(group):

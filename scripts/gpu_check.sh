@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# One command for a lent GPU: make mt importable beside the preinstalled torch, then run the
+# CUDA tests, the training and decoding benchmarks and the GPU recipe, each under `timeout`,
+# with full logs in $OUT (else runs/gpu_check_out) and a summary table printed last.
+# How to run it in a lease, and what the numbers are for: docs/gpu.md.
+#
+#   bash scripts/gpu_check.sh --prepare        # here, with network: wheels + Multi30k copy
+#   bash scripts/gpu_check.sh [--quick] [--steps tests,bench_train,...] [--wheels DIR]
+#                             [--recipe-minutes M] [--recipe-timeout S] [--cpu]
+#
+# Steps, in order: setup tests bench_train recipe eval bench_decode (default: all).
+# `recipe` trains configs/multi30k_de_en_gpu.yaml for --recipe-minutes of training in total; a
+# run stopped by --recipe-timeout saves last.pt (SIGTERM) and the next call resumes it.
+# Without a GPU every CUDA step is skipped and the exit status is 0; `--cpu` instead runs
+# every step on the CPU at toy sizes, to rehearse the plumbing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+WHEELS=build/wheels # git-ignored, so `carry` can take it
+DATA=data/multi30k  # git-ignored; the configs' default data root
+STEPS=setup,tests,bench_train,recipe,eval,bench_decode
+QUICK=0 CPU=0 PREPARE=0 RECIPE_MINUTES=10 RECIPE_TIMEOUT=520
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) QUICK=1 ;;
+    --cpu) CPU=1 ;;
+    --prepare) PREPARE=1 ;;
+    --steps) STEPS=setup,$2 && shift ;;
+    --wheels) WHEELS=$2 && shift ;;
+    --recipe-minutes) RECIPE_MINUTES=$2 && shift ;;
+    --recipe-timeout) RECIPE_TIMEOUT=$2 && shift ;;
+    *) echo "gpu_check: unknown option $1 (see the top of $0)" >&2 && exit 2 ;;
+    esac
+    shift
+done
+
+if [ $PREPARE = 1 ]; then
+    # The device has no network: what it lacks travels as wheels for its Python (3.12).
+    # Versions pinned to the ones checked here; datasets needs dill and multiprocess too.
+    mkdir -p "$WHEELS" "$DATA"
+    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d "$WHEELS" \
+        datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 ctranslate2==4.8.5 || exit 1
+    src=${MT_DATA:-../shared/data/multi30k}
+    for f in train val test_2016_flickr; do cp "$src"/$f.de.gz "$src"/$f.en.gz "$DATA"/ || exit 1; done
+    du -sh "$WHEELS" "$DATA"
+    echo "carry: [\"$WHEELS\", \"$DATA\"]"
+    exit 0
+fi
+
+OUTDIR=${OUT:-$REPO/runs/gpu_check_out} # the device returns at most 8 files: this writes 8
+mkdir -p "$OUTDIR"
+rm -f "$OUTDIR"/*.log "$OUTDIR"/recipe_metrics.jsonl
+SUMMARY=$OUTDIR/summary.txt
+: >"$SUMMARY"
+RUN=runs/gpu_check
+[ $QUICK = 1 ] && RUN=runs/gpu_check_quick RECIPE_MINUTES=1 RECIPE_TIMEOUT=150
+export MT_DATA=$REPO/$DATA PYTHONUNBUFFERED=1
+SRC=$DATA/test_2016_flickr.de.gz REF=$DATA/test_2016_flickr.en.gz
+FAILED=0
+
+note() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SUMMARY"; }
+wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
+# run STEP TIMEOUT CMD...: CMD under `timeout`, its output in STEP.log; sets RC and SECS
+run() {
+    local step=$1 limit=$2 start=$SECONDS log=$OUTDIR/$1.log
+    shift 2
+    echo "== $step: $*" | tee -a "$log"
+    timeout --preserve-status -k 30 -s TERM "$limit" "$@" >"$log.new" 2>&1
+    RC=$? SECS=$((SECONDS - start))
+    tail -n 3 "$log.new" && cat "$log.new" >>"$log" && rm "$log.new"
+}
+# py SCRIPT ARGS...: a one-off python3 snippet that prints a step's key number
+py() { python3 -c "$@" 2>/dev/null || echo "?"; }
+
+# -- setup: the GPU, and mt importable (PYTHONPATH: no build step, torch left untouched) ------
+start=$SECONDS
+LOG=$OUTDIR/setup.log
+{ nvidia-smi || echo "nvidia-smi: not found"; } >"$LOG" 2>&1
+SITE=${TMPDIR:-/tmp}/mt_gpu_site
+if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
+        "$WHEELS"/*.whl >>"$LOG" 2>&1 || echo "pip install of $WHEELS failed (see setup.log)" | tee -a "$LOG"
+fi
+export PYTHONPATH=$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}
+GPU=$(py 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "")')
+TORCH=$(py 'import torch; print(torch.__version__)')
+EXTRAS=$(py '
+import importlib
+for name in ("datasets", "ctranslate2", "transformers"):
+    try:
+        print(name, importlib.import_module(name).__version__, end=", ")
+    except Exception:
+        print(name, "missing", end=", ")' | sed "s/, $//")
+if ! python3 -c "import mt.cli, sentencepiece, sacrebleu, typer, yaml, tqdm" >>"$LOG" 2>&1; then
+    note setup failed $((SECONDS - start)) "mt does not import (see setup.log)" && FAILED=1
+    STEPS=setup
+fi
+if [ $CPU = 1 ]; then
+    DEVICE=cpu
+elif [ -n "$GPU" ] && [ "$GPU" != "?" ]; then
+    DEVICE=cuda
+else
+    DEVICE=none
+fi
+echo "torch $TORCH; gpu ${GPU:-none}; $EXTRAS; python $(python3 -V 2>&1)" | tee -a "$LOG"
+[ $FAILED = 0 ] && note setup ok $((SECONDS - start)) "${GPU:-no GPU}, torch $TORCH; $EXTRAS"
+skip() { note "$1" skipped 0 "no CUDA device (torch.cuda.is_available() is False)"; }
+
+# Sizes: a GPU run, a short GPU run (--quick: ~8 min in all), or toy sizes on the CPU (--cpu)
+TESTS=()
+if [ $DEVICE = cpu ]; then
+    BENCH_TRAIN=(--device cpu --batch 8 --length 8 --steps 1 --warmup 1 --rounds 1)
+    RECIPE_SET=(--set train.device=cpu --set train.precision=fp32 --set train.max_steps=3
+        --set data.max_train_examples=2000 --set data.max_valid_examples=20
+        --set tokenizer.vocab_size=1000 --set train.max_tokens=1024 --set train.eval_every=3
+        --set train.log_every=1 --set decode.max_len_b=5 --set train.loader_workers=0)
+    BENCH_DECODE=(--device cpu --limit 30 --rounds 1 --beams 1)
+elif [ $QUICK = 1 ]; then
+    TESTS=(-k "not compile") # torch.compile takes minutes
+    BENCH_TRAIN=(--device cuda --batch 256 --length 32 --steps 5 --warmup 3 --rounds 1)
+    RECIPE_SET=()
+    BENCH_DECODE=(--device cuda --dtype fp16 --limit 300 --rounds 1 --beams 1,5)
+else
+    BENCH_TRAIN=(--device cuda --batch 256 --length 32 --steps 20 --warmup 5 --rounds 3)
+    RECIPE_SET=()
+    BENCH_DECODE=(--device cuda --dtype fp16 --rounds 2 --beams 1,5)
+fi
+
+# -- tests: pytest -m cuda ------------------------------------------------------------------
+if wanted tests; then
+    run tests 420 python3 -m pytest -m cuda -q -rs -p no:cacheprovider "${TESTS[@]}" tests/test_cuda.py
+    line=$(grep -E '(passed|failed|skipped|error)' "$OUTDIR/tests.log" | tail -n 1 | tr -d '=')
+    if [ $RC = 0 ] && [[ $line == *passed* ]]; then
+        note tests ok $SECS "$line"
+    elif [ $RC = 0 ] || [ $RC = 5 ]; then
+        note tests skipped $SECS "$line"
+    else
+        note tests failed $SECS "rc $RC: $line" && FAILED=1
+    fi
+fi
+
+# -- bench_train: mt against HF MarianMT, base shape, fp32 and bf16 ---------------------------
+if wanted bench_train; then
+    if [ $DEVICE = none ]; then skip bench_train; else
+        real=()
+        [ -f "$RUN/config.yaml" ] && real=(--run-dir "$RUN" --max-tokens 8192)
+        run bench_train 300 python3 scripts/bench_train.py "${BENCH_TRAIN[@]}" "${real[@]}"
+        key=$(py '
+import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{") and "mt_mfu" in x]
+rows = [r for r in rows if r["precision"] == rows[-1]["precision"]]  # bf16 on a GPU
+print(" | ".join("%s %s: mt %.0f tgt tok/s, %.2fx HF, MFU %.1f%%" % (r["precision"],
+      r["batches"], r["mt_tgt_tok_s"], r["ratio_mt_over_marian"], 100 * r["mt_mfu"])
+      for r in rows))' "$OUTDIR/bench_train.log")
+        [ $RC = 0 ] && note bench_train ok $SECS "$key" || { note bench_train failed $SECS "rc $RC" && FAILED=1; }
+    fi
+fi
+
+# -- recipe: the GPU config for RECIPE_MINUTES of training (resumed if last.pt exists) ---------
+if wanted recipe; then
+    if [ $DEVICE = none ]; then skip recipe; else
+        args=(configs/multi30k_de_en_gpu.yaml --run-dir "$RUN" --set "train.max_minutes=$RECIPE_MINUTES")
+        [ -f "$RUN/last.pt" ] && args+=(--resume)
+        run recipe "$RECIPE_TIMEOUT" python3 -m mt train "${args[@]}" "${RECIPE_SET[@]}"
+        [ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUTDIR/recipe_metrics.jsonl"
+        key=$(py '
+import json, sys, statistics
+recs = [json.loads(x) for x in open(sys.argv[1])]
+tok = statistics.median([r["tgt_tokens_per_s"] for r in recs if "loss" in r] or [0])
+bleu = max([r["dev_bleu"] for r in recs if r.get("dev_bleu") is not None] or [float("nan")])
+minutes = max(r.get("elapsed", 0) for r in recs) / 60
+print("step %d, %.1f min, %.0f tgt tok/s, best dev BLEU %.2f"
+      % (recs[-1]["step"], minutes, tok, bleu))' "$RUN/metrics.jsonl")
+        case $RC in
+        0) note recipe ok $SECS "$key" ;;
+        130 | 143) note recipe paused $SECS "$key; stopped by --recipe-timeout, rerun resumes" ;;
+        *) note recipe failed $SECS "rc $RC; $key" && FAILED=1 ;;
+        esac
+    fi
+fi
+
+# -- eval: cased BLEU on test_2016_flickr (beam from the config) ------------------------------
+if wanted eval; then
+    if [ $DEVICE = none ]; then skip eval; elif ! ls "$RUN"/best.pt >/dev/null 2>&1; then
+        note eval skipped 0 "no $RUN/best.pt (run the recipe step first)"
+    else
+        src=$SRC ref=$REF
+        if [ $DEVICE = cpu ]; then # toy sizes: the first 50 lines
+            src=$OUTDIR/test50.de ref=$OUTDIR/test50.en
+            gzip -cd "$SRC" | head -n 50 >"$src"
+            gzip -cd "$REF" | head -n 50 >"$ref"
+        fi
+        key="" start=$SECONDS ok=0
+        for ckpt in best averaged; do
+            [ -f "$RUN/$ckpt.pt" ] || continue
+            run eval 300 python3 -m mt eval "$RUN/$ckpt.pt" --src "$src" --ref "$ref" --json --device "$DEVICE"
+            bleu=$(tail -n 1 "$OUTDIR/eval.log" | py 'import json, sys; print(round(json.loads(sys.stdin.read())["bleu"], 2))')
+            [ $RC = 0 ] && ok=1
+            key="$key$ckpt.pt BLEU $bleu; "
+        done
+        rm -f "$OUTDIR/test50.de" "$OUTDIR/test50.en"
+        [ $ok = 1 ] && note eval ok $((SECONDS - start)) "$key" || { note eval failed $((SECONDS - start)) "$key" && FAILED=1; }
+    fi
+fi
+
+# -- bench_decode: mt against HF generate and CTranslate2 on the recipe's checkpoint -----------
+if wanted bench_decode; then
+    ckpt=$RUN/averaged.pt
+    [ -f "$ckpt" ] || ckpt=$RUN/best.pt
+    if [ $DEVICE = none ]; then skip bench_decode; elif [ ! -f "$ckpt" ]; then
+        note bench_decode skipped 0 "no $RUN/best.pt (run the recipe step first)"
+    else
+        engines=mt,hf,ct2 why=""
+        # CTranslate2 4.x wheels load CUDA 12's cuBLAS at run time; the device may have CUDA 13.
+        if [ $DEVICE = cuda ] && ! python3 -c 'import ctypes, ctranslate2; ctypes.CDLL("libcublas.so.12")' 2>/dev/null; then
+            engines=mt,hf why="; ct2 left out: ctranslate2 or libcublas.so.12 missing"
+        fi
+        run bench_decode 420 python3 scripts/bench_decode.py "$ckpt" --src "$SRC" --ref "$REF" \
+            --engines "$engines" "${BENCH_DECODE[@]}"
+        key=$(grep -E '^mt(-early)? / ' "$OUTDIR/bench_decode.log" | paste -sd ';' | sed 's/;/; /g')
+        [ $RC = 0 ] && note bench_decode ok $SECS "$key$why" || { note bench_decode failed $SECS "rc $RC$why" && FAILED=1; }
+    fi
+fi
+
+echo
+echo "gpu_check: device $DEVICE, logs in $OUTDIR"
+{ printf 'step\tstatus\tseconds\tkey number\n' && cat "$SUMMARY"; } |
+    awk -F'\t' '{ printf "%-13s %-8s %7s  %s\n", $1, $2, $3, $4 }' | tee "$SUMMARY.tmp"
+mv "$SUMMARY.tmp" "$SUMMARY"
+exit $FAILED
