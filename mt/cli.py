@@ -70,12 +70,21 @@ def train(
     set_: SetOption = None,
     run_dir: RunDirOption = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in the run directory.")] = False,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Fine-tune: start from this checkpoint's weights, tokenizer and model "
+            "(sets train.init_from)."
+        ),
+    ] = None,
 ) -> None:
     """Train a tokenizer and a Transformer as CONFIG says."""
     from mt.memory import check_model_fits, keep_freed_memory
 
     keep_freed_memory()
 
+    if init_from is not None:  # an override, so validation sees it (train.freeze needs it)
+        set_ = [*(set_ or []), f"train.init_from={json.dumps(str(init_from))}"]
     cfg = _load(config, set_, run_dir)  # before importing torch: config errors come fast
     # A model too big for this machine, refused before the data is prepared (the vocabulary
     # is the configured size here; build_model checks again with the trained one).

@@ -127,6 +127,13 @@ class TrainConfig:
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
     compile: bool = False  # torch.compile the model: for CUDA (on CPU it made steps slower)
+    # Fine-tuning (mt/train/finetune.py): start from this checkpoint's weights, tokenizer and
+    # model config instead of random weights and a new tokenizer.
+    init_from: str = ""
+    # False: a fresh optimizer, step 1 and a new warmup. True: keep the checkpoint's optimizer
+    # state (Adam's moments) and step, so the LR schedule continues where the base run stopped.
+    init_keep_optimizer: bool = False
+    freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
 
 
 @dataclass
@@ -316,6 +323,12 @@ def validate(cfg: Config, source: str) -> None:
             "train.optimizer_betas must be two numbers in [0, 1)",
         ),
         (t.optimizer_eps > 0, "train.optimizer_eps must be > 0"),
+        (len(set(t.freeze)) < 3, "train.freeze cannot name all three parts: nothing would train"),
+        (
+            not (t.freeze and t.init_keep_optimizer),
+            "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "
+            "state covers every parameter)",
+        ),
         in_range("decode.beam", d.beam, 1, MAX_BEAM),
         (0 < d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
         in_range("decode.max_tokens", d.max_tokens, 1, MAX_BATCH_TOKENS),

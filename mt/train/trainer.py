@@ -39,7 +39,7 @@ from mt.errors import EXIT_DIVERGED, MtError
 from mt.metrics import bleu
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
-from mt.train import checkpoint, distributed
+from mt.train import checkpoint, distributed, finetune
 from mt.train.loss import label_smoothed_loss
 from mt.train.rundir import RunLock, lock_run_dir
 from mt.train.schedule import learning_rate
@@ -155,11 +155,14 @@ class Trainer:
 
         # Rank 0 makes the run directory, tokenizer and token stores; the others then map them.
         d = cfg.data
+        # Fine-tuning (train.init_from): the checkpoint's model config and tokenizer.
+        self.init = finetune.load_init(cfg, run_dir, resume, log=self.dist.main)
         for turn in (True, False):
             if self.dist.main == turn:
                 if turn:
                     self.lock = lock_run_dir(run_dir, "train")
                     _refuse_finished_run(run_dir, resume)
+                    finetune.write_tokenizer(self.init, run_dir)
                 prepared = prepare(cfg, run_dir, build=turn, log=turn)
             distributed.barrier(self.dist)
         self.tokenizer = prepared.tokenizer
@@ -168,9 +171,10 @@ class Trainer:
         self.valid_src, self.valid_ref = read_parallel(d, d.valid, d.max_valid_examples)
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
+        finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
         self.net: torch.nn.Module = self.model  # what training calls: the DDP wrapper if any
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],  # not train.freeze's
             lr=learning_rate(1, t, cfg.model),
             betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
             eps=t.optimizer_eps,
@@ -197,6 +201,9 @@ class Trainer:
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
         self.log = MetricsLog(run_dir / "metrics.jsonl")
+        if self.init is not None:  # fine-tuning: the start step (and optimizer if kept)
+            write = self.log.write if self.dist.main else None
+            self.state.step = finetune.start(self.init, self.optimizer, self.scaler, write)
 
     # -- checkpoints -------------------------------------------------------------------------
 

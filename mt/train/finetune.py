@@ -1,0 +1,283 @@
+"""Fine-tuning: a new run that starts from another run's checkpoint (`train.init_from`).
+
+A fine-tuning run is a fresh run directory whose model starts from a checkpoint's weights
+instead of random ones. Those weights only mean something with the vocabulary and the shape
+they were trained with, so the run takes both from the checkpoint:
+
+- the tokenizer embedded in the checkpoint is written into the run directory before data
+  preparation, which then finds it and trains none (the config's `tokenizer.*` are not used);
+- the model config is the checkpoint's. A `model.*` key of the new config that is left at its
+  default counts as unset and takes the checkpoint's value; one set to another value than the
+  checkpoint's is refused with one line, except the dropout keys, which fine-tuning often
+  changes. (The loaded config cannot tell "written in the file" from "default", so a key
+  written with its default value, e.g. `norm: post` for a pre-norm checkpoint, also takes the
+  checkpoint's value; the start line prints the model that is trained.)
+
+By default the optimizer is fresh: Adam's moments start at zero and the step at 1, so the
+learning-rate schedule warms up again (a fine-tuning config sets a lower `train.lr` and a short
+`train.warmup`). `train.init_keep_optimizer` instead keeps the checkpoint's optimizer state and
+step: Adam's moments and the schedule continue where the base run stopped (`train.max_steps`
+then counts from the base run's step), as if the base run went on with new data.
+
+`train.freeze` stops gradients to `embeddings`, `encoder` or `decoder` (requires_grad False,
+left out of the optimizer). With tied embeddings the output projection is the target embedding
+matrix, so freezing `embeddings` freezes it too; untied, it belongs to `decoder`.
+
+The trainer calls `load_init` (every process, before data preparation), `write_tokenizer`
+(the process holding the run directory's lock), `init_model` (after building the model) and
+`start` (after building the optimizer). `--resume` continues from the run's own `last.pt`
+and ignores `init_from`: the model config, `init_from` and `freeze` are the ones `last.pt`
+records, so resuming needs neither the base checkpoint nor `--init-from` again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from mt.config import Config, ModelConfig, expand_env, from_dict
+from mt.errors import MtError
+from mt.model import Transformer
+from mt.tokenizer import Tokenizer
+from mt.train import checkpoint
+
+# Keys a fine-tuning config may set to another value than the checkpoint's.
+DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+
+
+@dataclass
+class Init:
+    """What a fine-tuning run takes from `train.init_from`, held until the trainer uses it."""
+
+    path: Path
+    step: int  # the checkpoint's step
+    tokenizer: Tokenizer
+    weights: dict[str, torch.Tensor] | None  # dropped once loaded into the model
+    train_state: dict[str, Any] | None  # optimizer and scaler, for train.init_keep_optimizer
+    freeze: list[str]
+    keep_optimizer: bool
+
+
+def merge_model(config: ModelConfig, stored: ModelConfig, source: str) -> ModelConfig:
+    """The checkpoint's model config with the config's dropout; refuse a contradicting key."""
+    default = ModelConfig()
+    merged: dict[str, Any] = {}
+    for f in dataclasses.fields(ModelConfig):
+        new, old = getattr(config, f.name), getattr(stored, f.name)
+        if new == getattr(default, f.name) or new == old:  # a default counts as unset
+            merged[f.name] = old
+        elif f.name in DROPOUT_KEYS:
+            merged[f.name] = new
+        else:
+            raise MtError(
+                f"model.{f.name} is {new!r} in the config but {old!r} in {source}: fine-tuning "
+                f"keeps the checkpoint's model; remove the key or set it to {old!r}"
+            )
+    return ModelConfig(**merged)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        return checkpoint.load(path)
+    except MtError as err:
+        raise MtError(f"train.init_from: {err}") from None
+
+
+def _recorded_init_from(run_dir: Path) -> str:
+    """`train.init_from` as the run directory's `config.yaml` records it ("" when none)."""
+    try:
+        raw = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        return str(raw["train"].get("init_from") or "")
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        return ""
+
+
+def _resume_as_recorded(cfg: Config, last: Path) -> None:
+    """A resumed fine-tuning run keeps what it started with, as its `last.pt` records it.
+
+    `init_from` may be missing from the config now (it came from `--init-from`) and model keys
+    left at their defaults mean the checkpoint's; the frozen parts must stay the same, since the
+    optimizer state in `last.pt` covers exactly the trainable ones.
+    """
+    t = cfg.train
+    stored = from_dict(checkpoint.load(last)["config"], f"{last} (stored config)")
+    if t.freeze and t.freeze != stored.train.freeze:
+        raise MtError(
+            f"train.freeze is {t.freeze} but {last} was trained with {stored.train.freeze}; "
+            "a resumed run keeps its frozen parts"
+        )
+    cfg.model = merge_model(cfg.model, stored.model, str(last))
+    cfg.tokenizer = stored.tokenizer
+    t.init_from, t.freeze = stored.train.init_from, stored.train.freeze
+    t.init_keep_optimizer = stored.train.init_keep_optimizer
+
+
+def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Init | None:
+    """Read `train.init_from` and make `cfg` the fine-tuning run's config.
+
+    `cfg.model` becomes the checkpoint's (see `merge_model`), `cfg.tokenizer` the checkpoint's
+    settings and `cfg.train.init_from` the expanded path, so `config.yaml` and every checkpoint
+    of the run record what was trained and from what. None when there is nothing to load: no
+    `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer).
+    """
+    t = cfg.train
+    last = run_dir / "last.pt"
+    if resume and last.exists():
+        if t.init_from or t.freeze or _recorded_init_from(run_dir):
+            _resume_as_recorded(cfg, last)
+        return None
+    if not t.init_from:
+        for key, value in (("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)):
+            if value:
+                raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")
+        return None
+    path = Path(expand_env(t.init_from))
+    t.init_from = str(path)
+    data = _load(path)
+    stored = from_dict(data["config"], f"{path} (stored config)")
+    cfg.model = merge_model(cfg.model, stored.model, str(path))
+    if cfg.tokenizer != stored.tokenizer and log:
+        print(
+            f"note: the tokenizer of {path} is used; the config's tokenizer settings are not",
+            file=sys.stderr,
+            flush=True,
+        )
+    cfg.tokenizer = stored.tokenizer
+    try:
+        tokenizer = Tokenizer(data["tokenizer"]["src"], data["tokenizer"].get("tgt"))
+    except Exception:
+        raise MtError(f"train.init_from: {path}: the embedded tokenizer cannot be read") from None
+    step = int(data.get("step") or 0)
+    if t.init_keep_optimizer:
+        if data.get("train_state") is None:
+            raise MtError(
+                f"train.init_from: {path} holds no optimizer state (only last.pt does), which "
+                "train.init_keep_optimizer needs"
+            )
+        if t.max_steps <= step:
+            raise MtError(
+                f"train.max_steps ({t.max_steps:,}) must exceed the step of {path} ({step:,}): "
+                "train.init_keep_optimizer continues its step count"
+            )
+    if log:
+        m = cfg.model
+        start = "optimizer state and step kept" if t.init_keep_optimizer else "fresh optimizer"
+        frozen = f", frozen: {', '.join(t.freeze)}" if t.freeze else ""
+        print(
+            f"fine-tuning from {path} (step {step:,}): its tokenizer and model "
+            f"(d_model {m.d_model}, {m.encoder_layers}+{m.decoder_layers} layers, dropout "
+            f"{m.dropout}), {start}{frozen}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return Init(
+        path=path,
+        step=step,
+        tokenizer=tokenizer,
+        weights=data["model"],
+        train_state=data.get("train_state") if t.init_keep_optimizer else None,
+        freeze=list(t.freeze),
+        keep_optimizer=t.init_keep_optimizer,
+    )
+
+
+def write_tokenizer(init: Init | None, run_dir: Path) -> None:
+    """Make the checkpoint's tokenizer the run's, so data preparation trains none.
+
+    A run directory that already has another tokenizer (e.g. from `mt prepare`, which does not
+    read `train.init_from`) is refused: its token stores hold ids the checkpoint cannot read.
+    """
+    if init is None:
+        return
+    existing = Tokenizer.load(run_dir)
+    if existing is None:
+        init.tokenizer.save(run_dir)
+    elif existing.fingerprint() != init.tokenizer.fingerprint():
+        raise MtError(
+            f"{run_dir}: holds a tokenizer other than the one of {init.path}; fine-tuning needs "
+            "the checkpoint's: use a new run directory"
+        )
+
+
+def freeze(model: Transformer, parts: list[str]) -> int:
+    """Stop gradients to the named parts; returns the number of frozen parameter values.
+
+    The modules are named, not parameter-name patterns, so a tied output projection (the same
+    Parameter as the target embeddings) follows `embeddings` by construction.
+    """
+    tied = model.output.weight is model.tgt_embed.weight
+    modules: dict[str, list[torch.nn.Module]] = {
+        "embeddings": [model.src_embed, model.tgt_embed],
+        "encoder": [model.encoder, model.encoder_norm],
+        "decoder": [model.decoder, model.decoder_norm] + ([] if tied else [model.output]),
+    }
+    frozen: dict[int, torch.nn.Parameter] = {}
+    for part in parts:
+        for module in modules[part]:
+            for p in module.parameters():
+                p.requires_grad_(False)
+                frozen[id(p)] = p
+    return sum(p.numel() for p in frozen.values())
+
+
+def init_model(init: Init | None, model: Transformer, parts: list[str]) -> None:
+    """Load the checkpoint's weights (fresh runs), then freeze `parts` (fresh and resumed)."""
+    if init is not None and init.weights is not None:
+        try:
+            model.load_state_dict(init.weights)
+        except RuntimeError:
+            raise MtError(
+                f"train.init_from: {init.path}: weights do not match its stored model config"
+            ) from None
+        init.weights = None
+    freeze(model, parts)
+
+
+def start(
+    init: Init,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    write: Callable[[dict[str, Any]], None] | None,
+) -> int:
+    """The step the run starts from; with `init_keep_optimizer`, the checkpoint's optimizer.
+
+    Kept are Adam's moments and step counts (and the fp16 scaler); the config's betas, eps and
+    weight decay still apply. `write` (rank 0's metrics log) gets one record naming the start.
+    """
+    step = 0
+    if init.keep_optimizer and init.train_state is not None:
+        ts = init.train_state
+        settings = [
+            {k: g[k] for k in ("betas", "eps", "weight_decay")} for g in optimizer.param_groups
+        ]
+        try:
+            optimizer.load_state_dict(ts["optimizer"])
+        except (ValueError, KeyError, RuntimeError):
+            raise MtError(
+                f"train.init_from: {init.path}: its optimizer state does not fit this model's "
+                "trainable parameters"
+            ) from None
+        for g, s in zip(optimizer.param_groups, settings):
+            g.update(s)
+        if scaler.is_enabled() and ts.get("scaler"):
+            scaler.load_state_dict(ts["scaler"])
+        step = init.step
+    init.train_state = None
+    if write is not None:
+        write(
+            {
+                "step": step,
+                "init_from": str(init.path),
+                "init_step": init.step,
+                "init_keep_optimizer": init.keep_optimizer,
+                "freeze": init.freeze,
+            }
+        )
+    return step
