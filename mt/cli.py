@@ -107,12 +107,16 @@ def prepare(
     data.cache_dir) then maps the stores and starts at once.
     """
     from mt.data.prepare import prepare as run_prepare
+    from mt.train import finetune
     from mt.train.rundir import lock_run_dir
 
     cfg = _load(config, set_, run_dir)
-    lock = lock_run_dir(Path(cfg.train.run_dir), "prepare")
+    folder = Path(cfg.train.run_dir)
+    lock = lock_run_dir(folder, "prepare")
     try:
-        run_prepare(cfg, Path(cfg.train.run_dir))
+        # A fine-tuning run (train.init_from) prepares its data with the checkpoint's tokenizer.
+        finetune.write_tokenizer(finetune.load_init(cfg, folder, resume=False), folder)
+        run_prepare(cfg, folder)
     finally:
         lock.release()
 

@@ -203,3 +203,17 @@ def test_freeze_without_a_checkpoint_is_one_line(slice_dir, tmp_path, mt_cli):
     result = mt_cli("train", config, "--run-dir", tmp_path / "run")
     assert result.rc == 2
     assert "train.freeze needs train.init_from" in one_error_line(result.err)
+
+
+def test_mt_prepare_of_a_fine_tuning_run_uses_the_checkpoints_tokenizer(
+    tiny_run, slice_dir, tmp_path, mt_cli
+):
+    """Prepared ahead (a CPU node), then trained: no tokenizer is trained at either point."""
+    config = ft_config(tmp_path, slice_dir, init_from=str(tiny_run / "last.pt"))
+    run_dir = tmp_path / "run"
+    prepared = mt_cli("prepare", config, "--run-dir", run_dir)
+    assert prepared.rc == 0, prepared.err
+    assert (run_dir / "spm.model").read_bytes() == (tiny_run / "spm.model").read_bytes()
+    trained = mt_cli("train", config, "--run-dir", run_dir)
+    assert trained.rc == 0, trained.err
+    assert (run_dir / "last.pt").is_file()

@@ -191,8 +191,9 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
 def write_tokenizer(init: Init | None, run_dir: Path) -> None:
     """Make the checkpoint's tokenizer the run's, so data preparation trains none.
 
-    A run directory that already has another tokenizer (e.g. from `mt prepare`, which does not
-    read `train.init_from`) is refused: its token stores hold ids the checkpoint cannot read.
+    A run directory that already has another tokenizer (prepared without `train.init_from`) is
+    refused: its token stores hold ids the checkpoint cannot read. `mt prepare` calls this too,
+    so a fine-tuning run can be prepared ahead like any other.
     """
     if init is None:
         return
