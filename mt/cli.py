@@ -10,8 +10,9 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -288,6 +289,35 @@ def _sampling(
     )
 
 
+def _write_output(output: Path | None, write: Callable[[TextIO], object]) -> None:
+    """Run `write` on `output` (stdout when None), the file written whole or not at all.
+
+    A file is written to a temp beside it and renamed at the end; any failure removes the temp
+    (an OSError such as a full disk becomes one line). A closed stdout (`mt translate | head`)
+    ends quietly, as Unix tools do: typer would turn BrokenPipeError into exit 1.
+    """
+    tmp = output.with_name(output.name + ".tmp") if output is not None else None
+    try:
+        out = open(tmp, "w", encoding="utf-8") if tmp is not None else sys.stdout
+    except OSError as err:
+        raise MtError(f"{output}: cannot write ({err.strerror})") from None
+    try:
+        write(out)
+        if tmp is not None:
+            out.close()
+            os.replace(tmp, output)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BaseException as err:
+        if tmp is not None:  # no half-written temp file left beside the output
+            with contextlib.suppress(OSError):
+                out.close()
+            tmp.unlink(missing_ok=True)
+            if isinstance(err, OSError):  # a full disk, a lost mount: one line
+                raise MtError(f"{output}: cannot write ({err.strerror or err})") from None
+        raise
+
+
 def _text_lines(stream):
     """Lines of a byte stream; invalid UTF-8 is reported with its line number."""
     for i, raw in enumerate(stream, 1):
@@ -365,38 +395,19 @@ def translate(
     if input is None and sys.stdin.isatty():
         translator.cfg.buffer_lines = 1  # someone is typing: answer each line at once
     src = open(input, "rb") if input is not None else sys.stdin.buffer
-    tmp = output.with_name(output.name + ".tmp") if output is not None else None
-    try:
-        out = open(tmp, "w", encoding="utf-8") if tmp is not None else sys.stdout
-    except OSError as err:
-        raise MtError(f"{output}: cannot write ({err.strerror})") from None
+    name = str(input) if input is not None else "<stdin>"
     with src:
-        try:
-            name = str(input) if input is not None else "<stdin>"
-            requests = read_requests(_text_lines(src), input_format, name)
-            write_translations(
+        requests = read_requests(_text_lines(src), input_format, name)
+        _write_output(
+            output,
+            lambda out: write_translations(
                 translator.translate_stream(requests),
                 out,
                 nbest=nbest,
                 alignment=alignment,
                 jsonl=output_format == "jsonl",
-            )
-            if tmp is not None:
-                out.close()
-                os.replace(tmp, output)
-        except BrokenPipeError:
-            # The reader went away (`mt translate | head`): stop quietly, as Unix tools do.
-            # Typer would turn this into exit 1, so it is handled here, where it happens.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return
-        except BaseException as err:
-            if tmp is not None:  # no half-written temp file left beside the output
-                with contextlib.suppress(OSError):
-                    out.close()
-                tmp.unlink(missing_ok=True)
-                if isinstance(err, OSError):  # a full disk, a lost mount: one line
-                    raise MtError(f"{output}: cannot write ({err.strerror or err})") from None
-            raise
+            ),
+        )
     if translator.truncated:
         typer.echo(
             f"warning: {translator.truncated} input line(s) were longer than the model's "
@@ -551,27 +562,7 @@ def score(
         raise MtError("int8 scoring (--int8, decode.int8) runs on CPU only; add --device cpu")
     scorer = Scorer(loaded.model, loaded.tokenizer, dcfg, dev)
     scores = score_files(scorer, src, tgt, dcfg.buffer_lines)
-    tmp = output.with_name(f".{output.name}.tmp") if output is not None else None
-    try:
-        out = open(tmp, "w", encoding="utf-8") if tmp is not None else sys.stdout
-    except OSError as err:
-        raise MtError(f"{output}: cannot write ({err.strerror})") from None
-    try:
-        write_scores(scores, out, json_)
-        if tmp is not None:
-            out.close()
-            os.replace(tmp, output)
-    except BrokenPipeError:  # `mt score ... | head`: stop quietly, as translate does
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return
-    except BaseException as err:
-        if tmp is not None:  # no half-written temp file left beside the output
-            with contextlib.suppress(OSError):
-                out.close()
-            tmp.unlink(missing_ok=True)
-            if isinstance(err, OSError):
-                raise MtError(f"{output}: cannot write ({err.strerror or err})") from None
-        raise
+    _write_output(output, lambda out: write_scores(scores, out, json_))
     if scorer.truncated:
         typer.echo(
             f"warning: {scorer.truncated} source line(s) were longer than the model's "
