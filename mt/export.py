@@ -180,20 +180,23 @@ def to_marian(loaded: Loaded) -> Any:
     return hf
 
 
-def _generation_config(cfg: Config) -> Any:
-    """`generate` defaults close to `mt translate`: mt's ids, beam size, PAD/BOS never produced."""
+def generation_config(beam: int, max_length: int | None = None, length_penalty: float = 1.0) -> Any:
+    """`generate` settings close to mt's search: mt's ids, `beam` beams, PAD/BOS never produced,
+    EOS forced at the length limit. Shared by the export and the HF peer benchmark."""
     from transformers import GenerationConfig
 
+    extra = {} if max_length is None else {"max_length": max_length}
     return GenerationConfig(
-        num_beams=cfg.decode.beam,
+        num_beams=beam,
         do_sample=False,
+        length_penalty=length_penalty,
         decoder_start_token_id=BOS,
         bos_token_id=BOS,
         eos_token_id=EOS,
         pad_token_id=PAD,
         forced_eos_token_id=EOS,
         suppress_tokens=[PAD, BOS],
-        max_length=cfg.model.max_positions,
+        **extra,
     )
 
 
@@ -218,7 +221,7 @@ def write_marian(loaded: Loaded, out_dir: Path) -> None:
     from transformers.utils import logging
 
     hf = to_marian(loaded)
-    hf.generation_config = _generation_config(loaded.cfg)
+    hf.generation_config = generation_config(loaded.cfg.decode.beam, loaded.cfg.model.max_positions)
     logging.disable_progress_bar()  # one shard of a small model: a bar is noise on stderr
     hf.save_pretrained(out_dir)
     _save_marian_tokenizer(loaded.tokenizer, out_dir)

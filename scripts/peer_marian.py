@@ -39,9 +39,9 @@ from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet
 from mt.data.prepare import prepare
 from mt.errors import MtError
-from mt.export import marian_config
+from mt.export import generation_config, marian_config
 from mt.metrics import score
-from mt.tokenizer import BOS, EOS, PAD, Tokenizer
+from mt.tokenizer import EOS, PAD, Tokenizer
 from mt.train.loss import label_smoothed_loss
 from mt.train.schedule import learning_rate
 from mt.train.trainer import autocast, resolve_device, resolve_precision
@@ -230,20 +230,8 @@ def translate(
     `max_new_tokens` and has one limit per batch, so the batch's longest source sets it (+1 for
     EOS). Like mt's search, PAD and BOS are never produced and EOS is forced at the limit.
     """
-    from transformers import GenerationConfig
-
     model.eval()
-    gen = GenerationConfig(
-        num_beams=beam,
-        do_sample=False,
-        length_penalty=length_penalty,
-        decoder_start_token_id=BOS,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        forced_eos_token_id=EOS,
-        suppress_tokens=[PAD, BOS],
-    )
+    gen = generation_config(beam, length_penalty=length_penalty)
     ids = tok.encode_src([line.strip() for line in lines])
     ids = [x if len(x) <= max_positions else x[: max_positions - 1] + [EOS] for x in ids]
     todo = [i for i, line in enumerate(lines) if line.strip()]
