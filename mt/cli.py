@@ -318,6 +318,16 @@ def _write_output(output: Path | None, write: Callable[[TextIO], object]) -> Non
         raise
 
 
+def _warn_truncated(count: int, max_src: int, what: str) -> None:
+    """One warning line when `count` lines were cut to the model's longest input."""
+    if count:
+        typer.echo(
+            f"warning: {count} {what} line(s) were longer than the model's {max_src} "
+            "positions and were truncated",
+            err=True,
+        )
+
+
 def _text_lines(stream):
     """Lines of a byte stream; invalid UTF-8 is reported with its line number."""
     for i, raw in enumerate(stream, 1):
@@ -408,12 +418,7 @@ def translate(
                 jsonl=output_format == "jsonl",
             ),
         )
-    if translator.truncated:
-        typer.echo(
-            f"warning: {translator.truncated} input line(s) were longer than the model's "
-            f"{translator.max_src} positions and were truncated",
-            err=True,
-        )
+    _warn_truncated(translator.truncated, translator.max_src, "input")
 
 
 @app.command(name="eval")
@@ -563,12 +568,7 @@ def score(
     scorer = Scorer(loaded.model, loaded.tokenizer, dcfg, dev)
     scores = score_files(scorer, src, tgt, dcfg.buffer_lines)
     _write_output(output, lambda out: write_scores(scores, out, json_))
-    if scorer.truncated:
-        typer.echo(
-            f"warning: {scorer.truncated} source line(s) were longer than the model's "
-            f"{scorer.max_src} positions and were truncated",
-            err=True,
-        )
+    _warn_truncated(scorer.truncated, scorer.max_src, "source")
 
 
 @app.command(name="export")
