@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import torch
 
-from mt.decode.search import ROWS_PER_CHUNK, Hypothesis, length_penalty, max_lengths, row_topk
+from mt.decode.search import (
+    ROWS_PER_CHUNK,
+    Beams,
+    Hypothesis,
+    continuing,
+    max_lengths,
+    only_eos,
+    row_topk,
+)
 from mt.model import DecoderState, Transformer
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
@@ -171,27 +179,21 @@ def constrained_beam_search(
         raise ValueError("a constraint token is outside the target vocabulary")
     n_banks = int(lengths.sum(1).max()) + 1
     limit = _limits(src, lengths, max_len_a, max_len_b, model.cfg.max_positions)
-    memory, mask, _ = model.encode(src)
-    state = model.start_state(memory, mask)
-    sent = torch.arange(B, device=dev)  # original index of each active sentence
-    scores = torch.zeros(B, 1, device=dev)  # (sentences, beams so far)
-    history = torch.empty(B, 0, dtype=torch.long, device=dev)
+    beams = Beams(model, src)
     progress = torch.zeros(B, C, dtype=torch.long, device=dev)  # per row, as in `advance`
     met = lengths.eq(0)  # empty slots are met from the start
-    prev = torch.full((B,), BOS, dtype=torch.long, device=dev)
     finished: list[list[tuple[int, Hypothesis]]] = [[] for _ in range(B)]  # (phrases met, hyp)
-    t = 0
-    while sent.numel():
+    while beams.sent.numel():
+        t, sent, scores = beams.step, beams.sent, beams.scores
         n, width = scores.shape
         row_sent = sent.repeat_interleave(width)
         r_phr, r_len = phrases[row_sent], lengths[row_sent]  # (R, C, L), (R, C)
         nxt = r_phr.gather(2, progress[:, :, None].clamp(max=r_phr.size(2) - 1))[:, :, 0]
-        row_lp, row_tok, con_lp, eos_lp = _expand(model, prev, state, 2 * K, nxt, ~met.all(1))
+        row_lp, row_tok, con_lp, eos_lp = _expand(
+            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1)
+        )
         force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
-        if force.any():
-            row_lp[force] = NEG
-            row_lp[force, 0] = eos_lp[force]
-            row_tok[force, 0] = EOS
+        only_eos(row_lp, row_tok, eos_lp, force)
         # Constraint candidates: each unmet phrase's next token, once per row, unless it is
         # among the row's own best tokens already (then that entry counts as its candidate).
         con_ok = ~met & ~force[:, None]
@@ -235,44 +237,23 @@ def constrained_beam_search(
         rows = torch.arange(n, device=dev)[:, None] * width + sel // M  # row in state
         flat = rows * M + sel % M  # candidate index into (R * M)
         tok_sel = tok.view(-1)[flat]
-        is_eos = tok_sel.eq(EOS)
-        ends = (is_eos[:, :K] & top_s[:, :K].isfinite()).nonzero().tolist()
-        if ends:
-            lpen = length_penalty(t + 1, alpha)
-            sent_list = sent.tolist()
+        ended = beams.endings(top_s, rows, tok_sel, K, alpha, finished)
+        if ended:
             n_met = (met & r_len.gt(0)).sum(1)  # phrases met by each row before its EOS
-            for i, j in ends:
-                orig = sent_list[i]
-                if len(finished[orig]) >= K:
-                    continue
-                row = int(rows[i, j])
-                hyp = Hypothesis(history[row].tolist(), float(top_s[i, j]) / lpen)
-                finished[orig].append((int(n_met[row]), hyp))
-        # The first K candidates that do not end continue.
-        rank_go = is_eos.long() * (2 * K) + torch.arange(sel.size(1), device=dev)
-        pick = rank_go.topk(K, dim=1, largest=False).indices  # (n, K)
-        next_scores = top_s.gather(1, pick)
-        next_rows = rows.gather(1, pick)
-        next_flat = flat.gather(1, pick)
-        next_tok = tok_sel.gather(1, pick)
+            for s, row, score in ended:
+                hyp = Hypothesis(beams.history[row].tolist(), score)
+                finished[s].append((int(n_met[row]), hyp))
+        pick = continuing(tok_sel, K)
         done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
         done |= limit[sent] <= t
         if done.all():
             break
-        keep_s = (~done).nonzero().squeeze(1)
-        reorder = next_rows[keep_s].reshape(-1)
-        if done.any():  # sentences leave: their encoder rows go too
-            state = state.select(reorder, keep_s, group=K)
-        else:
-            state = state.reorder_caches(reorder, group=K)
-        chosen = next_flat[keep_s].reshape(-1)
+        keep_s, _ = beams.advance(
+            done, rows.gather(1, pick), tok_sel.gather(1, pick), top_s.gather(1, pick)
+        )
+        chosen = flat.gather(1, pick)[keep_s].reshape(-1)
         progress = new_prog.view(-1, C)[chosen]
         met = new_met.view(-1, C)[chosen]
-        history = torch.cat([history[reorder], next_tok[keep_s].reshape(-1, 1)], dim=1)
-        scores = next_scores[keep_s]
-        sent = sent[keep_s]
-        prev = next_tok[keep_s].reshape(-1)
-        t += 1
     out = []
     for hyps in finished:
         hyps.sort(key=lambda mh: (-mh[0], -mh[1].score))

@@ -8,6 +8,7 @@ reordered to follow the surviving beams. With beam size 1 it returns the greedy 
 
 from __future__ import annotations
 
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, field
 
 import torch
@@ -286,6 +287,100 @@ def greedy_search(
     return [Hypothesis(tokens[i], scores[i], aligns[i] if need_alignment else []) for i in range(B)]
 
 
+class Beams:
+    """The live part of a batched beam search, advanced the same way by plain and constrained
+    search: the sentences still searching, their beams' scores and tokens, and the decoder
+    state whose rows follow the beams (row r is beam r % width of active sentence r // width).
+
+    The first step has one row per sentence (all beams of a sentence start from the same BOS,
+    so width 1); its best K candidates become the K beams of every step after.
+    """
+
+    def __init__(self, model: Transformer, src: torch.Tensor) -> None:
+        memory, mask, _ = model.encode(src)
+        B, dev = src.size(0), src.device
+        self.state = model.start_state(memory, mask)
+        self.sent = torch.arange(B, device=dev)  # (n,) original index of each active sentence
+        self.scores = torch.zeros(B, 1, device=dev)  # (n, width) log-probability so far
+        self.history = torch.empty(B, 0, dtype=torch.long, device=dev)  # (n * width, t)
+
+    @property
+    def step(self) -> int:
+        """Output position being chosen: the tokens each beam holds so far."""
+        return self.history.size(1)
+
+    @property
+    def prev(self) -> torch.Tensor:
+        """(n * width,) the token each row feeds next: its last one, or BOS at the start."""
+        if self.step:
+            return self.history[:, -1]
+        return torch.full((self.history.size(0),), BOS, dtype=torch.long, device=self.sent.device)
+
+    def endings(
+        self,
+        top_s: torch.Tensor,  # (n, 2K) candidate scores, in the order they are ranked
+        rows: torch.Tensor,  # (n, 2K) state row each candidate extends
+        tok: torch.Tensor,  # (n, 2K) candidate tokens
+        K: int,
+        alpha: float,
+        finished: Sequence[Sized],
+    ) -> list[tuple[int, int, float]]:
+        """(sentence, row, length-normalised score) of each candidate among the first K that
+        ends (EOS, finite score), while its sentence has fewer than K finished hypotheses
+        (`finished[sentence]`, counted with the endings taken before it)."""
+        ends = (tok[:, :K].eq(EOS) & top_s[:, :K].isfinite()).nonzero().tolist()
+        if not ends:
+            return []
+        lp = length_penalty(self.step + 1, alpha)
+        sent = self.sent.tolist()
+        room = {sent[i]: K - len(finished[sent[i]]) for i, _ in ends}
+        out = []
+        for i, j in ends:
+            if room[sent[i]] > 0:
+                room[sent[i]] -= 1
+                out.append((sent[i], int(rows[i, j]), float(top_s[i, j]) / lp))
+        return out
+
+    def advance(
+        self,
+        done: torch.Tensor,  # (n,) bool, sentences that stop here
+        rows: torch.Tensor,  # (n, K) state row each next beam extends
+        tok: torch.Tensor,  # (n, K) its token
+        scores: torch.Tensor,  # (n, K) its score
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sentences not `done` go on with K beams each. Returns the kept sentences (index
+        into the old active ones) and the old rows the new rows come from, for a caller's own
+        per-row state."""
+        K = tok.size(1)
+        keep = (~done).nonzero().squeeze(1)
+        reorder = rows[keep].reshape(-1)
+        if done.any():  # sentences leave: their encoder rows go too
+            self.state = self.state.select(reorder, keep, group=K)
+        else:
+            self.state = self.state.reorder_caches(reorder, group=K)
+        self.history = torch.cat([self.history[reorder], tok[keep].reshape(-1, 1)], dim=1)
+        self.scores = scores[keep]
+        self.sent = self.sent[keep]
+        return keep, reorder
+
+
+def continuing(tok: torch.Tensor, K: int) -> torch.Tensor:
+    """(n, K) positions of the first K candidates (of the ranked `tok`, (n, 2K)) that do not
+    end: the beams that go on. 2K candidates hold at least K such, as at most K end."""
+    order = tok.eq(EOS).long() * tok.size(1) + torch.arange(tok.size(1), device=tok.device)
+    return order.topk(K, dim=1, largest=False).indices
+
+
+def only_eos(
+    row_lp: torch.Tensor, row_tok: torch.Tensor, eos_lp: torch.Tensor, force: torch.Tensor
+) -> None:
+    """Rows at their length limit (`force`) get EOS as their only candidate, in place."""
+    if force.any():
+        row_lp[force] = float("-inf")
+        row_lp[force, 0] = eos_lp[force]
+        row_tok[force, 0] = EOS
+
+
 @torch.inference_mode()
 def beam_search(
     model: Transformer,
@@ -317,63 +412,31 @@ def beam_search(
     B, K, dev = src.size(0), beam, src.device
     prefix = prefix_tensor(prefixes, B, dev)
     limit = _limits(src, prefix, max_len_a, max_len_b, model.cfg.max_positions)
-    memory, mask, _ = model.encode(src)
-    # All beams of a sentence start from the same BOS, so the first step feeds one row per
-    # sentence (group 1) and its best K tokens become the K beams (group K) from then on.
-    state = model.start_state(memory, mask)
-    sent = torch.arange(B, device=dev)  # original index of each active sentence
-    scores = torch.zeros(B, 1, device=dev)  # (sentences, beams so far)
-    history = torch.empty(B, 0, dtype=torch.long, device=dev)
+    beams = Beams(model, src)
     align_hist = torch.empty(B, 0, dtype=torch.long, device=dev)
-    prev = torch.full((B,), BOS, dtype=torch.long, device=dev)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    t = 0
-    while sent.numel():
-        n, width = scores.shape
+    while beams.sent.numel():
+        t, sent, history = beams.step, beams.sent, beams.history
+        n, width = beams.scores.shape
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
         forced = forced_at(prefix, sent.repeat_interleave(width), t)
         banned = repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None
         row_lp, row_tok, eos_lp, align = _top_tokens(
-            model, prev, state, 2 * K, need_alignment, True, forced, banned
+            model, beams.prev, beams.state, 2 * K, need_alignment, True, forced, banned
         )
         assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)
-        force = (limit[sent] <= t).repeat_interleave(width)  # at the length limit only EOS
-        if force.any():
-            row_lp[force] = float("-inf")
-            row_lp[force, 0] = eos_lp[force]
-            row_tok[force, 0] = EOS
-        cand = (scores[:, :, None] + row_lp.view(n, width, C)).view(n, width * C)
+        only_eos(row_lp, row_tok, eos_lp, (limit[sent] <= t).repeat_interleave(width))
+        cand = (beams.scores[:, :, None] + row_lp.view(n, width, C)).view(n, width * C)
         top_s, top_j = cand.topk(min(2 * K, width * C), dim=1)  # (n, 2K)
-        src_beam = top_j // C
         tok = row_tok.view(n, width * C).gather(1, top_j)
-        is_eos = tok.eq(EOS)
-        rows = torch.arange(n, device=dev)[:, None] * width + src_beam  # (n, 2K) row in state
-        ends = (is_eos[:, :K] & top_s[:, :K].isfinite()).nonzero().tolist()
-        if ends:
-            lp = length_penalty(t + 1, alpha)
-            sent_list = sent.tolist()
-            for i, j in ends:
-                orig = sent_list[i]
-                if len(finished[orig]) >= K:
-                    continue
-                row = int(rows[i, j])
-                finished[orig].append(
-                    Hypothesis(
-                        history[row].tolist(),
-                        float(top_s[i, j]) / lp,
-                        align_hist[row].tolist(),
-                    )
-                )
-        # The best K candidates that do not end continue.
-        order = is_eos.long() * (2 * K) + torch.arange(top_j.size(1), device=dev)
-        pick = order.topk(K, dim=1, largest=False).indices  # (n, K)
-        next_scores = top_s.gather(1, pick)
-        next_rows = rows.gather(1, pick)
-        next_tok = tok.gather(1, pick)
+        rows = torch.arange(n, device=dev)[:, None] * width + top_j // C  # (n, 2K) row in state
+        for s, row, score in beams.endings(top_s, rows, tok, K, alpha, finished):
+            finished[s].append(Hypothesis(history[row].tolist(), score, align_hist[row].tolist()))
+        pick = continuing(tok, K)
         need = [K] * n
         if stop_early:  # sentences whose best candidate just ended need only nbest
-            top_ended = (is_eos[:, 0] & top_s[:, 0].isfinite()).tolist()
+            top_ended = (tok[:, 0].eq(EOS) & top_s[:, 0].isfinite()).tolist()
             need = [nbest if e else K for e in top_ended]
         done = torch.tensor(
             [len(finished[s]) >= m for s, m in zip(sent.tolist(), need)], device=dev
@@ -381,20 +444,12 @@ def beam_search(
         done |= limit[sent] <= t
         if done.all():
             break
-        keep = (~done).nonzero().squeeze(1)
-        reorder = next_rows[keep].reshape(-1)
-        if done.any():  # sentences leave: their encoder rows go too
-            state = state.select(reorder, keep, group=K)
-        else:
-            state = state.reorder_caches(reorder, group=K)
-        history = torch.cat([history[reorder], next_tok[keep].reshape(-1, 1)], dim=1)
+        _, reorder = beams.advance(
+            done, rows.gather(1, pick), tok.gather(1, pick), top_s.gather(1, pick)
+        )
         align_hist = align_hist[reorder]  # zero columns unless alignments are asked for
         if align is not None:
             align_hist = torch.cat([align_hist, align[reorder][:, None]], dim=1)
-        scores = next_scores[keep]
-        sent = sent[keep]
-        prev = next_tok[keep].reshape(-1)
-        t += 1
     out = []
     for hyps in finished:
         hyps.sort(key=lambda h: -h.score)
