@@ -173,6 +173,7 @@ def main() -> None:
         for q in ([None] + (["int8"] if args.int8 else [])) if "ct2" in engines else []:
             ct2_dirs[q] = Path(tmp) / f"ct2-{q or 'fp32'}"
             to_ctranslate2(loaded, ct2_dirs[q], q)
+        broken: set[tuple[str, bool]] = set()  # (engine, int8) whose child failed
         for beam in [int(x) for x in args.beams.split(",")]:
             variants = [(e, False, False) for e in engines]  # (engine, int8, stop early)
             if beam > 1:
@@ -185,8 +186,18 @@ def main() -> None:
             runs: dict[str, list[dict]] = {}
             for _ in range(args.rounds):
                 for engine, int8, early in variants:
+                    if (engine, int8) in broken:
+                        continue
                     ct2_dir = ct2_dirs.get("int8" if int8 else None, Path(tmp))
-                    res = run_child(args, engine, beam, int8, ct2_dir, early)
+                    try:
+                        res = run_child(args, engine, beam, int8, ct2_dir, early)
+                    except subprocess.CalledProcessError as err:
+                        # A peer that cannot run here (a missing CUDA library, say) is left
+                        # out of the rest of the run; the others' numbers still count.
+                        broken.add((engine, int8))
+                        why = (err.stderr or "").strip().splitlines() or [f"exit {err.returncode}"]
+                        print(json.dumps({"engine": engine, "int8": int8, "failed": why[-1]}))
+                        continue
                     outputs[res["engine"]] = res.pop("output")
                     runs.setdefault(res["engine"], []).append(res)
                     print(json.dumps(res), flush=True)
@@ -197,12 +208,12 @@ def main() -> None:
                 if refs:
                     row["bleu"] = round(bleu(outputs[name], refs), 2)
                 rows.append(row)
-            if beam == 1:
+            if beam == 1 and "mt" in outputs:
                 n = len(outputs["mt"])
                 same = {
                     e: f"{sum(x == y for x, y in zip(outputs['mt'], outputs[e]))}/{n}"
                     for e in engines
-                    if e != "mt"
+                    if e != "mt" and e in outputs
                 }
                 print(json.dumps({"greedy_identical_to_mt": same}))
     info = machine_info()

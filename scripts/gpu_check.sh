@@ -126,7 +126,7 @@ elif [ $QUICK = 1 ]; then
 else
     BENCH_TRAIN=(--device cuda --batch 256 --length 32 --steps 20 --warmup 5 --rounds 3)
     RECIPE_SET=()
-    BENCH_DECODE=(--device cuda --dtype fp16 --rounds 2 --beams 1,5)
+    BENCH_DECODE=(--device cuda --dtype fp16 --rounds 2 --beams 1,4,5)
 fi
 
 # -- tests: pytest -m cuda ------------------------------------------------------------------
@@ -207,6 +207,28 @@ if wanted eval; then
 fi
 
 # -- bench_decode: mt against HF generate and CTranslate2 on the recipe's checkpoint -----------
+# CTranslate2 4.x wheels dlopen CUDA 12's libcublas.so.12 and look each function up by name
+# (cublasGemmEx, cublasGemmStridedBatchedEx, ...); the device's image has CUDA 13 only, and a
+# cuBLAS 12 wheel (~580 MB) cannot travel. cuBLAS 13 keeps those functions under the same names,
+# so a link named libcublas.so.12 to it is tried. bench_decode prints CTranslate2's BLEU and its
+# greedy agreement with mt, which show whether the stand-in computes right; if it fails to run,
+# bench_decode leaves CTranslate2 out and keeps the other engines' numbers.
+has_cublas12() { python3 -c 'import ctypes; ctypes.CDLL("libcublas.so.12")' 2>/dev/null; }
+cublas12_link() {
+    local dir=${TMPDIR:-/tmp}/mt_cublas12
+    CUBLAS13=$(python3 -c '
+import glob, os, sys
+pats = ("nvidia/cu13/lib/libcublas.so.13*", "nvidia/cublas/lib/libcublas.so.13*")
+roots = [p for p in sys.path if os.path.isdir(p)]
+hits = [h for r in roots for p in pats for h in glob.glob(os.path.join(r, p))]
+hits += glob.glob("/usr/local/cuda*/lib64/libcublas.so.13*") + glob.glob("/usr/lib/x86_64-linux-gnu/libcublas.so.13*")
+print(min(hits, key=len) if hits else "")' 2>/dev/null)
+    [ -n "$CUBLAS13" ] || return 1
+    mkdir -p "$dir" && ln -sf "$CUBLAS13" "$dir/libcublas.so.12" || return 1
+    # the real folder too, for the libcublasLt.so.13 that cuBLAS loads beside itself
+    export LD_LIBRARY_PATH=$dir:$(dirname "$CUBLAS13")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    has_cublas12
+}
 if wanted bench_decode; then
     ckpt=$RUN/averaged.pt
     [ -f "$ckpt" ] || ckpt=$RUN/best.pt
@@ -214,9 +236,14 @@ if wanted bench_decode; then
         note bench_decode skipped 0 "no $RUN/best.pt (run the recipe step first)"
     else
         engines=mt,hf,ct2 why=""
-        # CTranslate2 4.x wheels load CUDA 12's cuBLAS at run time; the device may have CUDA 13.
-        if [ $DEVICE = cuda ] && ! python3 -c 'import ctypes, ctranslate2; ctypes.CDLL("libcublas.so.12")' 2>/dev/null; then
-            engines=mt,hf why="; ct2 left out: ctranslate2 or libcublas.so.12 missing"
+        if [ $DEVICE = cuda ]; then
+            if ! python3 -c 'import ctranslate2' 2>/dev/null; then
+                engines=mt,hf why="; ct2 left out: ctranslate2 does not import"
+            elif ! has_cublas12 && cublas12_link; then
+                why="; ct2 through libcublas.so.12 -> $CUBLAS13 (check its BLEU and greedy agreement)"
+            elif ! has_cublas12; then
+                engines=mt,hf why="; ct2 left out: no libcublas.so.12, and no cuBLAS 13 to stand in"
+            fi
         fi
         run bench_decode 420 python3 scripts/bench_decode.py "$ckpt" --src "$SRC" --ref "$REF" \
             --engines "$engines" "${BENCH_DECODE[@]}"
