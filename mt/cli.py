@@ -423,7 +423,13 @@ def translate(
 
 @app.command(name="eval")
 def evaluate(
-    checkpoint: Annotated[Path | None, typer.Argument(help="Checkpoint to translate with.")] = None,
+    checkpoints: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Checkpoint to translate with; several decode as an ensemble.",
+            metavar="CHECKPOINT",
+        ),
+    ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
@@ -438,25 +444,26 @@ def evaluate(
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
     ] = None,
 ) -> None:
-    """Score a checkpoint (CHECKPOINT --src --ref) or a translation (--hyp --ref)."""
+    """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
+    --ref)."""
     from mt.metrics import format_scores, score
 
     if ref is None:
         raise MtError("mt eval needs --ref")
     refs = _read_text_file(ref)
     if hyp is not None:
-        if checkpoint is not None or src is not None:
+        if checkpoints or src is not None:
             raise MtError("mt eval: give either --hyp or CHECKPOINT with --src, not both")
         hyps = _read_text_file(hyp)
         where = hyp
     else:
-        if checkpoint is None or src is None:
+        if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
         sources = _read_text_file(src)
         if len(sources) != len(refs):
             raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
         translator = _translator(
-            checkpoint, device, beam, 1, max_tokens, greedy, False, stop_early, int8
+            checkpoints, device, beam, 1, max_tokens, greedy, False, stop_early, int8
         )
         hyps = [t.text for t in translator.translate_stream(sources)]
         where = src

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 import torch
@@ -68,6 +69,24 @@ def test_mt_translate_with_two_checkpoints(tiny_run, mt_cli, multi30k_dir):
     twice = mt_cli("translate", tiny_run / "last.pt", tiny_run / "last.pt", "--device", "cpu",
                    stdin=stdin)  # fmt: skip
     assert twice.out == alone.out
+
+
+def test_mt_eval_scores_an_ensemble_as_translate_outputs_it(
+    tiny_run, mt_cli, multi30k_dir, tmp_path
+):
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    for name, path in (("de", src), ("en", ref)):
+        with gzip.open(multi30k_dir / f"test_2016_flickr.{name}.gz", "rt", encoding="utf-8") as f:
+            path.write_text("".join(next(f) for _ in range(12)), encoding="utf-8")
+    members = [tiny_run / "last.pt", sorted(tiny_run.glob("checkpoint_*.pt"))[0]]
+    out = mt_cli("translate", *members, "--device", "cpu", "-i", src, "-o", tmp_path / "hyp")
+    assert out.rc == 0, out.err
+    by_hyp = mt_cli("eval", "--hyp", tmp_path / "hyp", "--ref", ref, "--json")
+    direct = mt_cli("eval", *members, "--src", src, "--ref", ref, "--device", "cpu", "--json")
+    alone = mt_cli("eval", members[0], "--src", src, "--ref", ref, "--device", "cpu", "--json")
+    assert direct.rc == 0, direct.err
+    assert json.loads(direct.out) == json.loads(by_hyp.out)
+    assert json.loads(direct.out) != json.loads(alone.out)  # the second member counts
 
 
 def test_members_with_other_tokenizers_are_one_error_line(tiny_run, mt_cli, tmp_path):
