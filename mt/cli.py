@@ -6,7 +6,6 @@ closed pipe (`mt translate | head`) exits quietly. Tracebacks are left for real 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -156,8 +155,8 @@ def _check_max_tokens(max_tokens: int) -> None:
 def _load_models(paths: list[Path], dev):
     """One checkpoint's Loaded, or for several an Ensemble in the first one's Loaded (its
     tokenizer and decode settings); members must share the tokenizer."""
+    from mt.checkpoint import load_model
     from mt.decode.ensemble import Ensemble
-    from mt.train.checkpoint import load_model
 
     first = load_model(paths[0], dev)
     if len(paths) == 1:
@@ -290,32 +289,20 @@ def _sampling(
 
 
 def _write_output(output: Path | None, write: Callable[[TextIO], object]) -> None:
-    """Run `write` on `output` (stdout when None), the file written whole or not at all.
+    """Run `write` on `output` (stdout when None), a file written whole or not at all.
 
-    A file is written to a temp beside it and renamed at the end; any failure removes the temp
-    (an OSError such as a full disk becomes one line). A closed stdout (`mt translate | head`)
-    ends quietly, as Unix tools do: typer would turn BrokenPipeError into exit 1.
+    A closed stdout (`mt translate | head`) ends quietly, as Unix tools do: typer would turn
+    BrokenPipeError into exit 1.
     """
-    tmp = output.with_name(output.name + ".tmp") if output is not None else None
+    from mt.atomic import write_with
+
+    if output is not None:
+        write_with(output, "the output", write, mode="w")
+        return
     try:
-        out = open(tmp, "w", encoding="utf-8") if tmp is not None else sys.stdout
-    except OSError as err:
-        raise MtError(f"{output}: cannot write ({err.strerror})") from None
-    try:
-        write(out)
-        if tmp is not None:
-            out.close()
-            os.replace(tmp, output)
+        write(sys.stdout)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except BaseException as err:
-        if tmp is not None:  # no half-written temp file left beside the output
-            with contextlib.suppress(OSError):
-                out.close()
-            tmp.unlink(missing_ok=True)
-            if isinstance(err, OSError):  # a full disk, a lost mount: one line
-                raise MtError(f"{output}: cannot write ({err.strerror or err})") from None
-        raise
 
 
 def _warn_truncated(count: int, max_src: int, what: str) -> None:
@@ -492,9 +479,9 @@ def attention(
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
+    from mt.checkpoint import load_model
     from mt.decode.attention import sentence_attention
     from mt.plot import attention_figure, save_figure
-    from mt.train.checkpoint import load_model
 
     if not src.strip():
         raise MtError("--src is empty")
@@ -534,8 +521,8 @@ def average(
     output: Annotated[Path, typer.Option("--output", "-o", help="Averaged checkpoint.")],
 ) -> None:
     """Average the weights of several checkpoints (e.g. the last ones of a run) into one."""
-    from mt.train.checkpoint import average as average_weights
-    from mt.train.checkpoint import save
+    from mt.checkpoint import average as average_weights
+    from mt.checkpoint import save
 
     save(average_weights(checkpoints), output)
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {output}", err=True)
@@ -556,8 +543,8 @@ def score(
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
+    from mt.checkpoint import load_model
     from mt.decode.score import Scorer, count_parallel, score_files, write_scores
-    from mt.train.checkpoint import load_model
 
     for path in (src, tgt):
         if not path.is_file():

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from mt.atomic import write_text
 from mt.errors import MtError
 
 
@@ -425,10 +426,4 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
 
 def save_config(cfg: Config, path: Path) -> None:
     """Write the resolved config, so a run directory records what was actually trained."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise MtError(f"{path}: cannot write the config ({err.strerror or err})") from None
+    write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False), "the config")

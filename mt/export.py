@@ -41,10 +41,10 @@ from typing import Any
 
 import torch
 
+from mt.checkpoint import Loaded, load_model
 from mt.config import Config
 from mt.errors import MtError
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
-from mt.train.checkpoint import Loaded, load_model
 
 TARGETS = ("ctranslate2", "marian")
 NEEDS = {"ctranslate2": "ctranslate2", "marian": "transformers"}

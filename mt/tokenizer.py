@@ -15,6 +15,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from mt.atomic import write_bytes
 from mt.config import TokenizerConfig
 from mt.errors import MtError
 
@@ -68,10 +69,10 @@ class Tokenizer:
         """Write `spm.model` (joint) or `spm.src.model` + `spm.tgt.model` into a run directory."""
         folder.mkdir(parents=True, exist_ok=True)
         if self.joint:
-            _atomic_write(folder / "spm.model", self.src_proto)
+            write_bytes(folder / "spm.model", self.src_proto, "the tokenizer")
         else:
-            _atomic_write(folder / "spm.src.model", self.src_proto)
-            _atomic_write(folder / "spm.tgt.model", self.tgt_proto)
+            write_bytes(folder / "spm.src.model", self.src_proto, "the tokenizer")
+            write_bytes(folder / "spm.tgt.model", self.tgt_proto, "the tokenizer")
 
     @staticmethod
     def load(folder: Path) -> Tokenizer | None:
@@ -83,16 +84,6 @@ class Tokenizer:
         if src.is_file() and tgt.is_file():
             return Tokenizer(src.read_bytes(), tgt.read_bytes())
         return None
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise MtError(f"{path}: cannot write the tokenizer ({err.strerror or err})") from None
 
 
 def _train_one(lines: Iterable[str], cfg: TokenizerConfig, seed_text: str) -> bytes:

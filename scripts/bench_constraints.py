@@ -27,11 +27,11 @@ from pathlib import Path
 import torch
 
 from mt.batching import pad, token_batches
+from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.search import Hypothesis, beam_search
 from mt.metrics import score
-from mt.train.checkpoint import load_model
 
 WORD = re.compile(r"[A-Za-z]+")
 

@@ -39,10 +39,10 @@ from pathlib import Path
 
 import torch
 
+from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.export import to_ctranslate2, to_marian
 from mt.tokenizer import PAD
-from mt.train.checkpoint import load_model
 
 ENGINES = ("mt", "hf", "ct2")
 CT2_TYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}

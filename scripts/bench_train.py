@@ -35,11 +35,11 @@ from mt.batching import Batch, collate, token_batches  # noqa: E402
 from mt.config import Config, ModelConfig, load_config  # noqa: E402
 from mt.data.loader import TrainingSet  # noqa: E402
 from mt.data.prepare import prepare  # noqa: E402
+from mt.device import autocast, has_amx  # noqa: E402
 from mt.memory import keep_freed_memory  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 from mt.tokenizer import PAD, Tokenizer  # noqa: E402
 from mt.train.loss import label_smoothed_loss  # noqa: E402
-from mt.train.trainer import autocast, has_amx  # noqa: E402
 
 BASE = ModelConfig(d_model=512, n_heads=8, d_ff=2048, encoder_layers=6, decoder_layers=6)
 

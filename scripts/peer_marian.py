@@ -38,13 +38,13 @@ from mt.config import Config, DecodeConfig, load_config
 from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet
 from mt.data.prepare import prepare
+from mt.device import autocast, resolve_device, resolve_precision
 from mt.errors import MtError
 from mt.export import generation_config, marian_config
 from mt.metrics import score
 from mt.tokenizer import EOS, PAD, Tokenizer
 from mt.train.loss import label_smoothed_loss
 from mt.train.schedule import learning_rate
-from mt.train.trainer import autocast, resolve_device, resolve_precision
 
 
 def machine_info() -> dict[str, Any]:
@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise MtError(f"--beam must be >= 1, got {args.beam}")
     if threads:
         torch.set_num_threads(threads)
-    device = resolve_device(t.device)
+    device = resolve_device(t.device, "train.device")
     precision = resolve_precision(t.precision, device)
     torch.manual_seed(t.seed)
     random.seed(t.seed)

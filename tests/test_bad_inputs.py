@@ -261,7 +261,7 @@ def test_bad_input_is_one_error_line(name, tmp_path, mt_cli, request):
     after = file_hashes(d)
     assert {p: after.get(p) for p in before} == before  # the user's files are untouched
     assert not (tmp_path / "MARKER").exists()  # nothing in a checkpoint was executed
-    assert not list(tmp_path.rglob("*.tmp"))  # no half-written file left behind
+    assert not list(tmp_path.rglob("*.tmp-*"))  # no half-written file left behind
     assert not (tmp_path / "out.en").exists()
 
 

@@ -270,7 +270,7 @@ def test_save_config_round_trips(tmp_path):
     out = tmp_path / "resolved.yaml"
     save_config(cfg, out)
     assert load_config(out) == cfg
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.glob(".*.tmp-*"))
 
 
 @pytest.mark.parametrize("name", ["tiny", "demo", "multi30k_de_en", "multi30k_en_de"])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from mt.batching import pad
+from mt.checkpoint import Loaded, load_model
 from mt.data.corpus import read_lines
 from mt.decode.constrained import (
     advance,
@@ -21,7 +22,6 @@ from mt.decode.constrained import (
 )
 from mt.decode.search import beam_search, length_penalty, max_lengths
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
-from mt.train.checkpoint import Loaded, load_model
 
 N_SENTENCES = 50
 BEAM, ALPHA = 4, 0.6

@@ -16,8 +16,8 @@ import pytest
 import torch
 from conftest import reverse_task_config
 
+from mt import checkpoint
 from mt.errors import MtError
-from mt.train import checkpoint
 
 N = 24
 EVERY = 4  # eval (and so last.pt) every 4 steps
@@ -117,7 +117,7 @@ def test_sigkill_during_checkpoint_write_then_resume(straight, tmp_path, mt_cli,
         timeout=300,
     )
     assert proc.returncode == -signal.SIGKILL
-    assert list(run_dir.glob(".*.tmp")), "the kill should have hit a half-written temp file"
+    assert list(run_dir.glob(".*.tmp-*")), "the kill should have hit a half-written temp file"
     resume(config, run_dir, mt_cli)
     assert_same_end(straight_dir, run_dir)
 
@@ -135,4 +135,4 @@ def test_disk_full_on_save_is_one_error_and_keeps_the_old_file(tmp_path, monkeyp
     with pytest.raises(MtError, match=r"last\.pt: cannot write checkpoint \(No space"):
         checkpoint.save({"format": "x", "value": 2}, path)
     assert path.read_bytes() == before
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert not list(tmp_path.glob(".*.tmp-*"))

@@ -22,10 +22,10 @@ import pytest
 import torch
 from conftest import REPO, reverse_task_config
 
+from mt.checkpoint import load_model
 from mt.config import load_config
 from mt.data.corpus import read_lines
 from mt.decode.translator import Translation, Translator
-from mt.train.checkpoint import load_model
 from mt.train.trainer import Trainer
 
 CUDA = [

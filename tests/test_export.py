@@ -108,8 +108,8 @@ def test_marian_export_gives_mt_logits_and_greedy_output(
     from transformers import MarianMTModel, MarianTokenizer
 
     from mt.batching import pad
+    from mt.checkpoint import load_model
     from mt.tokenizer import BOS, EOS, PAD
-    from mt.train.checkpoint import load_model
 
     loaded = load_model(tiny_run / "best.pt")
     hf = MarianMTModel.from_pretrained(marian_dir).eval()

@@ -67,9 +67,9 @@ def test_scores_of_beam_output_equal_the_beam_scores(tiny_run, mt_cli, flickr, t
 def test_score_ids_equal_beam_scores_unrounded(tiny_run, flickr):
     """In process: the same token ids give the search's unrounded score; text that tokenizes
     back to the search's ids gives it too."""
+    from mt.checkpoint import load_model
     from mt.decode.score import Scorer
     from mt.decode.translator import Translator
-    from mt.train.checkpoint import load_model
 
     loaded = load_model(tiny_run / "best.pt")
     dcfg = loaded.cfg.decode

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from mt.atomic import temp_path
 from mt.errors import MtError
 
 FORMAT_VERSION = 2
@@ -71,7 +72,7 @@ class _Appender:
 
 
 class StoreWriter:
-    """Builds a store in `{folder}.tmp-{pid}` and renames it to `folder` when finished.
+    """Builds a store in `.{folder}.tmp-{pid}` (mt.atomic.temp_path) and renames it to `folder` when finished.
 
     Any failure (a full disk, an error in the input) removes the temporary folder, and the
     previous store at `folder`, if any, stays as it was until the new one is complete.
@@ -79,7 +80,7 @@ class StoreWriter:
 
     def __init__(self, folder: Path, dtype: np.dtype) -> None:
         self.folder = folder
-        self.tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        self.tmp = temp_path(folder)
         self.pairs = 0
         try:
             shutil.rmtree(self.tmp, ignore_errors=True)

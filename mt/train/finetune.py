@@ -42,11 +42,11 @@ from typing import Any
 import torch
 import yaml
 
+from mt import checkpoint
 from mt.config import Config, ModelConfig, expand_env, from_dict
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
-from mt.train import checkpoint
 
 # Keys a fine-tuning config may set to another value than the checkpoint's.
 DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")

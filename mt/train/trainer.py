@@ -29,17 +29,19 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from mt import checkpoint
 from mt.batching import Batch, shard, token_batches
 from mt.config import Config, DecodeConfig, save_config
 from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet, collate_store, iterate
 from mt.data.prepare import prepare
 from mt.decode.translator import Translator
+from mt.device import autocast, resolve_device, resolve_precision
 from mt.errors import EXIT_DIVERGED, MtError
 from mt.metrics import bleu
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
-from mt.train import checkpoint, distributed, finetune
+from mt.train import distributed, finetune
 from mt.train.loss import label_smoothed_loss
 from mt.train.rundir import RunLock, lock_run_dir
 from mt.train.schedule import learning_rate
@@ -56,41 +58,6 @@ class TrainState:
     best_score: float = -math.inf  # dev BLEU, or minus validation loss without BLEU
     bad_evals: int = 0
     last_eval_step: int = -1
-
-
-def has_amx() -> bool:
-    """Whether the CPU has AMX tiles for bf16; only then is CPU bf16 faster than fp32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return "amx_bf16" in f.read()
-    except OSError:
-        return False
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise MtError("train.device is 'cuda' but no CUDA device is available")
-    return torch.device(name)
-
-
-def resolve_precision(name: str, device: torch.device) -> str:
-    """`auto`: bf16 on CUDA (fp16 where bf16 is missing), bf16 on CPU only with AMX."""
-    if name == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "bf16" if has_amx() else "fp32"
-    if name == "fp16" and device.type != "cuda":
-        raise MtError("train.precision fp16 needs CUDA (use bf16 or fp32 on CPU)")
-    return name
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def _strict(value: Any) -> Any:
@@ -148,7 +115,7 @@ class Trainer:
         t = cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.dist, self.device = distributed.init(resolve_device(t.device))
+        self.dist, self.device = distributed.init(resolve_device(t.device, "train.device"))
         self.precision = resolve_precision(t.precision, self.device)
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)

@@ -8,7 +8,6 @@ uses `torch.load(weights_only=True)`: a file carrying pickled code is refused, n
 
 from __future__ import annotations
 
-import os
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import torch
 
+from mt.atomic import write_with
 from mt.config import Config, from_dict, to_dict
 from mt.errors import MtError
 from mt.memory import check_model_fits
@@ -45,24 +45,8 @@ def payload(
 
 
 def save(data: dict[str, Any], path: Path) -> None:
-    """Write atomically: temp file in the same folder, fsync, rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as err:
-        # torch.save reports a full disk as RuntimeError ("file write failed"), not OSError.
-        tmp.unlink(missing_ok=True)
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else _first_line(err)
-        raise MtError(f"{path}: cannot write checkpoint ({reason})") from None
-
-
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    """Write atomically (see mt.atomic): a crash mid-write never leaves a broken checkpoint."""
+    write_with(Path(path), "checkpoint", lambda f: torch.save(data, f))
 
 
 def load(path: str | Path) -> dict[str, Any]:
