@@ -49,6 +49,17 @@ def save(data: dict[str, Any], path: Path) -> None:
     write_with(Path(path), "checkpoint", lambda f: torch.save(data, f))
 
 
+def resolve_checkpoint(path: Path) -> Path:
+    """A run directory stands for its best.pt, as users of other toolkits expect a run's path
+    to work; a file is itself."""
+    if path.is_dir():
+        best = path / "best.pt"
+        if not best.is_file():
+            raise MtError(f"{path}: a folder without best.pt; name a checkpoint file")
+        return best
+    return path
+
+
 def load(path: str | Path) -> dict[str, Any]:
     """Read and check a checkpoint; every way it can be wrong is one MtError line."""
     path = Path(path)
@@ -114,14 +125,39 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
     return Loaded(cfg, tokenizer, model, data)
 
 
-def average(paths: list[Path]) -> dict[str, Any]:
-    """Mean of the weights of several checkpoints of one run (config/tokenizer of the last)."""
+def _same_run(paths: list[Path], runs: list[Any]) -> None:
+    """Refuse checkpoints of different runs: averaging unrelated models gives a broken one."""
+    first = runs[0]
+    for path, run in zip(paths[1:], runs[1:]):
+        if run is None or first is None:
+            missing = path if run is None else paths[0]
+            raise MtError(
+                f"{missing}: carries no run id, so it cannot be shown to be of the same run as "
+                "the others; add --force to average anyway"
+            )
+        if run != first:
+            raise MtError(
+                f"{path}: is of another run than {paths[0]} (run ids {run[:8]} and "
+                f"{first[:8]}); averaging unrelated models breaks them. Add --force to average "
+                "anyway"
+            )
+
+
+def average(paths: list[Path], force: bool = False) -> dict[str, Any]:
+    """Mean of the weights of several checkpoints of one run (config/tokenizer of the last).
+
+    Checkpoints of different runs (by the `run_id` the trainer records) are refused unless
+    `force`: their weights live in unrelated coordinates, and the mean translates badly.
+    """
     if not paths:
         raise MtError("average: no checkpoints given")
-    base = load(paths[-1])
+    datas = [load(p) for p in paths]
+    if not force:
+        _same_run(paths, [d.get("run_id") for d in datas])
+    base = datas[-1]
     total = {k: v.double().clone() for k, v in base["model"].items() if v.is_floating_point()}
-    for p in paths[:-1]:
-        weights = load(p)["model"]
+    for p, data in zip(paths[:-1], datas[:-1]):
+        weights = data["model"]
         if weights.keys() != base["model"].keys():
             raise MtError(f"{p}: weights differ in shape from {paths[-1]}; not the same model")
         for k in total:

@@ -25,24 +25,6 @@ app = typer.Typer(
 )
 
 
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise MtError("--device cuda: no CUDA device is available")
-    if name not in ("cpu", "cuda"):
-        raise MtError(f"--device must be cpu, cuda or auto, got {name!r}")
-    return torch.device(name)
-
-
-def _read_text_file(path: Path) -> list[str]:
-    from mt.data.corpus import read_lines
-
-    return read_lines(path)
-
-
 # The options `mt train` and `mt prepare` share: both read a config into a run directory.
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
 SetOption = Annotated[
@@ -121,171 +103,46 @@ def prepare(
         lock.release()
 
 
-STOP_EARLY_HELP = (
-    "Beam search: end a sentence when its best candidate ends (CTranslate2's rule; faster) "
-    "instead of after beam-size finished hypotheses (default: decode.stop_early)."
-)
-
-INT8_HELP = "CPU: int8 Linear layers, faster at a small BLEU cost (default: decode.int8)."
-
-
-def _on(sampling, dev):
-    """The sampling generator moved to `dev` with the same seed (draws happen there)."""
-    import torch
-
-    return torch.Generator(device=dev).manual_seed(sampling.generator.initial_seed())
-
-
-def _check_beam(beam: int) -> None:
-    from mt.config import MAX_BEAM
-
-    if not 1 <= beam <= MAX_BEAM:
-        raise MtError(f"--beam must be between 1 and {MAX_BEAM:,}, got {beam:,}")
-
-
-def _check_max_tokens(max_tokens: int) -> None:
-    from mt.config import MAX_BATCH_TOKENS
-
-    if not 1 <= max_tokens <= MAX_BATCH_TOKENS:
-        raise MtError(
-            f"--max-tokens must be between 1 and {MAX_BATCH_TOKENS:,}, got {max_tokens:,}"
-        )
-
-
-def _load_models(paths: list[Path], dev):
-    """One checkpoint's Loaded, or for several an Ensemble in the first one's Loaded (its
-    tokenizer and decode settings); members must share the tokenizer."""
-    from mt.checkpoint import load_model
-    from mt.decode.ensemble import Ensemble
-
-    first = load_model(paths[0], dev)
-    if len(paths) == 1:
-        return first
-    members = [first.model]
-    for path in paths[1:]:
-        other = load_model(path, dev)
-        if other.tokenizer.fingerprint() != first.tokenizer.fingerprint():
-            raise MtError(
-                f"{path}: its tokenizer differs from {paths[0]}'s; an ensemble needs one "
-                "vocabulary (train the members with the same spm.model)"
-            )
-        members.append(other.model)
-    first.model = Ensemble(members).eval()
-    return first
+# Options several decoding commands share, with one meaning each (DecodeConfig's fields).
+CheckpointsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Checkpoints written by mt train (a run directory means its best.pt); several "
+        "decode as an ensemble.",
+        metavar="CHECKPOINT...",
+    ),
+]
+DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or auto.")]
+BeamOption = Annotated[int | None, typer.Option(help="Beam size (default: decode.beam).")]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Tokens per batch, each row counting its longest known side (decode.max_tokens)."
+    ),
+]
+StopEarlyOption = Annotated[
+    bool | None,
+    typer.Option(
+        help="Beam search: end a sentence when its best candidate ends (CTranslate2's rule; "
+        "faster) instead of after beam-size finished hypotheses (default: decode.stop_early)."
+    ),
+]
+Int8Option = Annotated[
+    bool | None,
+    typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),
+]
 
 
-def _translator(
-    checkpoint_path: Path | list[Path],
-    device: str,
-    beam: int | None,
-    nbest: int,
-    max_tokens: int | None,
-    greedy: bool,
-    alignment: bool,
-    stop_early: bool | None = None,
-    int8: bool | None = None,
-    sampling=None,
-    no_repeat_ngram: int | None = None,
-    with_scores: bool = False,
-):
-    from mt.config import MAX_LENGTH
-    from mt.decode.translator import Translator
+def _session(checkpoints: list[Path], device: str):
+    """The front door (mt.decode.session), saying on stderr when a run directory stood for
+    its best.pt."""
+    from mt.decode.session import Session
 
-    dev = _device(device)
-    paths = checkpoint_path if isinstance(checkpoint_path, list) else [checkpoint_path]
-    loaded = _load_models(paths, dev)
-    dcfg = loaded.cfg.decode
-    if beam is not None:
-        _check_beam(beam)
-        dcfg.beam = beam
-    if greedy and nbest > 1:
-        raise MtError("--nbest needs beam search; it cannot be combined with --greedy")
-    if nbest < 1 or nbest > dcfg.beam:
-        raise MtError(f"--nbest must be between 1 and the beam size ({dcfg.beam}), got {nbest}")
-    dcfg.nbest = nbest
-    if stop_early is not None:
-        dcfg.stop_early = stop_early
-    if int8 is not None:
-        dcfg.int8 = int8
-    if dcfg.int8 and dev.type != "cpu":
-        raise MtError("int8 decoding (--int8, decode.int8) runs on CPU only; add --device cpu")
-    if max_tokens is not None:
-        _check_max_tokens(max_tokens)
-        dcfg.max_tokens = max_tokens
-    if no_repeat_ngram is not None:
-        if not 0 <= no_repeat_ngram <= MAX_LENGTH:
-            raise MtError(
-                f"--no-repeat-ngram must be between 0 and {MAX_LENGTH:,}, got {no_repeat_ngram:,}"
-            )
-        dcfg.no_repeat_ngram = no_repeat_ngram
-    if sampling is not None and sampling.generator is not None:
-        sampling.generator = sampling.generator if dev.type == "cpu" else _on(sampling, dev)
-    try:
-        return Translator(
-            loaded.model,
-            loaded.tokenizer,
-            dcfg,
-            dev,
-            greedy=greedy,
-            alignment=alignment,
-            sampling=sampling,
-            with_scores=with_scores,
-        )
-    except ValueError as err:  # a decoding option this model or torch cannot do
-        raise MtError(f"{checkpoint_path}: {err}") from None
-
-
-def _sampling(
-    sample: bool,
-    topk: int | None,
-    topp: float | None,
-    temperature: float | None,
-    seed: int | None,
-    greedy: bool,
-    beam: int | None,
-    nbest: int,
-):
-    """The Sampling of --sample and its options, or None; misuse is one line."""
-    from mt.config import MAX_SEED
-
-    given = [
-        f
-        for f, v in (
-            ("--topk", topk),
-            ("--topp", topp),
-            ("--temperature", temperature),
-            ("--seed", seed),
-        )
-        if v is not None
-    ]
-    if not sample:
-        if given:
-            raise MtError(f"{given[0]} needs --sample")
-        return None
-    if greedy or beam is not None or nbest != 1:
-        raise MtError(
-            "--sample draws one output per line: it cannot be combined with "
-            "--greedy, --beam or --nbest"
-        )
-    if topk is not None and topk < 0:
-        raise MtError(f"--topk must be >= 0 (0: no limit), got {topk:,}")
-    if topp is not None and not 0 < topp <= 1:
-        raise MtError(f"--topp must be in (0, 1], got {topp}")
-    if temperature is not None and not (0 < temperature < float("inf")):
-        raise MtError(f"--temperature must be > 0, got {temperature}")
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise MtError(f"--seed must be between 0 and {MAX_SEED:,}, got {seed:,}")
-    import torch
-
-    from mt.decode.search import Sampling
-
-    generator = torch.Generator().manual_seed(seed if seed is not None else 1)
-    return Sampling(
-        topk or 0,
-        1.0 if topp is None else topp,
-        1.0 if temperature is None else temperature,
-        generator,
-    )
+    session = Session(checkpoints, device)
+    for given, path in zip(checkpoints, session.paths):
+        if given != path:
+            typer.echo(f"mt: {given} is a run directory; using {path}", err=True)
+    return session
 
 
 def _write_output(output: Path | None, write: Callable[[TextIO], object]) -> None:
@@ -326,25 +183,21 @@ def _text_lines(stream):
 
 @app.command()
 def translate(
-    checkpoints: Annotated[
-        list[Path],
-        typer.Argument(
-            help="A checkpoint written by mt train; several decode as an ensemble.",
-            metavar="CHECKPOINT...",
-        ),
-    ],
+    checkpoints: CheckpointsArg,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
-    beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
-    nbest: Annotated[int, typer.Option(help="Lines per input: 'i ||| text ||| score'.")] = 1,
-    max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
+    beam: BeamOption = None,
+    nbest: Annotated[
+        int | None, typer.Option(help="Lines per input: 'i ||| text ||| score'.")
+    ] = None,
+    max_tokens: MaxTokensOption = None,
+    device: DeviceOption = "auto",
     greedy: Annotated[bool, typer.Option(help="Greedy search instead of beam search.")] = False,
     alignment: Annotated[
         bool, typer.Option(help="Append a tab and 'src-tgt' attention alignment pairs.")
     ] = False,
-    stop_early: Annotated[bool | None, typer.Option(help=STOP_EARLY_HELP)] = None,
-    int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
+    stop_early: StopEarlyOption = None,
+    int8: Int8Option = None,
     input_format: Annotated[
         str,
         typer.Option(help='text, or jsonl: {"src": ..., "prefix": ..., "constraints": [...]}.'),
@@ -367,6 +220,7 @@ def translate(
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
     from mt.decode.requests import read_requests
+    from mt.decode.session import DecodeOptions
     from mt.decode.translator import write_translations
 
     if input is not None and not input.is_file():
@@ -374,23 +228,24 @@ def translate(
     for flag, value in (("--input-format", input_format), ("--output-format", output_format)):
         if value not in ("text", "jsonl"):
             raise MtError(f"{flag} must be text or jsonl, got {value!r}")
-    sampling = _sampling(sample, topk, topp, temperature, seed, greedy, beam, nbest)
-    translator = _translator(
-        checkpoints,
-        device,
-        beam,
-        nbest,
-        max_tokens,
-        greedy,
-        alignment,
-        stop_early,
-        int8,
-        sampling,
-        no_repeat_ngram,
-        with_scores=output_format == "jsonl",
+    typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
+    options = DecodeOptions(
+        beam=beam,
+        nbest=nbest,
+        greedy=greedy or None,
+        stop_early=stop_early,
+        int8=int8,
+        max_tokens=max_tokens,
+        no_repeat_ngram=no_repeat_ngram,
+        buffer_lines=1 if typing else None,
+        sample=sample or None,
+        topk=topk,
+        topp=topp,
+        temperature=temperature,
+        seed=seed,
     )
-    if input is None and sys.stdin.isatty():
-        translator.cfg.buffer_lines = 1  # someone is typing: answer each line at once
+    session = _session(checkpoints, device)
+    translator = session.translator(options, alignment, with_scores=output_format == "jsonl")
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
     with src:
@@ -400,7 +255,7 @@ def translate(
             lambda out: write_translations(
                 translator.translate_stream(requests),
                 out,
-                nbest=nbest,
+                nbest=translator.cfg.nbest,
                 alignment=alignment,
                 jsonl=output_format == "jsonl",
             ),
@@ -413,19 +268,20 @@ def evaluate(
     checkpoints: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="Checkpoint to translate with; several decode as an ensemble.",
+            help="Checkpoint to translate with (a run directory means its best.pt); several "
+            "decode as an ensemble.",
             metavar="CHECKPOINT",
         ),
     ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
-    beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
+    beam: BeamOption = None,
     greedy: Annotated[bool, typer.Option(help="Greedy search.")] = False,
-    stop_early: Annotated[bool | None, typer.Option(help=STOP_EARLY_HELP)] = None,
-    int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Source tokens per batch.")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
+    stop_early: StopEarlyOption = None,
+    int8: Int8Option = None,
+    max_tokens: MaxTokensOption = None,
+    device: DeviceOption = "auto",
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
@@ -433,34 +289,37 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
+    from mt.data.corpus import read_lines
+    from mt.decode.session import DecodeOptions
     from mt.metrics import format_scores, score
 
     if ref is None:
         raise MtError("mt eval needs --ref")
-    refs = _read_text_file(ref)
+    refs = read_lines(ref)
     if hyp is not None:
         if checkpoints or src is not None:
             raise MtError("mt eval: give either --hyp or CHECKPOINT with --src, not both")
-        hyps = _read_text_file(hyp)
-        where = hyp
+        hyps, where = read_lines(hyp), hyp
     else:
         if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
-        sources = _read_text_file(src)
+        sources = read_lines(src)
         if len(sources) != len(refs):
             raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
-        translator = _translator(
-            checkpoints, device, beam, 1, max_tokens, greedy, False, stop_early, int8
+        options = DecodeOptions(
+            beam=beam,
+            nbest=1,
+            greedy=greedy or None,
+            stop_early=stop_early,
+            int8=int8,
+            max_tokens=max_tokens,
         )
-        hyps = [t.text for t in translator.translate_stream(sources)]
-        where = src
+        translator = _session(checkpoints, device).translator(options)
+        hyps, where = [t.text for t in translator.translate_stream(sources)], src
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
     scores = score(hyps, refs)
-    if json_:
-        typer.echo(json.dumps(scores.as_dict()))
-    else:
-        typer.echo(format_scores(scores))
+    typer.echo(json.dumps(scores.as_dict()) if json_ else format_scores(scores))
     if min_bleu is not None and scores.bleu < min_bleu:
         typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
         raise typer.Exit(EXIT_GATE)
@@ -468,36 +327,27 @@ def evaluate(
 
 @app.command()
 def attention(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
     src: Annotated[str, typer.Option("--src", help="The sentence to translate and show.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="PNG file.")] = Path("attn.png"),
     layer: Annotated[int, typer.Option(help="Layer; negative counts from the top.")] = -1,
     head: Annotated[
         int | None, typer.Option(help="One head; -1 draws every head; default: head mean.")
     ] = None,
-    beam: Annotated[int | None, typer.Option(help="Beam size (default: from the config).")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+    beam: BeamOption = None,
+    device: DeviceOption = "cpu",
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
-    from mt.checkpoint import load_model
-    from mt.decode.attention import sentence_attention
+    from mt.decode.session import DecodeOptions
     from mt.plot import attention_figure, save_figure
 
     if not src.strip():
         raise MtError("--src is empty")
-    loaded = load_model(checkpoint, _device(device))
-    if beam is not None:
-        _check_beam(beam)
-        loaded.cfg.decode.beam = beam
-    n_heads = loaded.cfg.model.n_heads
+    session = _session([checkpoint], device)
+    n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
         raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
-    try:
-        text, views = sentence_attention(
-            loaded.model, loaded.tokenizer, src.strip(), loaded.cfg.decode, layer
-        )
-    except IndexError:
-        raise MtError(f"--layer {layer} is out of range for this model") from None
+    text, views = session.attention(src, DecodeOptions(beam=beam), layer)
     title = f"{src.strip()}  ->  {text}   (layer {layer})"
     save_figure(attention_figure(views, title, head), output)
     typer.echo(text)
@@ -519,48 +369,43 @@ def plot(
 def average(
     checkpoints: Annotated[list[Path], typer.Argument(help="Checkpoints of one run.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Averaged checkpoint.")],
+    force: Annotated[
+        bool, typer.Option(help="Average checkpoints even when they are of different runs.")
+    ] = False,
 ) -> None:
     """Average the weights of several checkpoints (e.g. the last ones of a run) into one."""
     from mt.checkpoint import average as average_weights
     from mt.checkpoint import save
 
-    save(average_weights(checkpoints), output)
+    save(average_weights(checkpoints, force), output)
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {output}", err=True)
 
 
 @app.command()
 def score(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    checkpoints: CheckpointsArg,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
     tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
     json_: Annotated[
         bool, typer.Option("--json", help="One JSON object per line, with token scores.")
     ] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens per batch.")] = None,
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
-    int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
+    max_tokens: MaxTokensOption = None,
+    device: DeviceOption = "auto",
+    int8: Int8Option = None,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
-    from mt.checkpoint import load_model
-    from mt.decode.score import Scorer, count_parallel, score_files, write_scores
+    from mt.decode.score import count_parallel, score_files, write_scores
+    from mt.decode.session import DecodeOptions
 
     for path in (src, tgt):
         if not path.is_file():
             raise MtError(f"{path}: file not found")
-    if max_tokens is not None:
-        _check_max_tokens(max_tokens)
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
-    dev = _device(device)
-    loaded = load_model(checkpoint, dev)
-    dcfg = loaded.cfg.decode
-    dcfg.max_tokens = max_tokens or dcfg.max_tokens
-    dcfg.int8 = dcfg.int8 if int8 is None else int8
-    if dcfg.int8 and dev.type != "cpu":
-        raise MtError("int8 scoring (--int8, decode.int8) runs on CPU only; add --device cpu")
-    scorer = Scorer(loaded.model, loaded.tokenizer, dcfg, dev)
-    scores = score_files(scorer, src, tgt, dcfg.buffer_lines)
+    session = _session(checkpoints, device)
+    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8))
+    scores = score_files(scorer, src, tgt, scorer.cfg.buffer_lines)
     _write_output(output, lambda out: write_scores(scores, out, json_))
     _warn_truncated(scorer.truncated, scorer.max_src, "source")
 

@@ -16,6 +16,7 @@ import os
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -150,8 +151,15 @@ class DecodeConfig:
     dtype: Literal["fp32", "bf16", "fp16"] = "fp32"  # CUDA weights; CPU always decodes in fp32
     max_len_a: float = 1.2  # output length limit a * src_len + b
     max_len_b: int = 10
-    max_tokens: int = 4096  # source tokens per decoding batch
+    max_tokens: int = 4096  # tokens per batch; a row counts its longest known side (the source
+    # when translating, source or target+EOS when scoring)
     buffer_lines: int = 2000  # lines read ahead, sorted by length, then written in order
+    greedy: bool = False  # greedy search instead of beam search (as is beam 1 with nbest 1)
+    sample: bool = False  # draw each token (back-translation) instead of searching
+    topk: int = 0  # sample: among the k most probable tokens (0: all)
+    topp: float = 1.0  # sample: nucleus, the most probable tokens with mass p (1: all)
+    temperature: float = 1.0  # sample: > 1 flattens the distribution, < 1 sharpens it
+    seed: int = 1  # sample: the draws are reproducible for the same input and batch settings
 
 
 @dataclass
@@ -273,6 +281,55 @@ def _build(cls: type, raw: Any, where: str, source: str) -> Any:
     return cls(**kwargs)
 
 
+def _key(key: str) -> str:
+    return key
+
+
+def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tuple[bool, str]]:
+    """The rules of decoding settings, for a config file and for a caller's overrides alike;
+    `name` turns a key ("decode.beam") into what the caller calls it ("--beam")."""
+    n = name
+    return [
+        in_range(n("decode.beam"), d.beam, 1, MAX_BEAM),
+        (
+            0 < d.nbest <= d.beam,
+            f"{n('decode.nbest')} must be between 1 and the beam size {n('decode.beam')} "
+            f"({d.beam:,}), got {d.nbest:,}",
+        ),
+        (
+            d.nbest == 1 or not (d.greedy or d.sample),
+            f"{n('decode.nbest')} needs beam search; it cannot be combined with "
+            f"{n('decode.greedy') if d.greedy else n('decode.sample')}",
+        ),
+        (
+            not (d.greedy and d.sample),
+            f"{n('decode.sample')} draws one output per line: it cannot be combined with "
+            f"{n('decode.greedy')}",
+        ),
+        in_range(n("decode.max_tokens"), d.max_tokens, 1, MAX_BATCH_TOKENS),
+        (0.0 <= d.alpha <= 10.0, f"{n('decode.alpha')} must be in [0, 10]"),
+        in_range(n("decode.buffer_lines"), d.buffer_lines, 1, 10_000_000),
+        in_range(n("decode.no_repeat_ngram"), d.no_repeat_ngram, 0, MAX_LENGTH),
+        (d.max_len_a >= 0, f"{n('decode.max_len_a')} must be >= 0"),
+        (d.max_len_b >= 0, f"{n('decode.max_len_b')} must be >= 0"),
+        (d.topk >= 0, f"{n('decode.topk')} must be >= 0 (0: no limit), got {d.topk:,}"),
+        (0 < d.topp <= 1, f"{n('decode.topp')} must be in (0, 1], got {d.topp}"),
+        (0 < d.temperature, f"{n('decode.temperature')} must be > 0, got {d.temperature}"),
+        in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
+        (
+            d.dtype in ("fp32", "bf16", "fp16"),
+            f"{n('decode.dtype')} must be one of fp32, bf16, fp16, got {d.dtype!r}",
+        ),
+    ]
+
+
+def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
+    """Check decoding settings after a caller's overrides (flags, a request's options)."""
+    for ok, message in decode_checks(d, name):
+        if not ok:
+            raise MtError(message)
+
+
 def validate(cfg: Config, source: str) -> None:
     """Reject values that type-check but cannot work; messages name key and file."""
     m, t, d, tok = cfg.model, cfg.train, cfg.decode, cfg.tokenizer
@@ -330,20 +387,13 @@ def validate(cfg: Config, source: str) -> None:
             "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "
             "state covers every parameter)",
         ),
-        in_range("decode.beam", d.beam, 1, MAX_BEAM),
-        (0 < d.nbest <= d.beam, "decode.nbest must be between 1 and decode.beam"),
-        in_range("decode.max_tokens", d.max_tokens, 1, MAX_BATCH_TOKENS),
-        (0.0 <= d.alpha <= 10.0, "decode.alpha must be in [0, 10]"),
-        in_range("decode.buffer_lines", d.buffer_lines, 1, 10_000_000),
-        in_range("decode.no_repeat_ngram", d.no_repeat_ngram, 0, MAX_LENGTH),
-        (d.max_len_a >= 0, "decode.max_len_a must be >= 0"),
-        (d.max_len_b >= 0, "decode.max_len_b must be >= 0"),
         in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),
         (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
         (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
         (cfg.data.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
         (cfg.data.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
     ]
+    checks += decode_checks(d)
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))

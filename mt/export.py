@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from mt.checkpoint import Loaded, load_model
+from mt.checkpoint import Loaded
 from mt.config import Config
 from mt.errors import MtError
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
@@ -320,7 +320,9 @@ def export(
     if out_dir.exists() and not force:
         raise MtError(f"{out_dir} exists; add --force to replace it")
     require(NEEDS[target], target)
-    loaded = load_model(checkpoint, "cpu")
+    from mt.decode.session import Session
+
+    loaded = Session([checkpoint], "cpu").loaded[0]  # one model: an ensemble has no one file
     if target == "marian":
         _check_marian(loaded)  # before any folder is made
     parent = out_dir.absolute().parent

@@ -265,6 +265,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> None:
         super().__init__()
         self.cfg = cfg
+        self.tgt_vocab = tgt_vocab
         d = cfg.d_model
         self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD_ID)
         tie = cfg.tie_embeddings and src_vocab == tgt_vocab

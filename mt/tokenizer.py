@@ -22,6 +22,48 @@ from mt.errors import MtError
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
+# TrainerSpec fields of sentencepiece's model proto that change how text is encoded (model type,
+# whitespace handling, byte fallback, special ids and the unknown surface); the rest (the input
+# corpus path, sizes, threads, seeds) only describe how the model was trained.
+_ENCODING_OPTIONS = frozenset({3, 24, 26, 35, 40, 41, 42, 43, 44, 45, 46, 47, 48})
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def _proto_fields(data: bytes) -> list[tuple[int, bytes | int]]:
+    """The top-level (field number, value) pairs of a protobuf message: varints as ints,
+    length-delimited fields as bytes. Enough of the wire format to read a sentencepiece model
+    without the protobuf package."""
+    out: list[tuple[int, bytes | int]] = []
+    i = 0
+    while i < len(data):
+        tag, i = _varint(data, i)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+            out.append((number, value))
+        elif wire == 2:
+            size, i = _varint(data, i)
+            out.append((number, data[i : i + size]))
+            i += size
+        elif wire in (1, 5):  # fixed 64 / 32 bits (floats)
+            width = 8 if wire == 1 else 4
+            out.append((number, data[i : i + width]))
+            i += width
+        else:
+            raise ValueError(f"unexpected protobuf wire type {wire}")
+    return out
+
+
 class Tokenizer:
     """A source and a target sentencepiece model (the same object when the vocabulary is joint)."""
 
@@ -46,6 +88,21 @@ class Tokenizer:
         """Hash of the model protos; keys the token cache so a new tokenizer never reuses it."""
         h = hashlib.sha256(self.src_proto)
         h.update(self.tgt_proto)
+        return h.hexdigest()[:16]
+
+    def vocabulary_key(self) -> str:
+        """Hash of what defines the vocabulary and how text is cut into it: the pieces with
+        their scores and types, the model type, the normalisation rules and the trainer options
+        that encoding reads. Unlike `fingerprint`, two tokenizers trained alike compare equal
+        although their protos record different temporary corpus paths."""
+        h = hashlib.sha256()
+        for proto in (self.src_proto, self.tgt_proto):
+            for number, value in _proto_fields(proto):
+                if number == 2:  # TrainerSpec: keep only the fields encoding depends on
+                    kept = [(n, v) for n, v in _proto_fields(value) if n in _ENCODING_OPTIONS]
+                    h.update(repr(kept).encode())
+                elif number in (1, 3, 5):  # pieces, normalizer, denormalizer
+                    h.update(number.to_bytes(1, "little") + value)
         return h.hexdigest()[:16]
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:

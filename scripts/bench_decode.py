@@ -59,12 +59,17 @@ def run_engine(args: argparse.Namespace) -> dict:
     beam = args.beam
     out: list[str] = []
     if args.engine == "mt":
-        from mt.decode.translator import Translator
+        from mt.decode.session import DecodeOptions, Session
 
-        dcfg = loaded.cfg.decode
-        dcfg.beam, dcfg.nbest, dcfg.max_tokens = beam, 1, args.max_tokens
-        dcfg.stop_early, dcfg.int8, dcfg.dtype = args.stop_early, args.int8, args.dtype
-        tr = Translator(loaded.model.to(device), tok, dcfg, device, greedy=beam == 1)
+        options = DecodeOptions(
+            beam=beam,
+            nbest=1,
+            max_tokens=args.max_tokens,
+            stop_early=args.stop_early,
+            int8=args.int8,
+            dtype=args.dtype,
+        )
+        tr = Session([args.checkpoint], args.device).translator(options)
         tr.translate_lines(lines[:16])  # warm-up, untimed, as for every engine
         start = time.perf_counter()
         out = [t.text for t in tr.translate_lines(lines)]

@@ -64,7 +64,7 @@ def translate(
     if device == "cpu" and dtype != "fp32":
         # The Translator decodes in fp32 on CPU; a half copy runs the search CUDA runs in half.
         model, cfg.dtype = copy.deepcopy(model).to(HALF[dtype]), "fp32"
-    translator = Translator(model, loaded.tokenizer, cfg, torch.device(device), greedy=beam == 1)
+    translator = Translator(model, loaded.tokenizer, cfg, torch.device(device))
     out = translator.translate_lines(lines)
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())  # caller's, untouched
     return out, translator

@@ -82,6 +82,10 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.max_len_b": ("WEW",),
     "decode.max_tokens": ("EEE",),
     "decode.buffer_lines": ("EEE",),
+    "decode.topk": ("WEW",),  # 0: no limit; huge: all tokens
+    "decode.topp": ("EEE",),
+    "decode.temperature": ("EEW",),
+    "decode.seed": ("WEE",),
 }
 
 # (command, flag) -> outcomes at (0, -1, huge).

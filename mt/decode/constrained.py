@@ -175,7 +175,7 @@ def constrained_beam_search(
     B, K, dev = src.size(0), beam, src.device
     phrases, lengths = phrase_tensors(constraints, dev)
     C = phrases.size(1)
-    if int(phrases.max()) >= model.output.out_features:
+    if int(phrases.max()) >= model.tgt_vocab:
         raise ValueError("a constraint token is outside the target vocabulary")
     n_banks = int(lengths.sum(1).max()) + 1
     limit = _limits(src, lengths, max_len_a, max_len_b, model.cfg.max_positions)

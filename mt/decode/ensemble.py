@@ -1,7 +1,8 @@
 """Several models decoding as one: at each step their next-token log-probabilities are averaged.
 
-Search knows a model only through `encode`, `start_state`, `step_hidden`, `project` and
-`cfg.max_positions`, so an `Ensemble` offers exactly those and greedy, beam and constrained
+Search knows a model only through `encode`, `start_state`, `step_hidden`, `project`,
+`tgt_vocab` and `cfg.max_positions`, so an `Ensemble` offers exactly those (and `forward` for
+forced decoding) and greedy, beam and constrained
 search, sampling and prefixes all work on it unchanged. The members may differ in shape (width,
 depth, seed) but must share the target vocabulary, which the caller checks through the
 tokenizers. The average of log-probabilities is renormalised by search's log-softmax: the
@@ -48,6 +49,17 @@ class Ensemble(nn.Module):
             members[0].cfg, max_positions=min(m.cfg.max_positions for m in members)
         )
         self.widths = [m.cfg.d_model for m in members]
+        self.tgt_vocab = members[0].tgt_vocab
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced mean of the members' log-probabilities (B, T, V), as `project` gives
+        one step of them: forced decoding (`mt score`) of an ensemble scores what it decodes."""
+        total = None
+        for m in self.members:
+            logp = torch.log_softmax(m(src, tgt_in).float(), dim=-1)
+            total = logp if total is None else total + logp
+        assert total is not None
+        return total / len(self.members)
 
     def encode(
         self, src: torch.Tensor, need_weights: bool = False

@@ -43,9 +43,7 @@ class Translator:
         tokenizer: Tokenizer,
         cfg: DecodeConfig,
         device: torch.device,
-        greedy: bool = False,
         alignment: bool = False,
-        sampling: Sampling | None = None,
         with_scores: bool = False,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
@@ -58,9 +56,20 @@ class Translator:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
-        self.greedy = greedy or cfg.beam == 1 and cfg.nbest == 1
+        self.greedy = cfg.greedy or cfg.beam == 1 and cfg.nbest == 1
         self.alignment = alignment
-        self.sampling = sampling  # draw instead of search (one output per line)
+        # decode.sample: draw instead of search (one output per line), seeded on the device
+        # the draws happen on, so the same input and batch settings give the same output.
+        self.sampling = (
+            Sampling(
+                cfg.topk,
+                cfg.topp,
+                cfg.temperature,
+                torch.Generator(device=device).manual_seed(cfg.seed),
+            )
+            if cfg.sample
+            else None
+        )
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI

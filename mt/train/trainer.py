@@ -257,7 +257,7 @@ class Trainer:
                 max_len_b=self.cfg.decode.max_len_b,
                 max_tokens=self.cfg.decode.max_tokens,
             )
-            translator = Translator(self.model, self.tokenizer, dcfg, self.device, greedy=True)
+            translator = Translator(self.model, self.tokenizer, dcfg, self.device)
             with autocast(self.device, self.precision):
                 hyps = [t.text for t in translator.translate_lines(self.valid_src)]
             out["dev_bleu"] = bleu(hyps, self.valid_ref)
@@ -535,7 +535,7 @@ class Trainer:
     def average_last(self, n: int) -> Path:
         paths = self._step_checkpoints()[-n:]
         out = self.run_dir / "averaged.pt"
-        checkpoint.save(checkpoint.average(paths), out)
+        checkpoint.save(checkpoint.average(paths, force=True), out)  # its own run
         return out
 
 

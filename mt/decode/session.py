@@ -1,0 +1,173 @@
+"""The one door into a trained model: load it, settle device and decoding options, use it.
+
+`mt translate`, `eval`, `score`, `attention`, `vectors`, `export` and `mt serve` all come in
+here, so a checkpoint path, an ensemble, a device name and a caller's overrides mean the same
+thing everywhere:
+
+- `Session(paths, device)` loads one checkpoint or several (an ensemble: the members must share
+  the vocabulary) on a resolved device. A run directory stands for its `best.pt`.
+- `session.decode_config(options)` applies a caller's `DecodeOptions` to a copy of the
+  checkpoint's decode settings and checks the result with the config's own rules
+  (`mt.config.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
+  `options.beam` for the server). The checkpoint's config is never written to.
+- `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
+
+An ensemble is a model like any other here: translate (greedy, beam, n-best, prefixes,
+constraints, sampling), score and int8 work on it; attention and vectors, which show one
+model's internals, refuse it in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mt.checkpoint import Loaded, load_model, resolve_checkpoint
+from mt.config import DecodeConfig, to_dict, validate_decode
+from mt.decode.ensemble import Ensemble
+from mt.decode.score import Scorer
+from mt.decode.translator import Translator
+from mt.device import resolve_device
+from mt.errors import MtError
+from mt.model import Transformer
+from mt.tokenizer import Tokenizer
+
+SAMPLING_KNOBS = ("topk", "topp", "temperature", "seed")
+
+
+def flag_name(key: str) -> str:
+    """`decode.no_repeat_ngram` -> `--no-repeat-ngram`: how the CLI names a setting."""
+    return "--" + key.split(".")[-1].replace("_", "-")
+
+
+@dataclasses.dataclass
+class DecodeOptions:
+    """A caller's overrides of the checkpoint's decode settings; None keeps the checkpoint's.
+
+    The fields are DecodeConfig's names, so an override and a config key mean one thing.
+    """
+
+    beam: int | None = None
+    nbest: int | None = None
+    greedy: bool | None = None
+    stop_early: bool | None = None
+    int8: bool | None = None
+    dtype: str | None = None
+    max_tokens: int | None = None
+    no_repeat_ngram: int | None = None
+    buffer_lines: int | None = None
+    sample: bool | None = None
+    topk: int | None = None
+    topp: float | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+class Session:
+    """One model (or ensemble) loaded on one device, ready for any number of decodes."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path | str],
+        device: str = "auto",
+        name: Callable[[str], str] = flag_name,
+    ) -> None:
+        if not paths:
+            raise MtError("no checkpoint given")
+        self.device = resolve_device(device)
+        self.name = name  # how errors name a setting
+        self.paths = [resolve_checkpoint(Path(p)) for p in paths]
+        members = [load_model(p, self.device) for p in self.paths]
+        first = members[0]
+        key = first.tokenizer.vocabulary_key()
+        for path, other in zip(self.paths[1:], members[1:]):
+            if other.tokenizer.vocabulary_key() != key:
+                raise MtError(
+                    f"{path}: its tokenizer's vocabulary differs from {self.paths[0]}'s; an "
+                    "ensemble needs one vocabulary (train the members with the same spm.model)"
+                )
+        self.loaded: list[Loaded] = members
+        self.cfg = first.cfg  # the first checkpoint's settings lead an ensemble
+        self.tokenizer: Tokenizer = first.tokenizer
+        self.model: Transformer | Ensemble = (
+            first.model if len(members) == 1 else Ensemble([m.model for m in members]).eval()
+        )
+
+    @property
+    def is_ensemble(self) -> bool:
+        return len(self.loaded) > 1
+
+    def decode_config(self, options: DecodeOptions | None = None) -> DecodeConfig:
+        """The checkpoint's decode settings with `options` applied, checked once."""
+        given = (options or DecodeOptions()).given()
+        n = self.name
+        if not given.get("sample"):
+            knob = next((k for k in SAMPLING_KNOBS if k in given), None)
+            if knob is not None:
+                raise MtError(f"{n('decode.' + knob)} needs {n('decode.sample')}")
+        elif "beam" in given or given.get("greedy"):
+            raise MtError(
+                f"{n('decode.sample')} draws one output per line: it cannot be combined with "
+                f"{n('decode.greedy')}, {n('decode.beam')} or {n('decode.nbest')}"
+            )
+        dcfg = dataclasses.replace(self.cfg.decode, **given)
+        validate_decode(dcfg, n)
+        if dcfg.int8 and self.device.type != "cpu":
+            raise MtError(f"int8 decoding ({n('decode.int8')}) runs on CPU only; use the CPU")
+        return dcfg
+
+    def translator(
+        self,
+        options: DecodeOptions | None = None,
+        alignment: bool = False,
+        with_scores: bool = False,
+    ) -> Translator:
+        """A Translator with these options; `alignment` and `with_scores` shape its output."""
+        dcfg = self.decode_config(options)
+        try:
+            return Translator(self.model, self.tokenizer, dcfg, self.device, alignment, with_scores)
+        except ValueError as err:  # a decoding option this model or torch cannot do
+            raise MtError(f"{self.paths[0]}: {err}") from None
+
+    def scorer(self, options: DecodeOptions | None = None) -> Scorer:
+        return Scorer(self.model, self.tokenizer, self.decode_config(options), self.device)
+
+    def single_model(self, what: str) -> Transformer:
+        """The model, for views of one model's internals; an ensemble is refused."""
+        if isinstance(self.model, Ensemble):
+            raise MtError(f"{what} shows one model's internals: give one checkpoint")
+        return self.model
+
+    def attention(self, sentence: str, options: DecodeOptions | None = None, layer: int = -1):
+        """(translation, [AttentionView]) of `sentence` in `layer` (see mt.decode.attention)."""
+        from mt.decode.attention import sentence_attention
+
+        model = self.single_model("attention")
+        if not sentence.strip():
+            raise MtError("the sentence is empty")
+        n_layers = min(self.cfg.model.encoder_layers, self.cfg.model.decoder_layers)
+        if not -n_layers <= layer < n_layers:
+            raise MtError(
+                f"{self.name('attention.layer')} {layer} is out of range: this model has "
+                f"{n_layers} layers (0 to {n_layers - 1}, or -1 for the last)"
+            )
+        dcfg = self.decode_config(options)
+        return sentence_attention(model, self.tokenizer, sentence.strip(), dcfg, layer)
+
+    def describe(self) -> dict[str, Any]:
+        """What a client may want to know of the model: languages, size, settings."""
+        params = sum(p.numel() for p in self.model.parameters())
+        cfg = to_dict(self.cfg)
+        return {
+            "checkpoints": [str(p) for p in self.paths],
+            "source_language": self.cfg.data.src_lang,
+            "target_language": self.cfg.data.tgt_lang,
+            "parameters": params,
+            "ensemble": len(self.loaded),
+            "config": {k: cfg[k] for k in ("model", "tokenizer", "decode")},
+        }
