@@ -1,11 +1,11 @@
 """Dropout whose CPU masks come from a counter hash instead of one Bernoulli draw per element.
 
-torch's CPU dropout draws every element from the serial Mersenne Twister (~10 ns per element on
-two AVX2 cores): with the paper's dropout of 0.1 on every residual branch that was ~6% of a
-base-model training step. Here one 32-bit seed is drawn from torch's default generator per call
+torch's CPU dropout draws every element from the serial Mersenne Twister: with the paper's
+dropout of 0.1 on every residual branch that is a visible share of a base-model training step.
+Here one 32-bit seed is drawn from torch's default generator per call
 (so `torch.manual_seed` and the RNG state saved in checkpoints still make runs reproducible),
 and the mask is `fmix32(counter + seed)` (MurmurHash3's finaliser, vectorised over int32
-tensors) split into two 16-bit draws per hash. That is ~5x cheaper on CPU. The drop
+tensors) split into two 16-bit draws per hash, several times cheaper on CPU. The drop
 probability is rounded to a multiple of 1/65536 (0.1 becomes 0.100006) and kept values are
 scaled by the exact inverse of the realised keep rate, so the expected value is unchanged.
 On other devices torch's own fused kernel is already fast and is used as is.

@@ -2,8 +2,8 @@
 
 glibc serves blocks above its mmap threshold (at most 32 MB) with fresh `mmap`s and trims the
 heap top on free, so each training step of the base model page-faults its large activations
-and logits back in: up to ~13% of CPU time went to the kernel on Multi30k batches, and a step
-ran ~4% faster with both behaviours off. The cost is that the process keeps its peak heap,
+and logits back in: a share of CPU time goes to the kernel, and steps are faster with both
+behaviours off. The cost is that the process keeps its peak heap,
 which training reaches again at the next batch anyway. Linux/glibc only; a
 no-op elsewhere.
 """

@@ -48,8 +48,8 @@ def attend(
     The fused kernel is used unless the weights are wanted (for plots and alignments), in which
     case the same arithmetic is spelled out so the returned weights are exactly the ones used.
     Decoding steps on CPU (a few queries per row) also take the spelled-out path: there torch's
-    CPU kernel has a fixed cost per (row, head) that made it ~2x slower than two batched
-    matmuls and a softmax (measured at beam-search shapes).
+    CPU kernel has a fixed cost per (row, head) that makes it slower than two batched
+    matmuls and a softmax at beam-search shapes.
     `causal` without a mask lets the fused kernel skip the masked half, and on CUDA it is what
     admits the flash kernel (which takes no mask at all).
     """

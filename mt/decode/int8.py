@@ -1,8 +1,8 @@
 """int8 decoding on CPU: the Linear layers dynamically quantised (int8 weights per tensor,
 activations quantised per call), the rest fp32.
 
-On the 2-core AVX2 machine of docs/benchmarks.md this decodes the recipe model ~1.5x faster
-than fp32, for -0.03 BLEU greedy and -0.15 with beam 5 (the table there has the run). torch
+It decodes faster than fp32 for a small BLEU cost (docs/benchmarks.md has the measured
+speed and BLEU). torch
 has deprecated its quantized tensor types in favour of torchao; they still work in the pinned
 torch, and the deprecation warning is not shown to `mt translate` users.
 """
