@@ -1,0 +1,73 @@
+"""CTranslate2's default thread count against one thread per core, on an `mt export` folder.
+
+CTranslate2 starts 4 intra-op threads unless told otherwise; on a 2-core machine that
+oversubscribes the cores. This times `translate_batch` on the same lines with the default and
+with `intra_threads` = the cores, alternating over rounds (the best of each kept), and checks
+that both give the same output as `mt translate --beam B --stop-early` when `--mt-output` names
+that file.
+
+    mt export best.pt --to ctranslate2 ct2_de_en
+    python scripts/bench_ct2_threads.py ct2_de_en --src test.de --limit 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import time
+from pathlib import Path
+
+
+def read(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def main() -> None:
+    import ctranslate2
+    import sentencepiece
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("model_dir", type=Path)
+    p.add_argument("--src", type=Path, required=True)
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--mt-output", type=Path, help="mt translate's output of the same lines")
+    args = p.parse_args()
+
+    cores = len(os.sched_getaffinity(0))
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(args.model_dir / "spm.model"))
+    lines = read(args.src)[: args.limit]
+    pieces = [sp.encode(line, out_type=str) for line in lines]
+    limit = int(1.2 * (max(map(len, pieces)) + 1) + 10)
+    engines = {
+        "default threads": ctranslate2.Translator(str(args.model_dir), device="cpu"),
+        f"intra_threads={cores}": ctranslate2.Translator(
+            str(args.model_dir), device="cpu", intra_threads=cores
+        ),
+    }
+    best = {name: float("inf") for name in engines}
+    outputs = {}
+    for _ in range(args.rounds):
+        for name, translator in engines.items():
+            start = time.perf_counter()
+            results = translator.translate_batch(
+                pieces, beam_size=args.beam, max_decoding_length=limit
+            )
+            best[name] = min(best[name], time.perf_counter() - start)
+            outputs[name] = [sp.decode(r.hypotheses[0]) for r in results]
+    reference = read(args.mt_output)[: args.limit] if args.mt_output else None
+    print(f"{len(lines)} lines, beam {args.beam}, {cores} cores, best of {args.rounds} rounds")
+    for name, seconds in best.items():
+        agree = ""
+        if reference is not None:
+            same = sum(a == b for a, b in zip(outputs[name], reference))
+            agree = f", {same}/{len(reference)} equal to mt translate --stop-early"
+        print(f"{name:18} {seconds:8.2f} s{agree}")
+
+
+if __name__ == "__main__":
+    main()
