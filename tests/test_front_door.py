@@ -49,9 +49,9 @@ def test_an_ensemble_scores_as_it_decodes(tiny_run, mt_cli, tmp_path):
     one = mt_cli("score", ckpt, "--src", src, "--tgt", tgt, "--device", "cpu")
     two = mt_cli("score", ckpt, ckpt, "--src", src, "--tgt", tgt, "--device", "cpu")
     assert one.rc == 0 and two.rc == 0, one.err + two.err
-    a = [[float(x) for x in line.split("\t")] for line in one.out.splitlines()]
-    b = [[float(x) for x in line.split("\t")] for line in two.out.splitlines()]
-    assert len(a) == 2
+    a = [float(x) for line in one.out.splitlines() for x in line.split("\t")]
+    b = [float(x) for line in two.out.splitlines() for x in line.split("\t")]
+    assert len(a) == 4
     assert b == pytest.approx(a, abs=1e-4)
 
 
