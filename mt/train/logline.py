@@ -1,0 +1,66 @@
+"""What a log interval reports: the window of steps it sums, and the plain stderr line.
+
+Loss and token counts are summed on the device over the window (no host sync per step) and
+read once per interval. When stderr is a file (nohup, Slurm, CI) the interval is one plain
+line in fairseq's simple format instead of a progress bar.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+
+class Window:
+    """Sums over the steps since the last log line; evaluation time is left out of its span,
+    so tokens/s measures training alone."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss = torch.zeros((), device=device)
+        self.nll = torch.zeros((), device=device)
+        self.tokens = 0
+        self.steps = 0
+        self.start = time.perf_counter()
+        self.eval_seconds = 0.0
+
+    def add(self, loss: torch.Tensor, nll: torch.Tensor, tokens: int) -> None:
+        self.loss += loss
+        self.nll += nll
+        self.tokens += tokens
+        self.steps += 1
+
+    def seconds(self) -> float:
+        """Training seconds in the window: wall clock less evaluation."""
+        return time.perf_counter() - self.start - self.eval_seconds
+
+    def reset(self) -> None:
+        self.loss.zero_()
+        self.nll.zero_()
+        self.tokens = self.steps = 0
+        self.start = time.perf_counter()
+        self.eval_seconds = 0.0
+
+
+def minutes(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min"
+
+
+def log_line(rec: dict[str, Any], eta: tuple[float, str]) -> str:
+    """fairseq's simple log format: one plain line per log interval when stderr is a file."""
+    parts = [
+        f"step {rec['step']}",
+        f"epoch {rec['epoch'] + 1}",
+        f"loss {rec['loss']:.3f}",
+        f"lr {rec['lr']:.3g}",
+        f"{rec['tgt_tokens_per_s']:,.0f} tgt tok/s",
+        f"elapsed {minutes(rec['elapsed'])}",
+    ]
+    if rec.get("skipped_updates"):
+        parts.append(f"skipped {rec['skipped_updates']}")
+    parts.append(f"eta {minutes(eta[0])} ({eta[1]})")
+    return "train: " + " | ".join(parts)
