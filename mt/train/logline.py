@@ -7,6 +7,7 @@ line in fairseq's simple format instead of a progress bar.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -64,3 +65,37 @@ def log_line(rec: dict[str, Any], eta: tuple[float, str]) -> str:
         parts.append(f"skipped {rec['skipped_updates']}")
     parts.append(f"eta {minutes(eta[0])} ({eta[1]})")
     return "train: " + " | ".join(parts)
+
+
+class SlowdownWatch:
+    """Notices a run whose throughput collapses after its start, the usual sign of another
+    process taking the cores, and says so once.
+
+    The baseline is the median tokens/s of the first `baseline` log intervals (the median, so
+    one slow warm-up interval does not lower it); the warning comes when `sustained` intervals
+    in a row ran below `ratio` times the baseline.
+    """
+
+    def __init__(self, baseline: int = 3, ratio: float = 0.5, sustained: int = 3) -> None:
+        self.baseline, self.ratio, self.sustained = baseline, ratio, sustained
+        self.first: list[float] = []
+        self.slow = 0
+        self.warned = False
+
+    def observe(self, tokens_per_s: float) -> str | None:
+        """Feed one log interval's tokens/s; returns the warning line the one time it fires."""
+        if self.warned:
+            return None
+        if len(self.first) < self.baseline:
+            self.first.append(tokens_per_s)
+            return None
+        start = statistics.median(self.first)
+        self.slow = self.slow + 1 if tokens_per_s < self.ratio * start else 0
+        if self.slow < self.sustained:
+            return None
+        self.warned = True
+        return (
+            f"warning: training slowed to {tokens_per_s:,.0f} tgt tok/s, under {self.ratio:.0%} "
+            f"of the {start:,.0f} it measured at its start, for {self.slow} log intervals in a "
+            "row: another process may be competing for the cores"
+        )

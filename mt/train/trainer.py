@@ -40,7 +40,7 @@ from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
 from mt.train import distributed, finetune
 from mt.train.evaluation import Evaluator
-from mt.train.logline import Window, log_line
+from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.loss import label_smoothed_loss
 from mt.train.metrics_log import JsonlSink, MetricsLog
 from mt.train.rotation import Checkpoints
@@ -104,6 +104,7 @@ class Trainer:
         self.bad_total = torch.zeros((), dtype=torch.long, device=self.device)
         self.state = TrainState()
         self._steps_per_epoch = 0
+        self.slowdown = SlowdownWatch()
         if resume and (run_dir / "last.pt").exists():
             self._restore(run_dir / "last.pt")
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
@@ -236,6 +237,9 @@ class Trainer:
             "skipped_updates": int(self.bad_total),
         }
         self.log.write(rec)
+        warning = self.slowdown.observe(rec["tgt_tokens_per_s"]) if d.main else None
+        if warning:
+            tqdm.write(warning, file=sys.stderr)
         if d.main and not stderr_is_terminal():
             left = eta(t, s, span / max(window.steps, 1), batches_left, self._steps_per_epoch)
             print(log_line(rec, left), file=sys.stderr, flush=True)
