@@ -129,6 +129,9 @@ class TrainConfig:
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
+    # TensorBoard events in RUN_DIR/tensorboard (mt/train/tensorboard.py): "auto" when the
+    # package is installed; true without it stops the run at the start.
+    tensorboard: Literal["auto", True, False] = "auto"
     compile: bool = False  # torch.compile the model: for CUDA (on CPU it made steps slower)
     # Fine-tuning (mt/train/finetune.py): start from this checkpoint's weights, tokenizer and
     # model config instead of random weights and a new tokenizer.
@@ -205,7 +208,8 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
     """Return `value` converted to `hint` or raise MtError naming `where`."""
     origin = typing.get_origin(hint)
     if origin is Literal:
-        if value not in typing.get_args(hint):
+        # By type as well: 1 == True, but `tensorboard: 1` is not `true`.
+        if not any(value == c and type(value) is type(c) for c in typing.get_args(hint)):
             choices = ", ".join(repr(c) for c in typing.get_args(hint))
             raise MtError(f"{where} must be one of {choices}, got {value!r}")
         return value

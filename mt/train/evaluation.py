@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from mt.batching import token_batches
 from mt.config import Config, DecodeConfig
 from mt.data.loader import collate_store
 from mt.data.store import TokenStore
+from mt.decode.attention import sentence_attention
 from mt.decode.translator import Translator
 from mt.device import autocast
 from mt.metrics import bleu
@@ -98,3 +100,20 @@ class Evaluator:
             hyps = [t.text for t in translator.translate_lines(lines)]
         self.model.train(was_training)
         return hyps
+
+    def examples(self, hypotheses: list[str], n: int) -> list[tuple[str, str, str]]:
+        """The first `n` dev pairs with their translation: the evaluation's greedy output, or
+        (without dev BLEU) a greedy translation of just these."""
+        sources, references = self.sources[:n], self.references[:n]
+        hyps = hypotheses[:n] if hypotheses else self.translate(sources)
+        return list(zip(sources, references, hyps))
+
+    def attention_picture(self, sentence: str, step: int) -> Any:
+        """The encoder-decoder attention (top layer, head mean) behind the translation of
+        `sentence`: the figure `mt attention` draws, from the same code."""
+        from mt.plot import attention_figure
+
+        text, views = sentence_attention(self.model, self.tokenizer, sentence, self.cfg.decode, -1)
+        self.model.train()
+        cross = [v for v in views if v.name == "encoder-decoder attention"]
+        return attention_figure(cross, f"{sentence}  ->  {text}   (step {step})", None)

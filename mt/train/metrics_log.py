@@ -17,9 +17,11 @@ from mt.errors import MtError
 
 
 class Sink(Protocol):
-    """Where records go; `close` flushes what the sink buffers."""
+    """Where records go; `flush` puts what the sink buffers on disk, `close` too and ends."""
 
     def write(self, record: dict[str, Any]) -> None: ...
+
+    def flush(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -49,6 +51,9 @@ class JsonlSink:
         except OSError as err:
             raise MtError(f"{self.path}: cannot write metrics ({err.strerror or err})") from None
 
+    def flush(self) -> None:
+        pass  # every record is on disk once written
+
     def close(self) -> None:
         pass
 
@@ -62,6 +67,12 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         for sink in self.sinks:
             sink.write(record)
+
+    def flush(self) -> None:
+        """Before a checkpoint: every record up to its step is on disk, so a resumed run
+        (which starts after that step) never has a gap."""
+        for sink in self.sinks:
+            sink.flush()
 
     def close(self) -> None:
         for sink in self.sinks:

@@ -38,7 +38,7 @@ from mt.device import autocast, resolve_device, resolve_precision
 from mt.errors import MtError
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
-from mt.train import distributed, finetune
+from mt.train import distributed, finetune, tensorboard
 from mt.train.evaluation import Evaluator
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.loss import label_smoothed_loss
@@ -65,6 +65,7 @@ class Trainer:
         self.run_dir = run_dir
         self.lock: RunLock | None = None  # rank 0 holds the run directory's lock
         t = cfg.train
+        use_tensorboard = tensorboard.enabled(t.tensorboard)  # before any work: true needs it
         if t.threads:
             torch.set_num_threads(t.threads)
         self.dist, self.device = distributed.init(resolve_device(t.device, "train.device"))
@@ -105,7 +106,9 @@ class Trainer:
         self.state = TrainState()
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
-        if resume and (run_dir / "last.pt").exists():
+        self.last_metrics: dict[str, float] = {}  # of the latest evaluation
+        resumed = resume and (run_dir / "last.pt").exists()
+        if resumed:
             self._restore(run_dir / "last.pt")
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
                 torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
@@ -131,8 +134,24 @@ class Trainer:
         )
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
         self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])
+        self.tensorboard: tensorboard.TensorBoardSink | None = None
+        if use_tensorboard and self.dist.main:
+            self.tensorboard = self._open_tensorboard(self.state.step if resumed else None)
+            self.log.sinks.append(self.tensorboard)
         if self.init is not None:  # fine-tuning: the start step (and optimizer if kept)
             self.state.step = finetune.start(self.init, self.optimizer, self.scaler, self.log.write)
+
+    def _open_tensorboard(self, resumed_step: int | None) -> tensorboard.TensorBoardSink:
+        """The TensorBoard sink; a fresh run starts with its config and size at step 0."""
+        sink = tensorboard.TensorBoardSink(self.run_dir, resumed_step)
+        if resumed_step is None:
+            params = list(self.model.parameters())
+            trained = sum(p.numel() for p in params if p.requires_grad)
+            sink.write_start(self.cfg, sum(p.numel() for p in params), trained)
+        self.draw_attention = tensorboard.can_draw()
+        if not self.draw_attention:
+            tensorboard.note_without_matplotlib()
+        return sink
 
     # -- training state ----------------------------------------------------------------------
 
@@ -157,6 +176,7 @@ class Trainer:
             "rng": rng_state(self.device),
             "state": asdict(self.state),
         }
+        self.log.flush()  # every record up to this step is on disk before the checkpoint
         self.checkpoints.save("last.pt", self.state.step, train_state)
 
     # -- one step ----------------------------------------------------------------------------
@@ -252,7 +272,8 @@ class Trainer:
         """Validate and write checkpoints (rank 0). The time since `start` counts as training
         time before `last.pt` records it; patience is then a stop rule like the others."""
         s = self.state
-        metrics = self.evaluate().metrics
+        evaluation = self.evaluate()
+        metrics = evaluation.metrics
         s.elapsed += time.perf_counter() - start
         score = metrics.get("dev_bleu", -metrics["valid_loss"])
         improved = score > s.best_score
@@ -269,11 +290,27 @@ class Trainer:
                 **{k: round(v, 4) for k, v in metrics.items()},
             }
         )
+        self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
+        if self.tensorboard is not None:
+            self._show_examples(self.tensorboard, evaluation.hypotheses, metrics["valid_loss"])
         if improved:
             self.checkpoints.save("best.pt", s.step, metrics=metrics)
         self.checkpoints.save_step(s.step)
         self._save_last()
         tqdm.write(f"step {s.step}: " + " ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+
+    def _show_examples(
+        self, sink: tensorboard.TensorBoardSink, hypotheses: list[str], valid_loss: float
+    ) -> None:
+        """A few dev translations, and the attention behind the first, at this step. A model
+        whose dev loss is not finite (a diverging run) has no attention worth drawing, and beam
+        search finds no hypothesis with it."""
+        step = self.state.step
+        examples = self.evaluate.examples(hypotheses, tensorboard.EXAMPLES)
+        picture = None
+        if self.draw_attention and examples and math.isfinite(valid_loss):
+            picture = self.evaluate.attention_picture(examples[0][0], step)
+        sink.write_examples(step, examples, picture)
 
     def _evaluate_in_loop(self, window: Window) -> None:
         """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
@@ -321,6 +358,8 @@ class Trainer:
         if s.last_eval_step != s.step:
             self._evaluate_and_save(time.perf_counter())
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
+        if self.tensorboard is not None and self.last_metrics:
+            self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)
         if t.average_last:
             self.checkpoints.average_last(t.average_last)
 
