@@ -6,6 +6,7 @@ greedy translations are returned with the scores, for sinks that show a few of t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,11 +110,13 @@ class Evaluator:
         return list(zip(sources, references, hyps))
 
     def attention_picture(self, sentence: str, step: int) -> Any:
-        """The encoder-decoder attention (top layer, head mean) behind the translation of
-        `sentence`: the figure `mt attention` draws, from the same code."""
+        """The encoder-decoder attention (top layer, head mean) behind the greedy translation
+        of `sentence` (the one the examples show): the figure `mt attention` draws, from the
+        same code."""
         from mt.plot import attention_figure
 
-        text, views = sentence_attention(self.model, self.tokenizer, sentence, self.cfg.decode, -1)
+        greedy = dataclasses.replace(self.cfg.decode, beam=1, nbest=1)
+        text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1)
         self.model.train()
         cross = [v for v in views if v.name == "encoder-decoder attention"]
         return attention_figure(cross, f"{sentence}  ->  {text}   (step {step})", None)
