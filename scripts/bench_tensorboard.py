@@ -118,7 +118,7 @@ def main() -> None:
         trainer._update(g)
     groups = groups[2:]
     jsonl = JsonlSink(folder / "metrics.jsonl")
-    board = Timed(tensorboard.TensorBoardSink(folder / "run", None))
+    board = Timed(tensorboard.TensorBoardSink(folder / "run", None, cfg, trainer.model))
     results = []
     for every in args.log_every:
         secs = {"jsonl": 0.0, "jsonl+tensorboard": 0.0}

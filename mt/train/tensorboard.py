@@ -24,14 +24,17 @@ order. Only rank 0 writes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from mt.config import Config
 from mt.errors import MtError
+from mt.train.evaluation import Evaluation, Evaluator
 
 FOLDER = "tensorboard"
 EXAMPLES = 3  # dev sentences shown at each evaluation
@@ -120,11 +123,27 @@ def hparams(cfg: Config) -> dict[str, Any]:
 class TensorBoardSink:
     """Writes the metrics log's records as scalars, and the evaluation extras, as events."""
 
-    def __init__(self, run_dir: Path, resumed_step: int | None) -> None:
+    def __init__(
+        self, run_dir: Path, resumed_step: int | None, cfg: Config, model: torch.nn.Module
+    ) -> None:
+        """`resumed_step`: the step of the `last.pt` a resumed run starts from (None: a fresh
+        run, which starts with its config and size at step 0)."""
         from torch.utils.tensorboard import SummaryWriter
 
         purge = None if resumed_step is None else resumed_step + 1
         self.writer = SummaryWriter(log_dir=str(run_dir / FOLDER), purge_step=purge)
+        if resumed_step is None:
+            params = list(model.parameters())
+            trained = sum(p.numel() for p in params if p.requires_grad)
+            self.write_start(cfg, sum(p.numel() for p in params), trained)
+        self.draw = can_draw()
+        if not self.draw:
+            print(
+                "note: TensorBoard gets no attention images: matplotlib is missing "
+                "(pip install 'mt[plot]')",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def write(self, record: dict[str, Any]) -> None:
         found = scalars(record)
@@ -147,6 +166,16 @@ class TensorBoardSink:
             "run/parameters", f"{n_params:,} parameters ({trainable:,} trained)", 0
         )
 
+    def show_evaluation(self, step: int, evaluate: Evaluator, evaluation: Evaluation) -> None:
+        """A few dev translations, and the attention behind the first, at this step. A model
+        whose dev loss is not finite (a diverging run) has no attention worth drawing, and
+        search finds no hypothesis with it."""
+        examples = evaluate.examples(evaluation.hypotheses, EXAMPLES)
+        picture = None
+        if self.draw and examples and math.isfinite(evaluation.metrics["valid_loss"]):
+            picture = evaluate.attention_picture(examples[0][0], step)
+        self.write_examples(step, examples, picture)
+
     def write_examples(
         self,
         step: int,
@@ -168,12 +197,3 @@ class TensorBoardSink:
             self.writer.file_writer.add_summary(summary)
         for name, value in final.items():
             self.writer.add_scalar(name, value, step)
-
-
-def note_without_matplotlib() -> None:
-    print(
-        "note: TensorBoard gets no attention images: matplotlib is missing "
-        "(pip install 'mt[plot]')",
-        file=sys.stderr,
-        flush=True,
-    )

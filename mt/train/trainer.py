@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -44,19 +45,11 @@ from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.loss import label_smoothed_loss
 from mt.train.metrics_log import JsonlSink, MetricsLog
 from mt.train.rotation import Checkpoints
-from mt.train.rundir import RunLock, lock_run_dir
+from mt.train.rundir import RunLock, lock_run_dir, refuse_finished_run
 from mt.train.schedule import learning_rate
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState, rng_state, set_rng_state
 from mt.train.stop import diverged, eta, stop_reason
-
-
-def _refuse_finished_run(run_dir: Path, resume: bool) -> None:
-    if not resume and (run_dir / "last.pt").exists():
-        raise MtError(
-            f"{run_dir}: already holds a run (last.pt); pass --resume to continue it "
-            "or --run-dir for a new one"
-        )
 
 
 class Trainer:
@@ -81,7 +74,7 @@ class Trainer:
             if self.dist.main == turn:
                 if turn:
                     self.lock = lock_run_dir(run_dir, "train")
-                    _refuse_finished_run(run_dir, resume)
+                    refuse_finished_run(run_dir, resume)
                     finetune.write_tokenizer(self.init, run_dir)
                 prepared = prepare(cfg, run_dir, build=turn, log=turn)
             distributed.barrier(self.dist)
@@ -136,22 +129,12 @@ class Trainer:
         self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])
         self.tensorboard: tensorboard.TensorBoardSink | None = None
         if use_tensorboard and self.dist.main:
-            self.tensorboard = self._open_tensorboard(self.state.step if resumed else None)
+            self.tensorboard = tensorboard.TensorBoardSink(
+                run_dir, self.state.step if resumed else None, cfg, self.model
+            )
             self.log.sinks.append(self.tensorboard)
         if self.init is not None:  # fine-tuning: the start step (and optimizer if kept)
             self.state.step = finetune.start(self.init, self.optimizer, self.scaler, self.log.write)
-
-    def _open_tensorboard(self, resumed_step: int | None) -> tensorboard.TensorBoardSink:
-        """The TensorBoard sink; a fresh run starts with its config and size at step 0."""
-        sink = tensorboard.TensorBoardSink(self.run_dir, resumed_step)
-        if resumed_step is None:
-            params = list(self.model.parameters())
-            trained = sum(p.numel() for p in params if p.requires_grad)
-            sink.write_start(self.cfg, sum(p.numel() for p in params), trained)
-        self.draw_attention = tensorboard.can_draw()
-        if not self.draw_attention:
-            tensorboard.note_without_matplotlib()
-        return sink
 
     # -- training state ----------------------------------------------------------------------
 
@@ -292,25 +275,12 @@ class Trainer:
         )
         self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
         if self.tensorboard is not None:
-            self._show_examples(self.tensorboard, evaluation.hypotheses, metrics["valid_loss"])
+            self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
         if improved:
             self.checkpoints.save("best.pt", s.step, metrics=metrics)
         self.checkpoints.save_step(s.step)
         self._save_last()
         tqdm.write(f"step {s.step}: " + " ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
-
-    def _show_examples(
-        self, sink: tensorboard.TensorBoardSink, hypotheses: list[str], valid_loss: float
-    ) -> None:
-        """A few dev translations, and the attention behind the first, at this step. A model
-        whose dev loss is not finite (a diverging run) has no attention worth drawing, and beam
-        search finds no hypothesis with it."""
-        step = self.state.step
-        examples = self.evaluate.examples(hypotheses, tensorboard.EXAMPLES)
-        picture = None
-        if self.draw_attention and examples and math.isfinite(valid_loss):
-            picture = self.evaluate.attention_picture(examples[0][0], step)
-        sink.write_examples(step, examples, picture)
 
     def _evaluate_in_loop(self, window: Window) -> None:
         """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
@@ -380,14 +350,7 @@ class Trainer:
 
     def _loop(self, signals: StopSignals) -> TrainState:
         t, s, d = self.cfg.train, self.state, self.dist
-        self.model.train()
-        if d.main:
-            n_params = sum(p.numel() for p in self.model.parameters())
-            tqdm.write(
-                f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
-                f"pairs, device {self.device}, precision {self.precision}, "
-                f"{d.world} process(es), run dir {self.run_dir}"
-            )
+        self._announce()
         quiet = None if d.main else True  # None: tqdm's own choice (off when not a terminal)
         bar = tqdm(
             total=t.max_steps, initial=s.step, unit="step", dynamic_ncols=True, disable=quiet
@@ -398,15 +361,9 @@ class Trainer:
             batches = self._epoch_batches()
             pin = self.device.type == "cuda"
             stream = iterate(self.train_set, batches[s.batch_in_epoch :], t.loader_workers, pin)
-            try:
+            with contextlib.closing(stream):  # closing stops the loader's workers
                 while s.batch_in_epoch < len(batches) and reason is None:
-                    tick = time.perf_counter()
-                    group = list(itertools.islice(stream, t.accum_steps))
-                    window.add(*self._update(group))
-                    s.batch_in_epoch += len(group)
-                    if self.device.type == "cpu" or s.step % t.log_every == 0:
-                        self._check_divergence()  # free on CPU; a host sync on CUDA
-                    s.elapsed += time.perf_counter() - tick
+                    self._step(stream, window)
                     bar.update(1)
                     if s.step % t.log_every == 0:
                         self._log(window, bar, len(batches) - s.batch_in_epoch)
@@ -416,16 +373,41 @@ class Trainer:
                     if distributed.agree(d, signals.requested, self.device):
                         self._interrupted(bar)
                     reason = self._stop_reason()
-            finally:
-                stream.close()  # stops the loader's workers
-            if s.batch_in_epoch >= len(batches):
-                s.epoch, s.batch_in_epoch = s.epoch + 1, 0
-                if t.max_epochs and s.epoch >= t.max_epochs:  # the same on every rank
-                    reason = reason or "max_epochs"
+            reason = self._end_of_epoch(len(batches)) or reason
         bar.close()
         if d.main:
             self._finish(reason)
         return s
+
+    def _announce(self) -> None:
+        self.model.train()
+        if self.dist.main:
+            n_params = sum(p.numel() for p in self.model.parameters())
+            tqdm.write(
+                f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
+                f"pairs, device {self.device}, precision {self.precision}, "
+                f"{self.dist.world} process(es), run dir {self.run_dir}"
+            )
+
+    def _step(self, stream: Iterator[Batch], window: Window) -> None:
+        """Take the next batch group and update; its time (data included) is training time."""
+        t, s = self.cfg.train, self.state
+        tick = time.perf_counter()
+        group = list(itertools.islice(stream, t.accum_steps))
+        window.add(*self._update(group))
+        s.batch_in_epoch += len(group)
+        if self.device.type == "cpu" or s.step % t.log_every == 0:
+            self._check_divergence()  # free on CPU; a host sync on CUDA
+        s.elapsed += time.perf_counter() - tick
+
+    def _end_of_epoch(self, n_batches: int) -> str | None:
+        """Move to the next epoch once this one is used up; "max_epochs" when that was the
+        last (the same on every rank)."""
+        s, t = self.state, self.cfg.train
+        if s.batch_in_epoch < n_batches:
+            return None
+        s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+        return "max_epochs" if t.max_epochs and s.epoch >= t.max_epochs else None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False) -> TrainState:
