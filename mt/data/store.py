@@ -72,7 +72,8 @@ class _Appender:
 
 
 class StoreWriter:
-    """Builds a store in `.{folder}.tmp-{pid}` (mt.atomic.temp_path) and renames it to `folder` when finished.
+    """Builds a store in `.{folder}.tmp-{pid}` (mt.atomic.temp_path) and renames it to
+    `folder` when finished.
 
     Any failure (a full disk, an error in the input) removes the temporary folder, and the
     previous store at `folder`, if any, stays as it was until the new one is complete.
