@@ -76,7 +76,7 @@ def run_round(trainer: Trainer, log: MetricsLog, groups: list, log_every: int) -
     start = time.perf_counter()
     for i, group in enumerate(groups, 1):
         t = time.perf_counter()
-        loss, _, ntok = trainer._update(group)
+        loss, _, ntok, _ = trainer._update(group)
         if i % log_every == 0:
             log.write(record(trainer, loss, ntok, time.perf_counter() - t))
     log.flush()

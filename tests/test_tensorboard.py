@@ -62,7 +62,10 @@ def test_scalars_equal_the_metrics_log_and_evaluations_show_examples(config, tmp
     train(mt_cli, config, run, "--set", "train.tensorboard=true")
     acc = events(run)
     want = expected_scalars(run)
-    assert {"train/loss", "train/lr", "train/tgt_tokens_per_s", "dev/loss", "dev/bleu"} <= set(want)
+    assert {
+        *("train/loss", "train/lr", "train/grad_norm", "train/tgt_tokens_per_s"),
+        *("dev/loss", "dev/ppl", "dev/bleu", "dev/chrf"),
+    } <= set(want)
     for tag, by_step in want.items():
         got = acc.Scalars(tag)
         assert [e.step for e in got] == sorted(by_step), tag

@@ -21,7 +21,7 @@ from mt.data.store import TokenStore
 from mt.decode.attention import sentence_attention
 from mt.decode.translator import Translator
 from mt.device import autocast
-from mt.metrics import bleu
+from mt.metrics import bleu, chrf
 from mt.model import Transformer
 from mt.tokenizer import PAD, Tokenizer
 from mt.train.loss import label_smoothed_loss
@@ -29,7 +29,7 @@ from mt.train.loss import label_smoothed_loss
 
 @dataclass
 class Evaluation:
-    metrics: dict[str, float]  # valid_loss, valid_nll, valid_ppl and (eval_bleu) dev_bleu
+    metrics: dict[str, float]  # valid_loss, valid_nll, valid_ppl; (eval_bleu) dev_bleu, dev_chrf
     hypotheses: list[str] = field(default_factory=list)  # greedy, one per dev source line
 
 
@@ -63,6 +63,7 @@ class Evaluator:
         if self.cfg.train.eval_bleu:
             hyps = self.translate(self.sources)
             out["dev_bleu"] = bleu(hyps, self.references)
+            out["dev_chrf"] = chrf(hyps, self.references)
         self.model.train()
         return Evaluation(out, hyps)
 

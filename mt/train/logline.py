@@ -21,16 +21,25 @@ class Window:
     def __init__(self, device: torch.device) -> None:
         self.loss = torch.zeros((), device=device)
         self.nll = torch.zeros((), device=device)
+        self.grad_norm = torch.zeros((), device=device)  # summed over finite updates
+        self.finite = torch.zeros((), device=device)
         self.tokens = 0
         self.steps = 0
         self.start = time.perf_counter()
         self.eval_seconds = 0.0
 
-    def add(self, loss: torch.Tensor, nll: torch.Tensor, tokens: int) -> None:
+    def add(self, loss: torch.Tensor, nll: torch.Tensor, tokens: int, norm: torch.Tensor) -> None:
+        """One update: its loss sums, target tokens and gradient norm (before clipping)."""
         self.loss += loss
         self.nll += nll
+        finite = torch.isfinite(norm)
+        self.grad_norm += torch.where(finite, norm, 0.0)  # a skipped update has no norm
+        self.finite += finite
         self.tokens += tokens
         self.steps += 1
+
+    def mean_grad_norm(self) -> float:
+        return float(self.grad_norm) / max(float(self.finite), 1.0)
 
     def seconds(self) -> float:
         """Training seconds in the window: wall clock less evaluation."""
@@ -39,6 +48,8 @@ class Window:
     def reset(self) -> None:
         self.loss.zero_()
         self.nll.zero_()
+        self.grad_norm.zero_()
+        self.finite.zero_()
         self.tokens = self.steps = 0
         self.start = time.perf_counter()
         self.eval_seconds = 0.0

@@ -164,8 +164,9 @@ class Trainer:
 
     # -- one step ----------------------------------------------------------------------------
 
-    def _update(self, group: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One optimizer step over `group` (gradient accumulation), loss per target token."""
+    def _update(self, group: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+        """One optimizer step over `group` (gradient accumulation): the loss sums, target
+        tokens and gradient norm before clipping, left on the device."""
         t = self.cfg.train
         lr = learning_rate(self.state.step + 1, t, self.cfg.model)
         for g in self.optimizer.param_groups:
@@ -209,7 +210,7 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        return loss_sum, nll_sum, ntok
+        return loss_sum, nll_sum, ntok, norm.detach()
 
     def _check_divergence(self) -> None:
         """Stop (saving the last good state) once `max_bad_updates` were skipped in a row."""
@@ -235,6 +236,7 @@ class Trainer:
             "loss": w_loss / w_tok,
             "nll": w_nll / w_tok,
             "lr": learning_rate(s.step, t, self.cfg.model),
+            "grad_norm": window.mean_grad_norm(),  # the same on every rank (all-reduced)
             "tgt_tokens_per_s": w_tok / span,
             "elapsed": round(s.elapsed, 1),
             "skipped_updates": int(self.bad_total),
