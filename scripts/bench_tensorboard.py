@@ -56,7 +56,9 @@ class Timed:
         self.sink.close()
 
 
-def record(trainer: Trainer, loss: torch.Tensor, ntok: int, seconds: float) -> dict:
+def record(
+    trainer: Trainer, loss: torch.Tensor, norm: torch.Tensor, ntok: int, seconds: float
+) -> dict:
     """A log-interval record as the trainer writes it (the same keys and kinds of values)."""
     s = trainer.state
     return {
@@ -65,6 +67,7 @@ def record(trainer: Trainer, loss: torch.Tensor, ntok: int, seconds: float) -> d
         "loss": float(loss) / ntok,
         "nll": float(loss) / ntok,
         "lr": trainer.optimizer.param_groups[0]["lr"],
+        "grad_norm": float(norm),
         "tgt_tokens_per_s": ntok / seconds,
         "elapsed": round(s.elapsed, 1),
         "skipped_updates": int(trainer.bad_total),
@@ -76,9 +79,9 @@ def run_round(trainer: Trainer, log: MetricsLog, groups: list, log_every: int) -
     start = time.perf_counter()
     for i, group in enumerate(groups, 1):
         t = time.perf_counter()
-        loss, _, ntok, _ = trainer._update(group)
+        loss, _, ntok, norm = trainer._update(group)
         if i % log_every == 0:
-            log.write(record(trainer, loss, ntok, time.perf_counter() - t))
+            log.write(record(trainer, loss, norm, ntok, time.perf_counter() - t))
     log.flush()
     return time.perf_counter() - start
 
