@@ -363,6 +363,7 @@ def plot(
 
     records = read_metrics(run_dir / "metrics.jsonl")
     save_figure(curves_figure(records, str(run_dir)), output)
+    typer.echo(f"wrote {output}", err=True)
 
 
 @app.command()

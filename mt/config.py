@@ -10,7 +10,9 @@ without hard-coding a machine's path.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -128,6 +130,9 @@ class TrainConfig:
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
+    # TensorBoard events in RUN_DIR/tensorboard (mt/train/tensorboard.py): "auto" when the
+    # package is installed; true without it stops the run at the start.
+    tensorboard: Literal["auto", True, False] = "auto"
     compile: bool = False  # torch.compile the model: for CUDA (on CPU it made steps slower)
     # Fine-tuning (mt/train/finetune.py): start from this checkpoint's weights, tokenizer and
     # model config instead of random weights and a new tokenizer.
@@ -211,7 +216,8 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
     """Return `value` converted to `hint` or raise MtError naming `where`."""
     origin = typing.get_origin(hint)
     if origin is Literal:
-        if value not in typing.get_args(hint):
+        # By type as well: 1 == True, but `tensorboard: 1` is not `true`.
+        if not any(value == c and type(value) is type(c) for c in typing.get_args(hint)):
             choices = ", ".join(repr(c) for c in typing.get_args(hint))
             raise MtError(f"{where} must be one of {choices}, got {value!r}")
         return value
@@ -253,31 +259,39 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
     raise TypeError(f"unsupported config type {hint!r}")  # a bug in this module, not user input
 
 
-def _build(cls: type, raw: Any, where: str, source: str) -> Any:
+def _unknown_key(key: object, section: str, names: set[str]) -> MtError:
+    """An unknown key, with the closest known one of its section as the likely intent."""
+    path = f"{section}.{key}" if section else str(key)
+    close = difflib.get_close_matches(str(key), sorted(names), n=1, cutoff=0.6)
+    if close:
+        guess = f"{section}.{close[0]}" if section else close[0]
+        return MtError(f"unknown key '{path}'; did you mean {guess}?")
+    return MtError(f"unknown key '{path}' (known: {', '.join(sorted(names))})")
+
+
+def _build(cls: type, raw: Any, where: str) -> Any:
+    """The dataclass `cls` from the mapping `raw`; errors name the key but not the source."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise MtError(f"{source}: {where or 'top level'} must be a mapping, got {raw!r}")
+        raise MtError(f"{where or 'top level'} must be a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in raw.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in names:
-            raise MtError(f"{source}: unknown key '{path}' (known: {', '.join(sorted(names))})")
+            raise _unknown_key(key, where, names)
         hint = hints[key]
         item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
         if dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, value, path, source)
+            kwargs[key] = _build(hint, value, path)
         elif item is not None and dataclasses.is_dataclass(item):
             if not isinstance(value, list):
-                raise MtError(f"{source}: {path} must be a list, got {value!r}")
-            kwargs[key] = [_build(item, v, f"{path}[{i}]", source) for i, v in enumerate(value)]
+                raise MtError(f"{path} must be a list, got {value!r}")
+            kwargs[key] = [_build(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
         else:
-            try:
-                kwargs[key] = _check_type(value, hint, path)
-            except MtError as err:
-                raise MtError(f"{source}: {err}") from None
+            kwargs[key] = _check_type(value, hint, path)
     return cls(**kwargs)
 
 
@@ -332,6 +346,14 @@ def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
 
 def validate(cfg: Config, source: str) -> None:
     """Reject values that type-check but cannot work; messages name key and file."""
+    try:
+        _validate(cfg)
+    except MtError as err:
+        raise MtError(f"{source}: {err}") from None
+
+
+def _validate(cfg: Config) -> None:
+    """The checks of `validate`, with messages that name the key only."""
     m, t, d, tok = cfg.model, cfg.train, cfg.decode, cfg.tokenizer
     checks = [
         in_range("model.d_model", m.d_model, 1, MAX_WIDTH),
@@ -399,32 +421,45 @@ def validate(cfg: Config, source: str) -> None:
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
     for ok, message in checks:
         if not ok:
-            raise MtError(f"{source}: {message}")
+            raise MtError(message)
+
+
+def _checked(raw: Any) -> Config:
+    cfg = _build(Config, raw, "")
+    _validate(cfg)
+    return cfg
 
 
 def from_dict(raw: Any, source: str) -> Config:
-    cfg = _build(Config, raw, "", source)
-    validate(cfg, source)
-    return cfg
+    """A checked Config from a mapping; errors start with `source` (a file, a checkpoint)."""
+    try:
+        return _checked(raw)
+    except MtError as err:
+        raise MtError(f"{source}: {err}") from None
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def _set_path(raw: dict[str, Any], key: str, value: Any, source: str) -> None:
+def _set_path(raw: dict[str, Any], key: str, value: Any, item: str, source: str) -> None:
+    """Put one `--set` value into the raw mapping; `item` is the flag's text for errors."""
     parts = key.split(".")
     node: Any = Config
     target = raw
     for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(node) or part not in {
-            f.name for f in dataclasses.fields(node)
-        }:
-            raise MtError(f"--set {key}: unknown key '{'.'.join(parts[: i + 1])}' ({source})")
+        names = (
+            {f.name for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else set()
+        )
+        if part not in names:
+            err = _unknown_key(part, ".".join(parts[:i]), names) if names else None
+            if err is None:
+                err = MtError(f"unknown key '{'.'.join(parts[: i + 1])}'")
+            raise MtError(f"--set {item} (on {source}): {err}")
         node = typing.get_type_hints(node)[part]
         if i == len(parts) - 1:
             if dataclasses.is_dataclass(node):
-                raise MtError(f"--set {key}: '{key}' is a section, name one of its keys")
+                raise MtError(f"--set {item}: '{key}' is a section, name one of its keys")
             target[part] = value
         else:
             if not isinstance(target.get(part), dict):
@@ -462,16 +497,38 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         raw = {}
     if not isinstance(raw, dict):
         raise MtError(f"{source}: top level must be a mapping of sections")
-    for item in overrides or []:
-        key, value = parse_override(item)
-        _set_path(raw, key, value, source)
-    cfg = from_dict(raw, source)
+    cfg = _with_overrides(raw, overrides or [], source)
     cfg.data.root = expand_env(cfg.data.root)
     cfg.train.run_dir = expand_env(cfg.train.run_dir)
     cfg.data.cache_dir = expand_env(cfg.data.cache_dir)
     for c in cfg.data.corpora:
         c.root = expand_env(c.root)
     return cfg
+
+
+def _with_overrides(raw: dict[str, Any], overrides: list[str], source: str) -> Config:
+    """The checked config of the file with `--set` items applied in order.
+
+    An error is blamed where it comes from: the file when the file alone has it, else the
+    first `--set` item after which it appears (an item may also fix a bad value of the file).
+    """
+    steps: list[tuple[str, dict[str, Any]]] = [(source, copy.deepcopy(raw))]
+    for item in overrides:
+        key, value = parse_override(item)
+        raw = copy.deepcopy(raw)
+        _set_path(raw, key, value, item, source)
+        steps.append((f"--set {item}", raw))
+    try:
+        return _checked(raw)
+    except MtError as err:
+        final = str(err)
+    for where, partial in steps:
+        try:
+            _checked(partial)
+        except MtError as err:
+            if str(err) == final:
+                raise MtError(f"{where}: {final}") from None
+    raise MtError(f"{source}: {final}")
 
 
 def save_config(cfg: Config, path: Path) -> None:

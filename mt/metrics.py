@@ -32,6 +32,11 @@ def bleu(hyps: list[str], refs: list[str]) -> float:
     return sacrebleu.corpus_bleu(hyps, [refs]).score
 
 
+def chrf(hyps: list[str], refs: list[str]) -> float:
+    """chrF (character n-gram F-score): moves with small improvements where BLEU is still 0."""
+    return sacrebleu.corpus_chrf(hyps, [refs]).score
+
+
 def score(hyps: list[str], refs: list[str]) -> Scores:
     if len(hyps) != len(refs):
         raise ValueError("hypotheses and references differ in length")

@@ -72,6 +72,7 @@ def test_attention_and_plot_commands_write_pngs(tiny_run, mt_cli, tmp_path):
     result = mt_cli("plot", tiny_run, "-o", curves)
     assert result.rc == 0, result.err
     assert curves.read_bytes().startswith(PNG)
+    assert result.err.strip().splitlines()[-1] == f"wrote {curves}"
     missing = mt_cli("plot", tmp_path / "nowhere", "-o", curves)
     assert missing.rc == 2 and "metrics.jsonl" in missing.err
 

@@ -148,10 +148,22 @@ def _count_rest(chunks: Iterator[list[str]]) -> int:
     return sum(len(c) for c in chunks)
 
 
+def _missing_corpus_file(path: Path, root: Path) -> MtError:
+    """A corpus file that is not there: almost always MT_DATA unset or pointing elsewhere."""
+    where = "does not exist" if not root.is_dir() else "lacks it"
+    return MtError(
+        f"{path}: file not found (the data folder {root} {where}); set MT_DATA to the folder "
+        "holding the corpus (Multi30k: see data/README.md)"
+    )
+
+
 def _text_chunks(source: Source, chunk: int) -> Iterator[Chunk]:
     root = Path(source.root)
     src_path = text_path(root, source.name, source.src_lang)
     tgt_path = text_path(root, source.name, source.tgt_lang)
+    for path in (src_path, tgt_path):
+        if not path.is_file():
+            raise _missing_corpus_file(path, root)
     src_chunks, tgt_chunks = line_chunks(src_path, chunk), line_chunks(tgt_path, chunk)
     done = 0
     for src in src_chunks:
@@ -176,6 +188,8 @@ def _length_mismatch(src_path: Path, n_src: int, tgt_path: Path, n_tgt: int) -> 
 
 def _tsv_chunks(source: Source, chunk: int) -> Iterator[Chunk]:
     path = Path(source.root) / source.name
+    if not path.is_file():
+        raise _missing_corpus_file(path, Path(source.root))
     done = 0
     for lines in line_chunks(path, chunk):
         src, tgt = [], []
@@ -206,6 +220,8 @@ def _pair(record: object, source: Source, where: str) -> tuple[str, str]:
 
 def _jsonl_chunks(source: Source, chunk: int) -> Iterator[Chunk]:
     path = Path(source.root) / source.name
+    if not path.is_file():
+        raise _missing_corpus_file(path, Path(source.root))
     done = 0
     for lines in line_chunks(path, chunk):
         src, tgt = [], []

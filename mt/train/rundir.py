@@ -67,3 +67,12 @@ def lock_run_dir(run_dir: Path, what: str) -> RunLock:
     """Create `run_dir` if needed and take its lock (`what` names the command for others)."""
     make_run_dir(run_dir)
     return RunLock(run_dir, what)
+
+
+def refuse_finished_run(run_dir: Path, resume: bool) -> None:
+    """A run directory with a `last.pt` is continued with --resume, never trained over."""
+    if not resume and (run_dir / "last.pt").exists():
+        raise MtError(
+            f"{run_dir}: already holds a run (last.pt); pass --resume to continue it "
+            "or --run-dir for a new one"
+        )

@@ -1,4 +1,4 @@
-"""The training loop: from a config to checkpoints in a run directory.
+"""The training procedure: from a config to checkpoints in a run directory.
 
 The run directory holds everything a run makes: the tokenizer (`spm*.model`), the resolved
 `config.yaml`, `metrics.jsonl` (one JSON object per log interval and per evaluation), and the
@@ -6,105 +6,50 @@ checkpoints `last.pt` (with the full training state), `best.pt` (best dev BLEU) 
 `keep_last` step checkpoints. `--resume` continues from `last.pt` with the same model,
 optimizer, scaler, RNG and data position, so a resumed run follows the uninterrupted one.
 
-Dev BLEU needs a decoder, so this module uses `mt.decode` and `mt.metrics` for evaluation only.
+This module is the procedure; the rooms beside it hold the parts: `evaluation` (dev loss and
+BLEU), `metrics_log` (records and their sinks), `rotation` (which checkpoints are kept),
+`stop` (stop rules, ETA, divergence), `signals` (Ctrl-C), `state` (counters, run id, RNG) and
+`logline` (the log window and its stderr line).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import os
 import random
-import signal
 import sys
-import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from mt import checkpoint
-from mt.batching import Batch, shard, token_batches
-from mt.config import Config, DecodeConfig, save_config
+from mt.batching import Batch, shard
+from mt.config import Config, save_config
 from mt.data.corpus import read_parallel
-from mt.data.loader import TrainingSet, collate_store, iterate
+from mt.data.loader import TrainingSet, iterate
 from mt.data.prepare import prepare
-from mt.decode.translator import Translator
 from mt.device import autocast, resolve_device, resolve_precision
-from mt.errors import EXIT_DIVERGED, MtError
-from mt.metrics import bleu
+from mt.errors import MtError
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
-from mt.train import distributed, finetune
+from mt.train import distributed, finetune, tensorboard
+from mt.train.evaluation import Evaluator
+from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.loss import label_smoothed_loss
-from mt.train.rundir import RunLock, lock_run_dir
+from mt.train.metrics_log import JsonlSink, MetricsLog
+from mt.train.rotation import Checkpoints
+from mt.train.rundir import RunLock, lock_run_dir, refuse_finished_run
 from mt.train.schedule import learning_rate
-
-
-@dataclass
-class TrainState:
-    """Where a run is; saved in `last.pt` so `--resume` continues at the same point."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # batches of the current epoch already consumed
-    elapsed: float = 0.0  # seconds of training so far, across resumes
-    best_score: float = -math.inf  # dev BLEU, or minus validation loss without BLEU
-    bad_evals: int = 0
-    last_eval_step: int = -1
-
-
-def _strict(value: Any) -> Any:
-    """JSON has no NaN or Infinity: a non-finite number is written as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-class MetricsLog:
-    """Appends one JSON object per line to `metrics.jsonl` (kept across resumes).
-
-    Strict JSON (`null` for a non-finite value), so any JSON parser reads every line.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps({k: _strict(v) for k, v in record.items()}, allow_nan=False)
-        try:
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        except OSError as err:
-            raise MtError(f"{self.path}: cannot write metrics ({err.strerror or err})") from None
-
-
-def _refuse_finished_run(run_dir: Path, resume: bool) -> None:
-    if not resume and (run_dir / "last.pt").exists():
-        raise MtError(
-            f"{run_dir}: already holds a run (last.pt); pass --resume to continue it "
-            "or --run-dir for a new one"
-        )
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
+from mt.train.signals import StopSignals
+from mt.train.state import TrainState, rng_state, set_rng_state
+from mt.train.stop import diverged, eta, stop_reason
 
 
 class Trainer:
@@ -113,6 +58,7 @@ class Trainer:
         self.run_dir = run_dir
         self.lock: RunLock | None = None  # rank 0 holds the run directory's lock
         t = cfg.train
+        use_tensorboard = tensorboard.enabled(t.tensorboard)  # before any work: true needs it
         if t.threads:
             torch.set_num_threads(t.threads)
         self.dist, self.device = distributed.init(resolve_device(t.device, "train.device"))
@@ -128,14 +74,13 @@ class Trainer:
             if self.dist.main == turn:
                 if turn:
                     self.lock = lock_run_dir(run_dir, "train")
-                    _refuse_finished_run(run_dir, resume)
+                    refuse_finished_run(run_dir, resume)
                     finetune.write_tokenizer(self.init, run_dir)
                 prepared = prepare(cfg, run_dir, build=turn, log=turn)
             distributed.barrier(self.dist)
         self.tokenizer = prepared.tokenizer
         self.train_set = TrainingSet(prepared.train, prepared.weights)
-        self.valid_data = prepared.valid
-        self.valid_src, self.valid_ref = read_parallel(d, d.valid, d.max_valid_examples)
+        valid_src, valid_ref = read_parallel(d, d.valid, d.max_valid_examples)
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
         finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
@@ -153,7 +98,10 @@ class Trainer:
         self.bad_total = torch.zeros((), dtype=torch.long, device=self.device)
         self.state = TrainState()
         self._steps_per_epoch = 0
-        if resume and (run_dir / "last.pt").exists():
+        self.slowdown = SlowdownWatch()
+        self.last_metrics: dict[str, float] = {}  # of the latest evaluation
+        resumed = resume and (run_dir / "last.pt").exists()
+        if resumed:
             self._restore(run_dir / "last.pt")
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
                 torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
@@ -167,12 +115,28 @@ class Trainer:
             self.net = torch.compile(self.net)
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
-        self.log = MetricsLog(run_dir / "metrics.jsonl")
+        self.evaluate = Evaluator(
+            cfg,
+            self.model,
+            self.tokenizer,
+            prepared.valid,
+            valid_src,
+            valid_ref,
+            self.device,
+            self.precision,
+        )
+        self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
+        self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])
+        self.tensorboard: tensorboard.TensorBoardSink | None = None
+        if use_tensorboard and self.dist.main:
+            self.tensorboard = tensorboard.TensorBoardSink(
+                run_dir, self.state.step if resumed else None, cfg, self.model
+            )
+            self.log.sinks.append(self.tensorboard)
         if self.init is not None:  # fine-tuning: the start step (and optimizer if kept)
-            write = self.log.write if self.dist.main else None
-            self.state.step = finetune.start(self.init, self.optimizer, self.scaler, write)
+            self.state.step = finetune.start(self.init, self.optimizer, self.scaler, self.log.write)
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- training state ----------------------------------------------------------------------
 
     def _restore(self, path: Path) -> None:
         data = checkpoint.load(path)
@@ -184,117 +148,25 @@ class Trainer:
         self.model.load_state_dict(data["model"])
         self.optimizer.load_state_dict(ts["optimizer"])
         self.scaler.load_state_dict(ts["scaler"])
-        _set_rng_state(ts["rng"], self.device)
+        set_rng_state(ts["rng"], self.device)
         self.state = TrainState(**ts["state"])
 
-    def _save(self, path: Path, with_state: bool, **extra: Any) -> None:
-        finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all()
-        if not bool(finite):  # never replace a good checkpoint with a broken model
-            raise MtError(
-                f"{path}: not written: the model has non-finite weights at step {self.state.step}",
-                EXIT_DIVERGED,
-            )
-        train_state = None
-        if with_state:
-            train_state = {
-                "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "rng": _rng_state(self.device),
-                "state": asdict(self.state),
-            }
-        data = checkpoint.payload(
-            self.cfg,
-            self.tokenizer,
-            self.model,
-            step=self.state.step,
-            train_state=train_state,
-            **extra,
-        )
-        checkpoint.save(data, path)
-
-    def _step_checkpoints(self) -> list[Path]:
-        found = sorted(
-            self.run_dir.glob("checkpoint_*.pt"), key=lambda p: int(p.stem.split("_")[1])
-        )
-        return found
-
-    def _save_step_checkpoint(self) -> None:
-        if not self.cfg.train.keep_last:
-            return
-        self._save(self.run_dir / f"checkpoint_{self.state.step}.pt", with_state=False)
-        for old in self._step_checkpoints()[: -self.cfg.train.keep_last]:
-            old.unlink(missing_ok=True)
-
-    # -- evaluation --------------------------------------------------------------------------
-
-    @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """Validation loss (teacher forced) and greedy dev BLEU."""
-        self.model.eval()
-        loss_sum = nll_sum = 0.0
-        ntok = 0
-        data = self.valid_data
-        sizes = data.sizes  # per pair: longer side + EOS
-        fits = np.nonzero(sizes <= self.cfg.model.max_positions)[0]  # longer: no positions
-        for idx in token_batches(sizes, self.cfg.train.max_tokens, items=fits):
-            b = collate_store(data, idx).to(self.device)
-            with autocast(self.device, self.precision):
-                logits = self.model(b.src, b.tgt_in)
-            loss, nll = label_smoothed_loss(logits, b.tgt_out, self.cfg.train.label_smoothing, PAD)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            ntok += b.tgt_tokens
-        out = {
-            "valid_loss": loss_sum / ntok,
-            "valid_nll": nll_sum / ntok,
-            "valid_ppl": math.exp(min(nll_sum / ntok, 50.0)),
+    def _save_last(self) -> None:
+        """`last.pt` with everything `--resume` needs."""
+        train_state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng_state(self.device),
+            "state": asdict(self.state),
         }
-        if self.cfg.train.eval_bleu:
-            dcfg = DecodeConfig(
-                beam=1,
-                nbest=1,
-                max_len_a=self.cfg.decode.max_len_a,
-                max_len_b=self.cfg.decode.max_len_b,
-                max_tokens=self.cfg.decode.max_tokens,
-            )
-            translator = Translator(self.model, self.tokenizer, dcfg, self.device)
-            with autocast(self.device, self.precision):
-                hyps = [t.text for t in translator.translate_lines(self.valid_src)]
-            out["dev_bleu"] = bleu(hyps, self.valid_ref)
-        self.model.train()
-        return out
+        self.log.flush()  # every record up to this step is on disk before the checkpoint
+        self.checkpoints.save("last.pt", self.state.step, train_state)
 
-    def _evaluate_and_save(self, start: float) -> None:
-        """Validate and write checkpoints (rank 0). The time since `start` counts as training
-        time before `last.pt` records it; patience is then a stop rule like the others."""
-        s = self.state
-        metrics = self.validate()
-        s.elapsed += time.perf_counter() - start
-        score = metrics.get("dev_bleu", -metrics["valid_loss"])
-        improved = score > s.best_score
-        if improved:
-            s.best_score, s.bad_evals = score, 0
-        else:
-            s.bad_evals += 1
-        s.last_eval_step = s.step
-        self.log.write(
-            {
-                "step": s.step,
-                "epoch": s.epoch,
-                "elapsed": round(s.elapsed, 1),
-                **{k: round(v, 4) for k, v in metrics.items()},
-            }
-        )
-        if improved:
-            self._save(self.run_dir / "best.pt", with_state=False, metrics=metrics)
-        self._save_step_checkpoint()
-        self._save(self.run_dir / "last.pt", with_state=True)
-        tqdm.write(f"step {s.step}: " + " ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+    # -- one step ----------------------------------------------------------------------------
 
-    # -- the loop ----------------------------------------------------------------------------
-
-    def _update(self, group: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """One optimizer step over `group` (gradient accumulation), loss per target token."""
+    def _update(self, group: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+        """One optimizer step over `group` (gradient accumulation): the loss sums, target
+        tokens and gradient norm before clipping, left on the device."""
         t = self.cfg.train
         lr = learning_rate(self.state.step + 1, t, self.cfg.model)
         for g in self.optimizer.param_groups:
@@ -338,228 +210,206 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        return loss_sum, nll_sum, ntok
+        return loss_sum, nll_sum, ntok, norm.detach()
 
     def _check_divergence(self) -> None:
         """Stop (saving the last good state) once `max_bad_updates` were skipped in a row."""
-        t, s = self.cfg.train, self.state
-        run = int(self.bad_run)
-        if run < t.max_bad_updates:
+        error = diverged(self.cfg.train, self.state, int(self.bad_run), self.run_dir / "last.pt")
+        if error is None:
             return
         if self.dist.main:
-            self._save(self.run_dir / "last.pt", with_state=True)
-        raise MtError(
-            f"train: stopped at step {s.step}: {run} updates in a row had a non-finite loss or "
-            f"gradient (train.max_bad_updates {t.max_bad_updates}); every one was skipped, so "
-            f"{self.run_dir / 'last.pt'} holds finite weights. Lower train.lr / train.lr_scale "
-            "or set train.clip_norm, then --resume",
-            EXIT_DIVERGED,
-        )
+            self._save_last()
+        raise error
 
-    def _eta(self, seconds_per_step: float, batches_left: int) -> tuple[float, str]:
-        """Seconds to the first stop rule that will fire, and its name."""
-        t, s = self.cfg.train, self.state
-        options = [((t.max_steps - s.step) * seconds_per_step, "max_steps")]
-        if t.max_minutes:
-            options.append((60 * t.max_minutes - s.elapsed, "max_minutes"))
-        if t.max_epochs:
-            per_epoch = max(self._steps_per_epoch, 1)
-            steps = batches_left / t.accum_steps + (t.max_epochs - s.epoch - 1) * per_epoch
-            options.append((steps * seconds_per_step, "max_epochs"))
-        return min(options)
+    # -- what happens between steps ----------------------------------------------------------
+
+    def _log(self, window: Window, bar: tqdm, batches_left: int) -> None:
+        """One record for the steps since the last log interval (summed over ranks)."""
+        t, s, d = self.cfg.train, self.state, self.dist
+        span = window.seconds()
+        w_loss, w_nll, w_tok = distributed.sum_all(
+            d, [float(window.loss), float(window.nll), float(window.tokens)], self.device
+        )
+        rec = {
+            "step": s.step,
+            "epoch": s.epoch,
+            "loss": w_loss / w_tok,
+            "nll": w_nll / w_tok,
+            "lr": learning_rate(s.step, t, self.cfg.model),
+            "grad_norm": window.mean_grad_norm(),  # the same on every rank (all-reduced)
+            "tgt_tokens_per_s": w_tok / span,
+            "elapsed": round(s.elapsed, 1),
+            "skipped_updates": int(self.bad_total),
+        }
+        self.log.write(rec)
+        warning = self.slowdown.observe(rec["tgt_tokens_per_s"]) if d.main else None
+        if warning:
+            tqdm.write(warning, file=sys.stderr)
+        if d.main and not stderr_is_terminal():
+            left = eta(t, s, span / max(window.steps, 1), batches_left, self._steps_per_epoch)
+            print(log_line(rec, left), file=sys.stderr, flush=True)
+        bar.set_postfix(
+            loss=f"{rec['loss']:.3f}", lr=f"{rec['lr']:.2e}", tok_s=f"{w_tok / span:.0f}"
+        )
+        window.reset()
+
+    def _evaluate_and_save(self, start: float) -> None:
+        """Validate and write checkpoints (rank 0). The time since `start` counts as training
+        time before `last.pt` records it; patience is then a stop rule like the others."""
+        s = self.state
+        evaluation = self.evaluate()
+        metrics = evaluation.metrics
+        s.elapsed += time.perf_counter() - start
+        score = metrics.get("dev_bleu", -metrics["valid_loss"])
+        improved = score > s.best_score
+        if improved:
+            s.best_score, s.bad_evals = score, 0
+        else:
+            s.bad_evals += 1
+        s.last_eval_step = s.step
+        self.log.write(
+            {
+                "step": s.step,
+                "epoch": s.epoch,
+                "elapsed": round(s.elapsed, 1),
+                **{k: round(v, 4) for k, v in metrics.items()},
+            }
+        )
+        self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
+        if self.tensorboard is not None:
+            self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
+        if improved:
+            self.checkpoints.save("best.pt", s.step, metrics=metrics)
+        self.checkpoints.save_step(s.step)
+        self._save_last()
+        tqdm.write(f"step {s.step}: " + " ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+
+    def _evaluate_in_loop(self, window: Window) -> None:
+        """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
+        and counted as training time on every rank."""
+        self._check_divergence()
+        tick = time.perf_counter()
+        if self.dist.main:
+            self._evaluate_and_save(tick)
+        self.state.last_eval_step = self.state.step
+        if not self.dist.main:
+            self.state.elapsed += time.perf_counter() - tick
+        window.eval_seconds += time.perf_counter() - tick
+
+    def _interrupted(self, bar: tqdm) -> None:
+        bar.close()
+        if self.dist.main:
+            self._save_last()
+            tqdm.write(f"interrupted at step {self.state.step}; saved {self.run_dir}/last.pt")
+        raise KeyboardInterrupt
 
     def _stop_reason(self) -> str | None:
-        t, s = self.cfg.train, self.state
-        if s.step >= t.max_steps:
-            return "max_steps"
-        if t.max_epochs and s.epoch >= t.max_epochs:
-            return "max_epochs"
-        if t.max_minutes and s.elapsed >= 60 * t.max_minutes:
-            return "max_minutes"
-        if t.patience and s.bad_evals >= t.patience:
-            return "patience"
-        return None
+        """Rank 0's clock decides the time budget, so all ranks stop at the same step."""
+        reason = stop_reason(self.cfg.train, self.state)
+        if self.dist.active:
+            stop = distributed.agree(self.dist, reason is not None, self.device)
+            reason = (reason or "rank 0 stopped") if stop else None
+        return reason
+
+    def _epoch_batches(self) -> list[Any]:
+        """This rank's share of the current epoch's batches (index arrays)."""
+        t, d = self.cfg.train, self.dist
+        planned = self.train_set.epoch_batches(t.max_tokens, t.seed, self.state.epoch)
+        batches = shard(planned, d.rank, d.world)
+        if not batches:
+            raise MtError(
+                f"train: fewer batches per epoch than processes ({d.world}); "
+                "lower train.max_tokens or use fewer processes"
+            )
+        self._steps_per_epoch = math.ceil(len(batches) / t.accum_steps)
+        return batches
+
+    def _finish(self, reason: str | None) -> None:
+        """The last evaluation (unless this step had one), the stop record, averaging."""
+        s, t = self.state, self.cfg.train
+        if s.last_eval_step != s.step:
+            self._evaluate_and_save(time.perf_counter())
+        self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
+        if self.tensorboard is not None and self.last_metrics:
+            self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)
+        if t.average_last:
+            self.checkpoints.average_last(t.average_last)
+
+    # -- the procedure -----------------------------------------------------------------------
 
     def train(self) -> TrainState:
         """Run until a stop rule fires. Ctrl-C or SIGTERM finishes the current update, saves
         `last.pt` and raises KeyboardInterrupt, so `--resume` loses nothing; a second Ctrl-C
         stops at once."""
-        stop_signal: list[int] = []
-
-        def on_signal(signum: int, frame: object) -> None:
-            if stop_signal:
-                raise KeyboardInterrupt
-            stop_signal.append(signum)
-
-        handlers = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                handlers[sig] = signal.signal(sig, on_signal)
         try:
-            return self._loop(stop_signal)
+            with StopSignals() as signals:
+                return self._loop(signals)
         finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+            self.log.close()
             distributed.shutdown(self.dist)
             if self.lock is not None:
                 self.lock.release()
 
-    def _loop(self, stop_signal: list[int]) -> TrainState:
-        t, s = self.cfg.train, self.state
+    def _loop(self, signals: StopSignals) -> TrainState:
+        t, s, d = self.cfg.train, self.state, self.dist
+        self._announce()
+        quiet = None if d.main else True  # None: tqdm's own choice (off when not a terminal)
+        bar = tqdm(
+            total=t.max_steps, initial=s.step, unit="step", dynamic_ncols=True, disable=quiet
+        )
+        window = Window(self.device)
+        reason = stop_reason(t, s)
+        while reason is None:
+            batches = self._epoch_batches()
+            pin = self.device.type == "cuda"
+            stream = iterate(self.train_set, batches[s.batch_in_epoch :], t.loader_workers, pin)
+            with contextlib.closing(stream):  # closing stops the loader's workers
+                while s.batch_in_epoch < len(batches) and reason is None:
+                    self._step(stream, window)
+                    bar.update(1)
+                    if s.step % t.log_every == 0:
+                        self._log(window, bar, len(batches) - s.batch_in_epoch)
+                    if s.step % t.eval_every == 0:
+                        self._evaluate_in_loop(window)
+                    # After the step's log and evaluation, so a resumed run misses neither.
+                    if distributed.agree(d, signals.requested, self.device):
+                        self._interrupted(bar)
+                    reason = self._stop_reason()
+            reason = self._end_of_epoch(len(batches)) or reason
+        bar.close()
+        if d.main:
+            self._finish(reason)
+        return s
+
+    def _announce(self) -> None:
         self.model.train()
-        main, d = self.dist.main, self.dist
-        n_params = sum(p.numel() for p in self.model.parameters())
-        if main:
+        if self.dist.main:
+            n_params = sum(p.numel() for p in self.model.parameters())
             tqdm.write(
                 f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
                 f"pairs, device {self.device}, precision {self.precision}, "
-                f"{d.world} process(es), run dir {self.run_dir}"
+                f"{self.dist.world} process(es), run dir {self.run_dir}"
             )
-        bar = tqdm(
-            total=t.max_steps,
-            initial=s.step,
-            unit="step",
-            dynamic_ncols=True,
-            disable=None if main else True,
-        )
-        window_loss = torch.zeros((), device=self.device)
-        window_nll = torch.zeros((), device=self.device)
-        window_tok = window_steps = 0
-        window_start = time.perf_counter()
-        window_eval = 0.0  # evaluation time inside the window, left out of tokens/s
-        reason = self._stop_reason()
-        pin = self.device.type == "cuda"
-        while reason is None:
-            planned = self.train_set.epoch_batches(t.max_tokens, t.seed, s.epoch)
-            batches = shard(planned, d.rank, d.world)
-            self._steps_per_epoch = math.ceil(len(batches) / t.accum_steps)
-            if not batches:
-                raise MtError(
-                    f"train: fewer batches per epoch than processes ({d.world}); "
-                    "lower train.max_tokens or use fewer processes"
-                )
-            stream = iterate(self.train_set, batches[s.batch_in_epoch :], t.loader_workers, pin)
-            try:
-                while s.batch_in_epoch < len(batches) and reason is None:
-                    tick = time.perf_counter()
-                    group = list(itertools.islice(stream, t.accum_steps))
-                    loss, nll, ntok = self._update(group)
-                    s.batch_in_epoch += len(group)
-                    window_loss += loss
-                    window_nll += nll
-                    window_tok += ntok
-                    window_steps += 1
-                    if self.device.type == "cpu" or s.step % t.log_every == 0:
-                        self._check_divergence()  # free on CPU; a host sync on CUDA
-                    s.elapsed += time.perf_counter() - tick
-                    bar.update(1)
-                    if s.step % t.log_every == 0:
-                        span = time.perf_counter() - window_start - window_eval
-                        w_loss, w_nll, w_tok = distributed.sum_all(
-                            d,
-                            [float(window_loss), float(window_nll), float(window_tok)],
-                            self.device,
-                        )
-                        rec = {
-                            "step": s.step,
-                            "epoch": s.epoch,
-                            "loss": w_loss / w_tok,
-                            "nll": w_nll / w_tok,
-                            "lr": learning_rate(s.step, t, self.cfg.model),
-                            "tgt_tokens_per_s": w_tok / span,
-                            "elapsed": round(s.elapsed, 1),
-                            "skipped_updates": int(self.bad_total),
-                        }
-                        if main:
-                            self.log.write(rec)
-                            if not stderr_is_terminal():
-                                eta = self._eta(
-                                    span / max(window_steps, 1), len(batches) - s.batch_in_epoch
-                                )
-                                print(_log_line(rec, eta), file=sys.stderr, flush=True)
-                        bar.set_postfix(
-                            loss=f"{rec['loss']:.3f}",
-                            lr=f"{rec['lr']:.2e}",
-                            tok_s=f"{rec['tgt_tokens_per_s']:.0f}",
-                        )
-                        window_loss.zero_()
-                        window_nll.zero_()
-                        window_tok = window_steps = 0
-                        window_start = time.perf_counter()
-                        window_eval = 0.0
-                    if s.step % t.eval_every == 0:
-                        self._check_divergence()
-                        tick = time.perf_counter()
-                        if main:
-                            self._evaluate_and_save(tick)
-                        s.last_eval_step = s.step
-                        if not main:
-                            s.elapsed += time.perf_counter() - tick
-                        window_eval += time.perf_counter() - tick
-                    # After the step's log and evaluation, so a resumed run misses neither.
-                    if distributed.agree(d, bool(stop_signal), self.device):
-                        bar.close()
-                        if main:
-                            self._save(self.run_dir / "last.pt", with_state=True)
-                            tqdm.write(
-                                f"interrupted at step {s.step}; saved {self.run_dir}/last.pt"
-                            )
-                        raise KeyboardInterrupt
-                    # Rank 0's clock decides the time budget, so all ranks stop at the same step.
-                    reason = self._stop_reason()
-                    if d.active:
-                        stop = distributed.agree(d, reason is not None, self.device)
-                        reason = (reason or "rank 0 stopped") if stop else None
-            finally:
-                stream.close()  # stops the loader's workers
-            if s.batch_in_epoch >= len(batches):
-                s.epoch += 1
-                s.batch_in_epoch = 0
-                if t.max_epochs and s.epoch >= t.max_epochs:  # the same on every rank
-                    reason = reason or "max_epochs"
-        bar.close()
-        if main:
-            if s.last_eval_step != s.step:
-                self._evaluate_and_save(time.perf_counter())
-            self.log.write(
-                {
-                    "step": s.step,
-                    "stopped": reason,
-                    "elapsed": round(s.elapsed, 1),
-                }
-            )
-            if t.average_last:
-                self.average_last(t.average_last)
-        return s
 
-    def average_last(self, n: int) -> Path:
-        paths = self._step_checkpoints()[-n:]
-        out = self.run_dir / "averaged.pt"
-        checkpoint.save(checkpoint.average(paths, force=True), out)  # its own run
-        return out
+    def _step(self, stream: Iterator[Batch], window: Window) -> None:
+        """Take the next batch group and update; its time (data included) is training time."""
+        t, s = self.cfg.train, self.state
+        tick = time.perf_counter()
+        group = list(itertools.islice(stream, t.accum_steps))
+        window.add(*self._update(group))
+        s.batch_in_epoch += len(group)
+        if self.device.type == "cpu" or s.step % t.log_every == 0:
+            self._check_divergence()  # free on CPU; a host sync on CUDA
+        s.elapsed += time.perf_counter() - tick
 
-
-def _minutes(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 60:.1f} min"
-
-
-def _log_line(rec: dict[str, Any], eta: tuple[float, str]) -> str:
-    """fairseq's simple log format: one plain line per log interval when stderr is a file."""
-    parts = [
-        f"step {rec['step']}",
-        f"epoch {rec['epoch'] + 1}",
-        f"loss {rec['loss']:.3f}",
-        f"lr {rec['lr']:.3g}",
-        f"{rec['tgt_tokens_per_s']:,.0f} tgt tok/s",
-        f"elapsed {_minutes(rec['elapsed'])}",
-    ]
-    if rec.get("skipped_updates"):
-        parts.append(f"skipped {rec['skipped_updates']}")
-    parts.append(f"eta {_minutes(eta[0])} ({eta[1]})")
-    return "train: " + " | ".join(parts)
+    def _end_of_epoch(self, n_batches: int) -> str | None:
+        """Move to the next epoch once this one is used up; "max_epochs" when that was the
+        last (the same on every rank)."""
+        s, t = self.state, self.cfg.train
+        if s.batch_in_epoch < n_batches:
+            return None
+        s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+        return "max_epochs" if t.max_epochs and s.epoch >= t.max_epochs else None
 
 
 def train(cfg: Config, run_dir: Path, resume: bool = False) -> TrainState:

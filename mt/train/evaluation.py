@@ -1,0 +1,123 @@
+"""Evaluation during training: teacher-forced validation loss and greedy dev BLEU.
+
+Dev BLEU needs a decoder, so this is where training uses `mt.decode` and `mt.metrics`. The
+greedy translations are returned with the scores, for sinks that show a few of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from mt.batching import token_batches
+from mt.config import Config, DecodeConfig
+from mt.data.loader import collate_store
+from mt.data.store import TokenStore
+from mt.decode.attention import sentence_attention
+from mt.decode.translator import Translator
+from mt.device import autocast
+from mt.metrics import bleu, chrf
+from mt.model import Transformer
+from mt.tokenizer import PAD, Tokenizer
+from mt.train.loss import label_smoothed_loss
+
+
+@dataclass
+class Evaluation:
+    metrics: dict[str, float]  # valid_loss, valid_nll, valid_ppl; (eval_bleu) dev_bleu, dev_chrf
+    hypotheses: list[str] = field(default_factory=list)  # greedy, one per dev source line
+
+
+class Evaluator:
+    """Scores the model on the dev set: `valid_data` (token store) for the loss, the raw
+    `sources`/`references` for BLEU."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        valid_data: TokenStore,
+        sources: list[str],
+        references: list[str],
+        device: torch.device,
+        precision: str,
+    ) -> None:
+        self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
+        self.valid_data = valid_data
+        self.sources, self.references = sources, references
+        self.device, self.precision = device, precision
+
+    @torch.no_grad()
+    def __call__(self) -> Evaluation:
+        """Validation loss (teacher forced) and greedy dev BLEU; leaves the model in train
+        mode."""
+        self.model.eval()
+        out = self._loss()
+        hyps: list[str] = []
+        if self.cfg.train.eval_bleu:
+            hyps = self.translate(self.sources)
+            out["dev_bleu"] = bleu(hyps, self.references)
+            out["dev_chrf"] = chrf(hyps, self.references)
+        self.model.train()
+        return Evaluation(out, hyps)
+
+    def _loss(self) -> dict[str, float]:
+        cfg = self.cfg
+        loss_sum = nll_sum = 0.0
+        ntok = 0
+        data = self.valid_data
+        sizes = data.sizes  # per pair: longer side + EOS
+        fits = np.nonzero(sizes <= cfg.model.max_positions)[0]  # longer: no positions
+        for idx in token_batches(sizes, cfg.train.max_tokens, items=fits):
+            b = collate_store(data, idx).to(self.device)
+            with autocast(self.device, self.precision):
+                logits = self.model(b.src, b.tgt_in)
+            loss, nll = label_smoothed_loss(logits, b.tgt_out, cfg.train.label_smoothing, PAD)
+            loss_sum += float(loss)
+            nll_sum += float(nll)
+            ntok += b.tgt_tokens
+        return {
+            "valid_loss": loss_sum / ntok,
+            "valid_nll": nll_sum / ntok,
+            "valid_ppl": math.exp(min(nll_sum / ntok, 50.0)),
+        }
+
+    @torch.no_grad()
+    def translate(self, lines: list[str]) -> list[str]:
+        """Greedy translations with the decode section's length limits."""
+        d = self.cfg.decode
+        dcfg = DecodeConfig(
+            beam=1, nbest=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b, max_tokens=d.max_tokens
+        )
+        was_training = self.model.training
+        self.model.eval()
+        translator = Translator(self.model, self.tokenizer, dcfg, self.device)
+        with autocast(self.device, self.precision):
+            hyps = [t.text for t in translator.translate_lines(lines)]
+        self.model.train(was_training)
+        return hyps
+
+    def examples(self, hypotheses: list[str], n: int) -> list[tuple[str, str, str]]:
+        """The first `n` dev pairs with their translation: the evaluation's greedy output, or
+        (without dev BLEU) a greedy translation of just these."""
+        sources, references = self.sources[:n], self.references[:n]
+        hyps = hypotheses[:n] if hypotheses else self.translate(sources)
+        return list(zip(sources, references, hyps))
+
+    def attention_picture(self, sentence: str, step: int) -> Any:
+        """The encoder-decoder attention (top layer, head mean) behind the greedy translation
+        of `sentence` (the one the examples show): the figure `mt attention` draws, from the
+        same code."""
+        from mt.plot import attention_figure
+
+        greedy = dataclasses.replace(self.cfg.decode, beam=1, nbest=1)
+        text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1)
+        self.model.train()
+        cross = [v for v in views if v.name == "encoder-decoder attention"]
+        return attention_figure(cross, f"{sentence}  ->  {text}   (step {step})", None)
