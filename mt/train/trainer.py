@@ -91,7 +91,7 @@ class Trainer:
             betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
             eps=t.optimizer_eps,
             weight_decay=t.weight_decay,
-            fused=True,  # one kernel for all parameters: ~3x faster steps than the default on CPU
+            fused=True,  # one kernel for all parameters instead of one per tensor
         )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.bad_run = torch.zeros((), dtype=torch.long, device=self.device)
