@@ -644,8 +644,8 @@ def current_revision() -> str:
 
 def has_prepare(root: Path) -> bool:
     """Whether a checkout's CLI has `mt prepare` (the data rewrite added it)."""
-    cli = root / "mt" / "cli.py"
-    return cli.is_file() and "def prepare(" in cli.read_text()
+    files = [root / "mt" / "cli.py", *sorted((root / "mt" / "cli").glob("*.py"))]
+    return any(f.is_file() and "def prepare(" in f.read_text() for f in files)
 
 
 def default_multi30k() -> Path:

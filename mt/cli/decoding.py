@@ -1,0 +1,215 @@
+"""`mt translate`, `mt eval`, `mt score` and `mt export`: commands that use a trained model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mt.cli.app import app
+from mt.cli.options import (
+    BeamOption,
+    CheckpointsArg,
+    DeviceOption,
+    Int8Option,
+    MaxTokensOption,
+    StopEarlyOption,
+    open_session,
+    text_lines,
+    warn_truncated,
+    write_output,
+)
+from mt.errors import EXIT_GATE, MtError
+
+
+@app.command()
+def translate(
+    checkpoints: CheckpointsArg,
+    input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
+    beam: BeamOption = None,
+    nbest: Annotated[
+        int | None, typer.Option(help="Lines per input: 'i ||| text ||| score'.")
+    ] = None,
+    max_tokens: MaxTokensOption = None,
+    device: DeviceOption = "auto",
+    greedy: Annotated[bool, typer.Option(help="Greedy search instead of beam search.")] = False,
+    alignment: Annotated[
+        bool, typer.Option(help="Append a tab and 'src-tgt' attention alignment pairs.")
+    ] = False,
+    stop_early: StopEarlyOption = None,
+    int8: Int8Option = None,
+    input_format: Annotated[
+        str,
+        typer.Option(help='text, or jsonl: {"src": ..., "prefix": ..., "constraints": [...]}.'),
+    ] = "text",
+    output_format: Annotated[
+        str, typer.Option(help="text, or jsonl: translation, score, nbest, tokens, alignment.")
+    ] = "text",
+    no_repeat_ngram: Annotated[
+        int | None, typer.Option(help="No n-gram of N tokens twice in an output (0: off).")
+    ] = None,
+    sample: Annotated[
+        bool, typer.Option(help="Draw each token (back-translation) instead of searching.")
+    ] = False,
+    topk: Annotated[int | None, typer.Option(help="--sample: among the k best (0: all).")] = None,
+    topp: Annotated[
+        float | None, typer.Option(help="--sample: nucleus, the best tokens with mass p.")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="--sample: > 1 flattens.")] = None,
+    seed: Annotated[int | None, typer.Option(help="--sample: random seed (default 1).")] = None,
+) -> None:
+    """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
+    from mt.decode.requests import read_requests
+    from mt.decode.session import DecodeOptions
+    from mt.decode.translator import write_translations
+
+    if input is not None and not input.is_file():
+        raise MtError(f"{input}: input file not found")
+    for flag, value in (("--input-format", input_format), ("--output-format", output_format)):
+        if value not in ("text", "jsonl"):
+            raise MtError(f"{flag} must be text or jsonl, got {value!r}")
+    typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
+    options = DecodeOptions(
+        beam=beam,
+        nbest=nbest,
+        greedy=greedy or None,
+        stop_early=stop_early,
+        int8=int8,
+        max_tokens=max_tokens,
+        no_repeat_ngram=no_repeat_ngram,
+        buffer_lines=1 if typing else None,
+        sample=sample or None,
+        topk=topk,
+        topp=topp,
+        temperature=temperature,
+        seed=seed,
+    )
+    session = open_session(checkpoints, device)
+    translator = session.translator(options, alignment, with_scores=output_format == "jsonl")
+    src = open(input, "rb") if input is not None else sys.stdin.buffer
+    name = str(input) if input is not None else "<stdin>"
+    with src:
+        requests = read_requests(text_lines(src), input_format, name)
+        write_output(
+            output,
+            lambda out: write_translations(
+                translator.translate_stream(requests),
+                out,
+                nbest=translator.cfg.nbest,
+                alignment=alignment,
+                jsonl=output_format == "jsonl",
+            ),
+        )
+    warn_truncated(translator.truncated, translator.max_src, "input")
+
+
+@app.command(name="eval")
+def evaluate(
+    checkpoints: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Checkpoint to translate with (a run directory means its best.pt); several "
+            "decode as an ensemble.",
+            metavar="CHECKPOINT",
+        ),
+    ] = None,
+    src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
+    ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
+    hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
+    beam: BeamOption = None,
+    greedy: Annotated[bool, typer.Option(help="Greedy search.")] = False,
+    stop_early: StopEarlyOption = None,
+    int8: Int8Option = None,
+    max_tokens: MaxTokensOption = None,
+    device: DeviceOption = "auto",
+    json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    min_bleu: Annotated[
+        float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
+    ] = None,
+) -> None:
+    """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
+    --ref)."""
+    from mt.data.corpus import read_lines
+    from mt.decode.session import DecodeOptions
+    from mt.metrics import format_scores, score
+
+    if ref is None:
+        raise MtError("mt eval needs --ref")
+    refs = read_lines(ref)
+    if hyp is not None:
+        if checkpoints or src is not None:
+            raise MtError("mt eval: give either --hyp or CHECKPOINT with --src, not both")
+        hyps, where = read_lines(hyp), hyp
+    else:
+        if not checkpoints or src is None:
+            raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
+        sources = read_lines(src)
+        if len(sources) != len(refs):
+            raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
+        options = DecodeOptions(
+            beam=beam,
+            nbest=1,
+            greedy=greedy or None,
+            stop_early=stop_early,
+            int8=int8,
+            max_tokens=max_tokens,
+        )
+        translator = open_session(checkpoints, device).translator(options)
+        hyps, where = [t.text for t in translator.translate_stream(sources)], src
+    if len(hyps) != len(refs):
+        raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
+    scores = score(hyps, refs)
+    typer.echo(json.dumps(scores.as_dict()) if json_ else format_scores(scores))
+    if min_bleu is not None and scores.bleu < min_bleu:
+        typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
+        raise typer.Exit(EXIT_GATE)
+
+
+@app.command()
+def score(
+    checkpoints: CheckpointsArg,
+    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
+    tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
+    json_: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line, with token scores.")
+    ] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
+    max_tokens: MaxTokensOption = None,
+    device: DeviceOption = "auto",
+    int8: Int8Option = None,
+) -> None:
+    """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
+    length-normalised as beam search ranks it."""
+    from mt.decode.score import count_parallel, score_files, write_scores
+    from mt.decode.session import DecodeOptions
+
+    for path in (src, tgt):
+        if not path.is_file():
+            raise MtError(f"{path}: file not found")
+    count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
+    session = open_session(checkpoints, device)
+    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8))
+    scores = score_files(scorer, src, tgt, scorer.cfg.buffer_lines)
+    write_output(output, lambda out: write_scores(scores, out, json_))
+    warn_truncated(scorer.truncated, scorer.max_src, "source")
+
+
+@app.command(name="export")
+def export_model(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write (must not exist).")],
+    to: Annotated[str, typer.Option("--to", help="ctranslate2 or marian (HF transformers).")],
+    quantization: Annotated[
+        str | None, typer.Option(help="ctranslate2: int8, int8_float16, float16, bfloat16, ...")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing OUT_DIR.")] = False,
+) -> None:
+    """Export a checkpoint for CTranslate2 or HF transformers (needs `pip install 'mt[export]'`)."""
+    from mt.export import export
+
+    export(checkpoint, to, out_dir, quantization, force)
+    typer.echo(f"exported {checkpoint} to {out_dir} ({to})", err=True)

@@ -1,0 +1,111 @@
+"""What several commands share: option types with one meaning each, the front door, output."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+
+from mt.errors import MtError
+
+# The options `mt train` and `mt prepare` share: both read a config into a run directory.
+ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a config value: section.key=value (repeatable)."),
+]
+RunDirOption = Annotated[
+    Path | None, typer.Option(help="Run directory (default: train.run_dir of the config).")
+]
+
+
+def load_run_config(config: Path, set_: list[str] | None, run_dir: Path | None):
+    """The config with overrides applied and `--run-dir` taking the place of train.run_dir."""
+    from mt.config import load_config
+
+    cfg = load_config(config, set_ or [])
+    if run_dir is not None:
+        cfg.train.run_dir = str(run_dir)
+    return cfg
+
+
+# Options several decoding commands share, with one meaning each (DecodeConfig's fields).
+CheckpointsArg = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Checkpoints written by mt train (a run directory means its best.pt); several "
+        "decode as an ensemble.",
+        metavar="CHECKPOINT...",
+    ),
+]
+DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or auto.")]
+BeamOption = Annotated[int | None, typer.Option(help="Beam size (default: decode.beam).")]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Tokens per batch, each row counting its longest known side (decode.max_tokens)."
+    ),
+]
+StopEarlyOption = Annotated[
+    bool | None,
+    typer.Option(
+        help="Beam search: end a sentence when its best candidate ends (CTranslate2's rule; "
+        "faster) instead of after beam-size finished hypotheses (default: decode.stop_early)."
+    ),
+]
+Int8Option = Annotated[
+    bool | None,
+    typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),
+]
+
+
+def open_session(checkpoints: list[Path], device: str):
+    """The front door (mt.decode.session), saying on stderr when a run directory stood for
+    its best.pt."""
+    from mt.decode.session import Session
+
+    session = Session(checkpoints, device)
+    for given, path in zip(checkpoints, session.paths):
+        if given != path:
+            typer.echo(f"mt: {given} is a run directory; using {path}", err=True)
+    return session
+
+
+def write_output(output: Path | None, write: Callable[[TextIO], object]) -> None:
+    """Run `write` on `output` (stdout when None), a file written whole or not at all.
+
+    A closed stdout (`mt translate | head`) ends quietly, as Unix tools do: typer would turn
+    BrokenPipeError into exit 1.
+    """
+    from mt.atomic import write_with
+
+    if output is not None:
+        write_with(output, "the output", write, mode="w")
+        return
+    try:
+        write(sys.stdout)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def warn_truncated(count: int, max_src: int, what: str) -> None:
+    """One warning line when `count` lines were cut to the model's longest input."""
+    if count:
+        typer.echo(
+            f"warning: {count} {what} line(s) were longer than the model's {max_src} "
+            "positions and were truncated",
+            err=True,
+        )
+
+
+def text_lines(stream):
+    """Lines of a byte stream; invalid UTF-8 is reported with its line number."""
+    for i, raw in enumerate(stream, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MtError(f"{getattr(stream, 'name', '<stdin>')}:{i}: invalid UTF-8") from None

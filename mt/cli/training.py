@@ -1,0 +1,98 @@
+"""`mt train`, `mt prepare`, `mt plot` and `mt average`: commands about runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mt.cli.app import app
+from mt.cli.options import ConfigArg, RunDirOption, SetOption, load_run_config
+
+
+@app.command()
+def train(
+    config: ConfigArg,
+    set_: SetOption = None,
+    run_dir: RunDirOption = None,
+    resume: Annotated[bool, typer.Option(help="Continue the run in the run directory.")] = False,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Fine-tune: start from this checkpoint's weights, tokenizer and model "
+            "(sets train.init_from)."
+        ),
+    ] = None,
+) -> None:
+    """Train a tokenizer and a Transformer as CONFIG says."""
+    from mt.memory import check_model_fits, keep_freed_memory
+
+    keep_freed_memory()
+
+    if init_from is not None:  # an override, so validation sees it (train.freeze needs it)
+        set_ = [*(set_ or []), f"train.init_from={json.dumps(str(init_from))}"]
+    cfg = load_run_config(config, set_, run_dir)  # before importing torch: config errors come fast
+    # A model too big for this machine, refused before the data is prepared (the vocabulary
+    # is the configured size here; build_model checks again with the trained one).
+    check_model_fits(cfg.model, cfg.tokenizer.vocab_size, cfg.tokenizer.vocab_size)
+    from mt.train.trainer import train as run_training
+
+    state = run_training(cfg, Path(cfg.train.run_dir), resume)
+    typer.echo(f"done: step {state.step}, checkpoints in {cfg.train.run_dir}", err=True)
+
+
+@app.command()
+def prepare(
+    config: ConfigArg,
+    set_: SetOption = None,
+    run_dir: RunDirOption = None,
+) -> None:
+    """Train the tokenizer and build the token stores, without training.
+
+    A cluster job can prepare once on a CPU node; `mt train` on the same run directory (and
+    data.cache_dir) then maps the stores and starts at once.
+    """
+    from mt.data.prepare import prepare as run_prepare
+    from mt.train import finetune
+    from mt.train.rundir import lock_run_dir
+
+    cfg = load_run_config(config, set_, run_dir)
+    folder = Path(cfg.train.run_dir)
+    lock = lock_run_dir(folder, "prepare")
+    try:
+        # A fine-tuning run (train.init_from) prepares its data with the checkpoint's tokenizer.
+        finetune.write_tokenizer(finetune.load_init(cfg, folder, resume=False), folder)
+        run_prepare(cfg, folder)
+    finally:
+        lock.release()
+
+
+@app.command()
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory of mt train.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file.")] = Path("curves.png"),
+) -> None:
+    """Draw training loss, validation loss, dev BLEU and learning rate over steps."""
+    from mt.plot import curves_figure, read_metrics, save_figure
+
+    records = read_metrics(run_dir / "metrics.jsonl")
+    save_figure(curves_figure(records, str(run_dir)), output)
+    typer.echo(f"wrote {output}", err=True)
+
+
+@app.command()
+def average(
+    checkpoints: Annotated[list[Path], typer.Argument(help="Checkpoints of one run.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Averaged checkpoint.")],
+    force: Annotated[
+        bool, typer.Option(help="Average checkpoints even when they are of different runs.")
+    ] = False,
+) -> None:
+    """Average the weights of several checkpoints (e.g. the last ones of a run) into one."""
+    from mt.checkpoint import average as average_weights
+    from mt.checkpoint import save
+
+    save(average_weights(checkpoints, force), output)
+    typer.echo(f"averaged {len(checkpoints)} checkpoints into {output}", err=True)
