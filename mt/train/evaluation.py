@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,4 +121,6 @@ class Evaluator:
         text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1)
         self.model.train()
         cross = [v for v in views if v.name == "encoder-decoder attention"]
-        return attention_figure(cross, f"{sentence}  ->  {text}   (step {step})", None)
+        with warnings.catch_warnings():  # a very long output: matplotlib warns at every eval
+            warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+            return attention_figure(cross, f"{sentence}  ->  {text}   (step {step})", None)
