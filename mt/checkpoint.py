@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from mt.atomic import write_with
-from mt.config import Config, from_dict, to_dict
+from mt.config import Config, to_dict
+from mt.config_file import from_dict
 from mt.errors import MtError
 from mt.memory import check_model_fits
 from mt.model import Transformer

@@ -34,7 +34,8 @@ import torch
 from tqdm import tqdm
 
 from mt.batching import Batch, pad, token_batches
-from mt.config import Config, DecodeConfig, load_config
+from mt.config import Config, DecodeConfig
+from mt.config_file import load_config
 from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet
 from mt.data.prepare import prepare

@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mt.config import (
-    Config,
-    DataConfig,
-    ModelConfig,
-    expand_env,
-    load_config,
-    parse_override,
-    save_config,
-)
+from mt.config import Config, DataConfig, ModelConfig
+from mt.config_file import expand_env, load_config, parse_override, save_config
 from mt.errors import EXIT_USAGE, MtError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ import torch
 from conftest import REPO, reverse_task_config
 
 from mt.checkpoint import load_model
-from mt.config import load_config
+from mt.config_file import load_config
 from mt.data.corpus import read_lines
 from mt.decode.translator import Translation, Translator
 from mt.train.trainer import Trainer

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from mt.config import DataConfig, load_config
+from mt.config import DataConfig
+from mt.config_file import load_config
 from mt.data.corpus import read_parallel
 
 REPO = Path(__file__).resolve().parent.parent

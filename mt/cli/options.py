@@ -25,7 +25,7 @@ RunDirOption = Annotated[
 
 def load_run_config(config: Path, set_: list[str] | None, run_dir: Path | None):
     """The config with overrides applied and `--run-dir` taking the place of train.run_dir."""
-    from mt.config import load_config
+    from mt.config_file import load_config
 
     cfg = load_config(config, set_ or [])
     if run_dir is not None:

@@ -43,7 +43,8 @@ import torch
 import yaml
 
 from mt import checkpoint
-from mt.config import Config, ModelConfig, expand_env, from_dict
+from mt.config import Config, ModelConfig
+from mt.config_file import expand_env, from_dict
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer

@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from mt import checkpoint
 from mt.batching import Batch, shard
-from mt.config import Config, save_config
+from mt.config import Config
+from mt.config_file import save_config
 from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet, iterate
 from mt.data.prepare import prepare
