@@ -30,7 +30,8 @@ from mt.batching import pad, token_batches
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.decode.constrained import constrained_beam_search, phrase_ids
-from mt.decode.search import Hypothesis, beam_search
+from mt.decode.search import beam_search
+from mt.decode.steps import Hypothesis
 from mt.metrics import score
 
 WORD = re.compile(r"[A-Za-z]+")

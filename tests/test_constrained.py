@@ -20,7 +20,8 @@ from mt.decode.constrained import (
     phrase_ids,
     phrase_tensors,
 )
-from mt.decode.search import beam_search, length_penalty, max_lengths
+from mt.decode.search import beam_search
+from mt.decode.steps import length_penalty, max_lengths
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
 N_SENTENCES = 50

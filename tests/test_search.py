@@ -7,13 +7,8 @@ import torch
 
 from mt.batching import pad
 from mt.config import ModelConfig
-from mt.decode.search import (
-    beam_search,
-    greedy_search,
-    length_penalty,
-    max_lengths,
-    row_topk,
-)
+from mt.decode.search import beam_search, greedy_search
+from mt.decode.steps import length_penalty, max_lengths, row_topk
 from mt.model import Transformer
 from mt.tokenizer import BOS, EOS, PAD
 from mt.train.loss import label_smoothed_loss

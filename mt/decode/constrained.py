@@ -20,15 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from mt.decode.search import (
-    ROWS_PER_CHUNK,
-    Beams,
-    Hypothesis,
-    continuing,
-    max_lengths,
-    only_eos,
-    row_topk,
-)
+from mt.decode.search import Beams, continuing, only_eos
+from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
@@ -115,7 +108,7 @@ def _expand(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Feed `prev`; per row the `k` best tokens other than PAD/BOS (and EOS where `no_eos`)
     with their log-probabilities (R, k), the log-probabilities of `wanted` (R, C) and of EOS
-    (R,). `search._top_tokens` returns only the top k, but the constraint tokens are needed
+    (R,). `search.top_tokens` returns only the top k, but the constraint tokens are needed
     wherever they rank, so this is its loop with one gather more; projecting a chunk of rows
     at a time keeps each chunk's logits in cache, as there."""
     hidden, _ = model.step_hidden(prev, state)
@@ -135,11 +128,11 @@ def _expand(
     return torch.cat(lps), torch.cat(toks), torch.cat(wanted_lps), torch.cat(eos)
 
 
-def _limits(
+def output_limits(
     src: torch.Tensor, lengths: torch.Tensor, a: float, b: int, max_positions: int
 ) -> torch.Tensor:
     """`max_lengths`, raised so that every constraint fits with room to spare: at least the
-    constraint tokens plus max(b, 1) (as `search._limits` does for a prefix); still within the
+    constraint tokens plus max(b, 1) (as `search.output_limits` does for a prefix); still within the
     model's positions, so a phrase longer than that can never be met."""
     limit = max_lengths(src, a, b, max_positions)
     floor = lengths.sum(1) + min(max(b, 1), max_positions)
@@ -178,7 +171,7 @@ def constrained_beam_search(
     if int(phrases.max()) >= model.tgt_vocab:
         raise ValueError("a constraint token is outside the target vocabulary")
     n_banks = int(lengths.sum(1).max()) + 1
-    limit = _limits(src, lengths, max_len_a, max_len_b, model.cfg.max_positions)
+    limit = output_limits(src, lengths, max_len_a, max_len_b, model.cfg.max_positions)
     beams = Beams(model, src)
     progress = torch.zeros(B, C, dtype=torch.long, device=dev)  # per row, as in `advance`
     met = lengths.eq(0)  # empty slots are met from the start

@@ -3,7 +3,7 @@
 Uses: rerank an n-best list, filter a parallel corpus by model score, compare two systems'
 outputs under one model. A pair's `logprob` is the sum of log p(token | source, prefix) over the
 target's sentencepiece tokens and the final EOS, with the softmax over the whole vocabulary (as in
-`search._top_tokens`); its `score` is that sum divided by GNMT's length penalty of the number of
+`steps.top_tokens`); its `score` is that sum divided by GNMT's length penalty of the number of
 tokens counting EOS, the value `beam_search` ranks and `mt translate --nbest` prints. For a
 translation that beam search produced, scoring its own tokens gives its own score.
 
@@ -29,7 +29,7 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.data.corpus import line_chunks
 from mt.decode.int8 import quantize_linears
-from mt.decode.search import length_penalty
+from mt.decode.steps import length_penalty
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import BOS, EOS, Tokenizer

@@ -22,7 +22,8 @@ from mt.config import DecodeConfig
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.int8 import quantize_linears
 from mt.decode.requests import Request, translation_record
-from mt.decode.search import Hypothesis, Sampling, beam_search, greedy_search
+from mt.decode.search import beam_search, greedy_search
+from mt.decode.steps import Hypothesis, Sampling
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
