@@ -527,6 +527,10 @@ def vectors(
     json_: Annotated[
         bool, typer.Option("--json", help="Print every number drawn as one JSON object.")
     ] = False,
+    centre: Annotated[
+        bool,
+        typer.Option(help="Remove each depth's mean over the occurrences before the PCA."),
+    ] = False,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
 ) -> None:
     """Follow a word's vector from its embedding through every encoder layer, in each
@@ -545,7 +549,7 @@ def vectors(
     if not sentences:
         raise MtError("give sentences with --src or --input")
     loaded = load_model(checkpoint, _device(device))
-    found = word_vectors(loaded.model, loaded.tokenizer, sentences, word)
+    found = word_vectors(loaded.model, loaded.tokenizer, sentences, word, centre)
     if any(len(o.tokens) > 1 for o in found.occurrences):
         typer.echo(f"note: '{word}' is several pieces; their vectors are averaged", err=True)
     if output is not None:

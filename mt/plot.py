@@ -93,10 +93,12 @@ def vectors_figure(vectors: WordVectors) -> Any:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     n = len(vectors.depths) - 1
-    ax.set_title(
-        f"\u201c{vectors.word}\u201d: embedding + position (E, square), then encoder layers 1-{n}",
-        fontsize=9,
+    title = (
+        f"\u201c{vectors.word}\u201d: embedding + position (E, square), then encoder layers 1-{n}"
     )
+    if vectors.centred:
+        title += "\nrelative to the mean of all occurrences at each depth"
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -135,6 +135,12 @@ def test_pca_is_shared_and_reproducible(loaded):
         assert ((centred @ u) ** 2).sum() <= ((centred @ comps[0]) ** 2).sum() + 1e-9
     assert 0 < explained[1] <= explained[0] <= 1
 
+    # Centred: each depth's mean over the occurrences is removed, so each depth sits at 0.
+    c = word_vectors(loaded.model, loaded.tokenizer, SENTENCES, "Bank", centre=True)
+    np.testing.assert_allclose(np.mean([o.xy for o in c.occurrences], axis=0), 0, atol=1e-9)
+    for x, y in zip(a.occurrences, c.occurrences):
+        assert np.array_equal(x.vectors, y.vectors)  # the model's own either way
+
 
 def test_whole_words_only(loaded):
     tok = loaded.tokenizer

@@ -155,6 +155,7 @@ class WordVectors:
     pca_mean: np.ndarray  # (D,)
     pca_components: np.ndarray  # (2, D)
     explained: list[float]  # share of the points' variance along each axis
+    centred: bool = False  # each depth's mean over the occurrences removed before the PCA
 
     def to_json(self) -> dict:
         """Every number drawn, as plain JSON values."""
@@ -163,6 +164,7 @@ class WordVectors:
             "word": self.word,
             "depths": self.depths,
             "explained_variance": self.explained,
+            "centred": self.centred,
             "occurrences": [
                 {
                     "sentence": o.sentence,
@@ -214,9 +216,19 @@ def pca_2d(points: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
 
 
 def word_vectors(
-    model: Transformer, tokenizer: Tokenizer, sentences: list[str], word: str
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    word: str,
+    centre: bool = False,
 ) -> WordVectors:
-    """The vectors of `word` in every sentence where it occurs, with a shared 2-D projection."""
+    """The vectors of `word` in every sentence where it occurs, with a shared 2-D projection.
+
+    Every occurrence drifts the same long way from layer to layer, and that common drift can
+    take the first axes of the PCA. `centre` removes each depth's mean over the occurrences
+    before projecting, so the picture shows how the occurrences move relative to each other
+    (the `vectors` stay the model's own either way).
+    """
     if not sentences:
         raise MtError("no sentences given")
     if not word.strip():
@@ -254,10 +266,13 @@ def word_vectors(
                 pushed_by=[pushes(t, m.pieces, src_tokens, TOP_KEYS) for t in trace],
             )
         )
-    mean, comps, explained = pca_2d(np.concatenate([o.vectors for o in occurrences]))
+    shift = np.zeros_like(occurrences[0].vectors)  # (depths, D)
+    if centre:
+        shift = np.mean([o.vectors for o in occurrences], axis=0)
+    mean, comps, explained = pca_2d(np.concatenate([o.vectors - shift for o in occurrences]))
     for o in occurrences:
-        o.xy = (o.vectors - mean) @ comps.T
-    return WordVectors(word, depths, occurrences, mean, comps, explained)
+        o.xy = (o.vectors - shift - mean) @ comps.T
+    return WordVectors(word, depths, occurrences, mean, comps, explained, centre)
 
 
 def summary(found: WordVectors) -> str:

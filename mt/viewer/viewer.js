@@ -35,6 +35,7 @@
  *     "view": "vectors", "word": "Bank",
  *     "depths": ["embedding", "layer 1", ...],
  *     "explained_variance": [0.41, 0.22],     // share of variance along x and y
+ *     "centred": false,                       // true: each depth's mean removed before PCA
  *     "occurrences": [
  *       {"sentence": "...", "position": 5,    // first piece's index among the encoder tokens
  *        "tokens": ["▁Bank"], "context": "auf einer Bank sitzt",
@@ -236,7 +237,9 @@
   function renderVectors(root, data) {
     var occ = data.occurrences, ev = data.explained_variance || [0, 0];
     root.appendChild(el("h2", {}, "\u201c" + data.word + "\u201d from its embedding through " +
-                        (data.depths.length - 1) + " encoder layers (one PCA for all points)"));
+                        (data.depths.length - 1) + " encoder layers (one PCA for all points" +
+                        (data.centred ? "; each depth's mean over the occurrences removed" : "") +
+                        ")"));
     var status = el("div", { "class": "mtv-status", role: "status", "aria-live": "polite" },
                     "Hover or focus a point to see which keys pushed it.");
     var W = 760, H = 460, pad = 50;
