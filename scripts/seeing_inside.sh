@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The pictures and numbers of the README's "Seeing inside" section, from one checkpoint:
+#   bash scripts/seeing_inside.sh runs/multi30k_de_en/best.pt [OUT_DIR]   (default docs/)
+# Needs the [plot] extra; the viewer screenshots also need chromium and selenium ([test]).
+set -euo pipefail
+CKPT=$1
+OUT=${2:-docs}
+S=docs/seeing
+mkdir -p "$OUT"
+mt attention "$CKPT" --src "Ein Hund rennt durch den Schnee." -o "$OUT/attention_de_en.png" \
+    --html "$OUT/attention_de_en.html"
+for w in decke tor; do
+    W="$(tr '[:lower:]' '[:upper:]' <<< "${w:0:1}")${w:1}"
+    mt vectors "$CKPT" --word "$W" --input "$S/$w.de" --centre -o "$OUT/vectors_$w.png" \
+        --html "$OUT/vectors_$w.html" --json > "$OUT/vectors_$w.json"
+    echo "== $W ($S/$w.de)"
+    python scripts/sense_separation.py "$OUT/vectors_$w.json" --first 3
+done
+for w in decke tor bank; do
+    W="$(tr '[:lower:]' '[:upper:]' <<< "${w:0:1}")${w:1}"
+    mt vectors "$CKPT" --word "$W" --input "$S/${w}_pairs.de" --centre \
+        -o "$OUT/vectors_${w}_pairs.png" --json > "$OUT/vectors_${w}_pairs.json"
+    echo "== $W ($S/${w}_pairs.de)"
+    python scripts/sense_separation.py "$OUT/vectors_${w}_pairs.json" --first 2
+    mt translate "$CKPT" < "$S/${w}_pairs.de"
+done
