@@ -55,10 +55,16 @@ def main() -> None:
             separation(vectors[list(c), d], vectors[[i for i in range(n) if i not in c], d])
             for c in others
         ]
+        sep, other = separation(a, b), float(np.mean(control))
         print(
             f"{name:<10} {np.mean(within):>10.3f} {np.mean(across):>10.3f} "
-            f"{separation(a, b):>10.2f} {np.mean(control):>12.2f}"
+            f"{_num(sep):>10} {_num(other):>12}"
         )
+
+
+def _num(x: float) -> str:
+    """Two decimals; '-' where every vector is the same point (one position, the embedding)."""
+    return "-" if np.isnan(x) else f"{x:.2f}"
 
 
 if __name__ == "__main__":
