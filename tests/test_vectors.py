@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -151,7 +152,7 @@ def test_whole_words_only(loaded):
     assert ms[1].pieces != ms[2].pieces  # the two occurrences in line 3 are different pieces
 
 
-def test_json_output_holds_every_number(tiny_run, mt_cli, tmp_path):
+def test_json_output_holds_every_number(tiny_run, mt_cli, tmp_path, capsys, monkeypatch):
     args = ("vectors", tiny_run / "best.pt", "--word", "Bank", "--src", SENTENCES[0])
     first = mt_cli(*args, "--src", SENTENCES[1], "--json")
     second = mt_cli(*args, "--src", SENTENCES[1], "--json")
@@ -169,25 +170,42 @@ def test_json_output_holds_every_number(tiny_run, mt_cli, tmp_path):
 
     png = tmp_path / "v.png"
     page = tmp_path / "v.html"
-    drawn = mt_cli(*args, "-o", png, "--html", page)
-    assert drawn.rc == 0, drawn.err
+    rc, err = run_in_process([*args, "-o", png, "--html", page], capsys, monkeypatch)
+    assert rc == 0, err
     assert png.read_bytes().startswith(b"\x89PNG") and "MtViewer" in page.read_text()
 
 
-def test_bad_inputs_are_one_line(tiny_run, mt_cli, tmp_path):
+def run_in_process(args: list[object], capsys, monkeypatch) -> tuple[int, str]:
+    """`mt ARGS` through the real entry point, in this process: (exit code, stderr)."""
+    from mt.cli import main
+
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["mt", *map(str, args)])
+    try:
+        main()
+        rc = 0
+    except SystemExit as ex:
+        rc = ex.code if isinstance(ex.code, int) else 1
+    return rc, capsys.readouterr().err
+
+
+def test_bad_inputs_are_one_line(tiny_run, mt_cli, tmp_path, capsys, monkeypatch):
     ckpt = tiny_run / "best.pt"
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
     long = " ".join(["Hund"] * 1100)
     cases = [
-        (("--src", SENTENCES[2], "--word", "Bank"), "not a whole word of any of the 1 sentences"),
         (("--input", empty, "--word", "Bank"), "no sentences"),
         (("--input", tmp_path / "missing.txt", "--word", "Bank"), "not found"),
         (("--src", long, "--word", "Hund"), "the model has positions for 1024"),
         (("--word", "Bank"), "give sentences"),
     ]
     for args, message in cases:
-        result = mt_cli("vectors", ckpt, *args)
-        assert result.rc == 2, (args, result.err)
-        lines = result.err.strip().splitlines()
+        rc, err = run_in_process(["vectors", ckpt, *args], capsys, monkeypatch)
+        assert rc == 2, (args, err)
+        lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("mt: error:") and message in lines[0]
+    # One through a real process: the exit code and stderr a shell sees.
+    result = mt_cli("vectors", ckpt, "--src", SENTENCES[2], "--word", "Bank")
+    assert result.rc == 2 and "Traceback" not in result.err
+    assert result.err.strip() == ("mt: error: 'Bank' is not a whole word of any of the 1 sentences")
