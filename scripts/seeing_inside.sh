@@ -9,6 +9,10 @@ S=docs/seeing
 mkdir -p "$OUT"
 mt attention "$CKPT" --src "Ein Hund rennt durch den Schnee." -o "$OUT/attention_de_en.png" \
     --html "$OUT/attention_de_en.html"
+if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    python scripts/screenshot.py "$OUT/attention_de_en.html" "$OUT/viewer_de_en.png" \
+        --select Attention=cross --hover 2,3 --size 900,900
+fi
 for w in decke tor; do
     W="$(tr '[:lower:]' '[:upper:]' <<< "${w:0:1}")${w:1}"
     mt vectors "$CKPT" --word "$W" --input "$S/$w.de" --centre -o "$OUT/vectors_$w.png" \
