@@ -6,6 +6,7 @@ set -euo pipefail
 CKPT=$1
 OUT=${2:-docs}
 S=docs/seeing
+J=$(mktemp -d)  # the --json outputs: the numbers below come from them
 mkdir -p "$OUT"
 mt attention "$CKPT" --src "Ein Hund rennt durch den Schnee." -o "$OUT/attention_de_en.png" \
     --html "$OUT/attention_de_en.html"
@@ -16,15 +17,17 @@ fi
 for w in decke tor; do
     W="$(tr '[:lower:]' '[:upper:]' <<< "${w:0:1}")${w:1}"
     mt vectors "$CKPT" --word "$W" --input "$S/$w.de" --centre -o "$OUT/vectors_$w.png" \
-        --html "$OUT/vectors_$w.html" --json > "$OUT/vectors_$w.json"
+        --json > "$J/$w.json"
     echo "== $W ($S/$w.de)"
-    python scripts/sense_separation.py "$OUT/vectors_$w.json" --first 3
+    python scripts/sense_separation.py "$J/$w.json" --first 3
 done
 for w in decke tor bank; do
     W="$(tr '[:lower:]' '[:upper:]' <<< "${w:0:1}")${w:1}"
     mt vectors "$CKPT" --word "$W" --input "$S/${w}_pairs.de" --centre \
-        -o "$OUT/vectors_${w}_pairs.png" --json > "$OUT/vectors_${w}_pairs.json"
+        -o "$OUT/vectors_${w}_pairs.png" --json > "$J/${w}_pairs.json"
     echo "== $W ($S/${w}_pairs.de)"
-    python scripts/sense_separation.py "$OUT/vectors_${w}_pairs.json" --first 2
+    python scripts/sense_separation.py "$J/${w}_pairs.json" --first 2
     mt translate "$CKPT" < "$S/${w}_pairs.de"
 done
+mt vectors "$CKPT" --word Decke --input "$S/decke.de" --centre --html "$OUT/vectors_decke.html" \
+    > /dev/null
