@@ -7,7 +7,12 @@ import json
 import torch
 
 from mt.checkpoint import load_model
-from mt.decode.attention import attention_json, layer_label, translate_with_attention
+from mt.decode.attention import (
+    attention_data,
+    attention_json,
+    layer_label,
+    translate_with_attention,
+)
 from mt.decode.translator import Translator
 from mt.tokenizer import BOS
 
@@ -17,6 +22,7 @@ def test_attention_json_holds_every_weight_and_the_translate_alignment(tiny_run)
     sentence = "Zwei Hunde spielen im Schnee."
     att = translate_with_attention(loaded.model, loaded.tokenizer, sentence, loaded.cfg.decode)
     data = json.loads(json.dumps(attention_json(att)))  # plain JSON, as a server would send it
+    assert data == attention_data(loaded.model, loaded.tokenizer, sentence, loaded.cfg.decode)
     assert [k["id"] for k in data["kinds"]] == ["encoder", "decoder", "cross"]
 
     # The weights, recomputed here from the model for the same translation.
