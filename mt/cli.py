@@ -536,18 +536,9 @@ def vectors(
     """Follow a word's vector from its embedding through every encoder layer, in each
     sentence, and name the keys whose attention pushed it most."""
     from mt.checkpoint import load_model
-    from mt.decode.vectors import summary, word_vectors
+    from mt.decode.vectors import read_sentences, summary, word_vectors
 
-    sentences = [s.strip() for s in src or []]
-    if input is not None:
-        if not input.is_file():
-            raise MtError(f"{input}: input file not found")
-        from_file = [line.strip() for line in _read_text_file(input) if line.strip()]
-        if not from_file:
-            raise MtError(f"{input}: no sentences")
-        sentences += from_file
-    if not sentences:
-        raise MtError("give sentences with --src or --input")
+    sentences = read_sentences(src or [], input)
     loaded = load_model(checkpoint, _device(device))
     found = word_vectors(loaded.model, loaded.tokenizer, sentences, word, centre)
     if any(len(o.tokens) > 1 for o in found.occurrences):
