@@ -8,7 +8,7 @@ app as their module is imported, in the order `mt --help` lists them.
 # isort: skip_file
 from mt.cli import training  # noqa: F401  (train, prepare, plot, average)
 from mt.cli import decoding  # noqa: F401  (translate, eval, score, export)
-from mt.cli import inspect  # noqa: F401  (attention)
+from mt.cli import inspect  # noqa: F401  (attention, vectors)
 from mt.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -1,7 +1,8 @@
-"""`mt attention`: commands that show what a model does inside."""
+"""`mt attention` and `mt vectors`: commands that show what a model does inside."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +17,12 @@ from mt.errors import MtError
 def attention(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
     src: Annotated[str, typer.Option("--src", help="The sentence to translate and show.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file.")] = Path("attn.png"),
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG file (default attn.png).")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Write an interactive page (every layer and head).")
+    ] = None,
     layer: Annotated[int, typer.Option(help="Layer; negative counts from the top.")] = -1,
     head: Annotated[
         int | None, typer.Option(help="One head; -1 draws every head; default: head mean.")
@@ -25,8 +31,8 @@ def attention(
     device: DeviceOption = "cpu",
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
+    from mt.decode.attention import attention_json, layer_label
     from mt.decode.session import DecodeOptions
-    from mt.plot import attention_figure, save_figure
 
     if not src.strip():
         raise MtError("--src is empty")
@@ -34,7 +40,59 @@ def attention(
     n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
         raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
-    text, views = session.attention(src, DecodeOptions(beam=beam), layer)
-    title = f"{src.strip()}  ->  {text}   (layer {layer})"
-    save_figure(attention_figure(views, title, head), output)
-    typer.echo(text)
+    att = session.attention(src, DecodeOptions(beam=beam))
+    try:
+        views = att.views(layer)
+    except IndexError:
+        raise MtError(f"--layer {layer} is out of range for this model") from None
+    if html is not None:
+        from mt.viewer import write_html
+
+        write_html(html, attention_json(att), f"attention: {att.source}")
+    if output is not None or html is None:
+        from mt.plot import attention_figure, save_figure
+
+        where = layer_label(layer, len(att.maps.encoder))
+        title = f"{att.source}  ->  {att.translation}   ({where})"
+        save_figure(attention_figure(views, title, head), output or Path("attn.png"))
+    typer.echo(att.translation)
+
+
+@app.command()
+def vectors(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
+    word: Annotated[str, typer.Option(help="The word to follow (a whole word, case as given).")],
+    src: Annotated[list[str] | None, typer.Option("--src", help="A sentence (repeatable).")] = None,
+    input: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Sentences, one per line.")
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="PNG file.")] = None,
+    html: Annotated[Path | None, typer.Option(help="Write an interactive page.")] = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print every number drawn as one JSON object.")
+    ] = False,
+    centre: Annotated[
+        bool,
+        typer.Option(help="Remove each depth's mean over the occurrences before the PCA."),
+    ] = False,
+    device: DeviceOption = "cpu",
+) -> None:
+    """Follow a word's vector from its embedding through every encoder layer, in each
+    sentence, and name the keys whose attention pushed it most."""
+    from mt.decode.vectors import read_sentences, summary, word_vectors
+
+    sentences = read_sentences(src or [], input)
+    session = open_session([checkpoint], device)
+    model = session.single_model("mt vectors")
+    found = word_vectors(model, session.tokenizer, sentences, word, centre)
+    if any(len(o.tokens) > 1 for o in found.occurrences):
+        typer.echo(f"note: '{word}' is several pieces; their vectors are averaged", err=True)
+    if output is not None:
+        from mt.plot import save_figure, vectors_figure
+
+        save_figure(vectors_figure(found), output)
+    if html is not None:
+        from mt.viewer import write_html
+
+        write_html(html, found.to_json(), f"vectors: {word}")
+    typer.echo(json.dumps(found.to_json(), ensure_ascii=False) if json_ else summary(found))
