@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_marian import machine_info  # noqa: E402
 
-from mt.config import load_config  # noqa: E402
+from mt.config_file import load_config  # noqa: E402
 from mt.decode.attention import sentence_attention  # noqa: E402
 from mt.plot import attention_figure  # noqa: E402
 from mt.train import tensorboard  # noqa: E402

@@ -32,7 +32,8 @@ from peer_marian import logits as marian_logits  # noqa: E402
 from peer_marian import machine_info, marian_config  # noqa: E402
 
 from mt.batching import Batch, collate, token_batches  # noqa: E402
-from mt.config import Config, ModelConfig, load_config  # noqa: E402
+from mt.config import Config, ModelConfig  # noqa: E402
+from mt.config_file import load_config  # noqa: E402
 from mt.data.loader import TrainingSet  # noqa: E402
 from mt.data.prepare import prepare  # noqa: E402
 from mt.device import autocast, has_amx  # noqa: E402
