@@ -126,6 +126,11 @@ STOP_EARLY_HELP = (
     "instead of after beam-size finished hypotheses (default: decode.stop_early)."
 )
 
+PROTECT_HELP = (
+    "Keep placeholders (%s, {0}, $VAR), entities, tags, URLs and e-mail addresses exactly as "
+    "written (see README, Software strings and HTML)."
+)
+
 INT8_HELP = "CPU: int8 Linear layers, faster at a small BLEU cost (default: decode.int8)."
 
 
@@ -187,6 +192,7 @@ def _translator(
     sampling=None,
     no_repeat_ngram: int | None = None,
     with_scores: bool = False,
+    protect: bool = False,
 ):
     from mt.config import MAX_LENGTH
     from mt.decode.translator import Translator
@@ -230,6 +236,7 @@ def _translator(
             alignment=alignment,
             sampling=sampling,
             with_scores=with_scores,
+            protect=protect,
         )
     except ValueError as err:  # a decoding option this model or torch cannot do
         raise MtError(f"{checkpoint_path}: {err}") from None
@@ -364,6 +371,7 @@ def translate(
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="--sample: > 1 flattens.")] = None,
     seed: Annotated[int | None, typer.Option(help="--sample: random seed (default 1).")] = None,
+    protect: Annotated[bool, typer.Option(help=PROTECT_HELP)] = True,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
     from mt.decode.requests import read_requests
@@ -388,6 +396,7 @@ def translate(
         sampling,
         no_repeat_ngram,
         with_scores=output_format == "jsonl",
+        protect=protect,
     )
     if input is None and sys.stdin.isatty():
         translator.cfg.buffer_lines = 1  # someone is typing: answer each line at once
@@ -430,6 +439,7 @@ def evaluate(
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
     ] = None,
+    protect: Annotated[bool, typer.Option(help=PROTECT_HELP)] = True,
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
@@ -450,7 +460,16 @@ def evaluate(
         if len(sources) != len(refs):
             raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
         translator = _translator(
-            checkpoints, device, beam, 1, max_tokens, greedy, False, stop_early, int8
+            checkpoints,
+            device,
+            beam,
+            1,
+            max_tokens,
+            greedy,
+            False,
+            stop_early,
+            int8,
+            protect=protect,
         )
         hyps = [t.text for t in translator.translate_stream(sources)]
         where = src

@@ -47,6 +47,7 @@ class Translator:
         alignment: bool = False,
         sampling: Sampling | None = None,
         with_scores: bool = False,
+        protect: bool = False,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
         # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
@@ -64,6 +65,7 @@ class Translator:
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
+        self.protect = protect  # keep placeholders, markup, URLs (mt.decode.protect)
 
     def _search(
         self,
@@ -172,7 +174,16 @@ class Translator:
             ]
             if not chunk:
                 return
-            yield from self.translate_requests(chunk)
+            yield from self.translate(chunk)
+
+    def translate(self, requests: list[Request]) -> list[Translation]:
+        """`translate_requests`, around which protection (when on) masks, constrains and
+        restores the spans of each source (`mt.decode.protect`)."""
+        if not self.protect:
+            return self.translate_requests(requests)
+        from mt.decode.protect import translate_protected
+
+        return translate_protected(self, requests)
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:
