@@ -354,7 +354,10 @@ def translate(
     int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
     input_format: Annotated[
         str,
-        typer.Option(help='text, or jsonl: {"src": ..., "prefix": ..., "constraints": [...]}.'),
+        typer.Option(
+            help='text, html (one fragment per line), or jsonl: {"src": ..., "prefix": ..., '
+            '"constraints": [...]}.'
+        ),
     ] = "text",
     output_format: Annotated[
         str, typer.Option(help="text, or jsonl: translation, score, nbest, tokens, alignment.")
@@ -379,9 +382,10 @@ def translate(
 
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
-    for flag, value in (("--input-format", input_format), ("--output-format", output_format)):
-        if value not in ("text", "jsonl"):
-            raise MtError(f"{flag} must be text or jsonl, got {value!r}")
+    if input_format not in ("text", "jsonl", "html"):
+        raise MtError(f"--input-format must be text, jsonl or html, got {input_format!r}")
+    if output_format not in ("text", "jsonl"):
+        raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     sampling = _sampling(sample, topk, topp, temperature, seed, greedy, beam, nbest)
     translator = _translator(
         checkpoints,
@@ -403,11 +407,18 @@ def translate(
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
     with src:
-        requests = read_requests(_text_lines(src), input_format, name)
+        if input_format == "html":
+            from mt.decode.markup import translate_html
+
+            translations = translate_html(translator, _text_lines(src), name)
+        else:
+            translations = translator.translate_stream(
+                read_requests(_text_lines(src), input_format, name)
+            )
         _write_output(
             output,
             lambda out: write_translations(
-                translator.translate_stream(requests),
+                translations,
                 out,
                 nbest=nbest,
                 alignment=alignment,

@@ -106,14 +106,17 @@ class Masked:
         return any(ch.isalnum() for ch in "".join(rest))
 
 
-def mask(src: str, ph: Placeholders, spans: Sequence[Span] | None = None) -> Masked | None:
-    """`src` with `spans` (default: `find_spans(src)`) as placeholders; None without spans.
+def mask(
+    src: str, ph: Placeholders, spans: Sequence[Span] | None = None, keep_empty: bool = False
+) -> Masked | None:
+    """`src` with `spans` (default: `find_spans(src)`) as placeholders; None without spans
+    (unless `keep_empty`: markup needs the words of every line).
 
     Past the placeholder limit, the last placeholder covers everything from there to the end of
     the last span: untranslated, but kept.
     """
     spans = list(find_spans(src) if spans is None else spans)
-    if not spans:
+    if not spans and not keep_empty:
         return None
     if len(spans) > ph.limit:
         last = spans[ph.limit - 1]
@@ -163,7 +166,13 @@ def restore(m: Masked, out: str, extra: Callable[[str], str] | None = None) -> s
     def spell(hit: re.Match[str]) -> str:
         k = int(hit.group(2))
         left, right = m.glue[k]
-        return ("" if left else hit.group(1)) + m.spans[k].text + ("" if right else hit.group(3))
+        before, after = hit.group(1), hit.group(3)
+        # A span that stood apart in the source stands apart in the output too ("%ss" -> "%s s").
+        if not left and not before and hit.start() > 0 and text[hit.start() - 1].isalnum():
+            before = " "
+        if not right and not after and hit.end() < len(text) and text[hit.end()].isalnum():
+            after = " "
+        return ("" if left else before) + m.spans[k].text + ("" if right else after)
 
     return _MARK.sub(spell, text)
 
