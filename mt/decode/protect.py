@@ -210,23 +210,33 @@ def masked_request(r: Request, m: Masked, constrain: bool) -> Request:
 def translate_protected(translator, requests: list[Request]) -> list:
     """`translator.translate_requests(requests)` with every span of every source kept.
 
-    Lines without spans are translated together exactly as without protection; lines with
-    spans in a second call, masked and constrained.
+    Lines without spans are translated together exactly as without protection. Lines with
+    spans: with a `data.protect` tokenizer, masked and constrained (the model learned where
+    placeholders go); with any other, translated without their spans, which are put back by
+    alignment (`mt.decode.place`), so the text is translated as if they were not there. A
+    line with a prefix or constraints of its own is masked: placing needs the plain search.
     """
+    from mt.decode.markup import text_unit
+    from mt.decode.place import translate_units
     from mt.decode.translator import Translation
 
     ph = placeholders_for(translator.tokenizer)
-    masks = [mask(r.src, ph) for r in requests]
+    spans = [find_spans(r.src) for r in requests]
     out: list = [None] * len(requests)
-    plain = [i for i, m in enumerate(masks) if m is None]
+    plain = [i for i, s in enumerate(spans) if not s]
     if plain:
         for i, t in zip(plain, translator.translate_requests([requests[i] for i in plain])):
             out[i] = t
+    inline = [i for i, s in enumerate(spans) if s and (ph.reserved or _asks(requests[i]))]
+    placed = [i for i, s in enumerate(spans) if s and i not in set(inline)]
+    if placed:
+        units = [text_unit(requests[i].src.strip(), spans_of(requests[i].src)) for i in placed]
+        for i, t in zip(placed, translate_units(translator, units)):
+            out[i] = t
     todo = []
-    for i, m in enumerate(masks):
-        if m is None:
-            continue
-        if not m.content and not requests[i].prefix:
+    masks = {i: mask(requests[i].src, ph, spans[i]) for i in inline}
+    for i, m in masks.items():
+        if not m.content and not requests[i].prefix:  # type: ignore[union-attr]
             src = requests[i].src.strip()
             out[i] = Translation(src, [Hypothesis([], 0.0)], [src])
         else:
@@ -238,3 +248,13 @@ def translate_protected(translator, requests: list[Request]) -> list:
             texts = [restore(masks[i], x) for x in t.texts]  # type: ignore[arg-type]
             out[i] = Translation(texts[0] if texts else "", t.hypotheses, texts, t.pieces)
     return out
+
+
+def _asks(r: Request) -> bool:
+    """Whether a request asks for more than a translation (a prefix, constraints)."""
+    return bool(r.prefix or r.constraints)
+
+
+def spans_of(src: str) -> list[Span]:
+    """The spans of a stripped source line (offsets as `text_unit` sees it)."""
+    return find_spans(src.strip())
