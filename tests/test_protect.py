@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import reverse_task_config
 
 from mt.decode.protect import Placeholders, mask, restore
-from mt.decode.spans import find_spans
+from mt.spans import find_spans, mask_pair
 
 KEPT = [
     ("Delete %s?", ["%s"]),
@@ -114,3 +115,46 @@ def test_too_many_spans_are_merged_not_lost() -> None:
     m = mask(src, PH)
     assert m is not None and len(m.spans) == 100
     assert restore(m, "") == src
+
+
+def test_mask_pair_gives_twins_the_same_piece() -> None:
+    src, tgt = mask_pair("Lösche %s und %s in {0}?", "Delete %s and %s in {0}? $HOME")
+    assert src == "Lösche ｟0｠ und ｟1｠ in ｟2｠ ?"
+    assert tgt == "Delete ｟0｠ and ｟1｠ in ｟2｠ ? $HOME"  # no source twin: stays text
+    assert mask_pair("Ein Hund.", "A dog.") == ("Ein Hund.", "A dog.")
+
+
+def test_data_protect_trains_on_masked_pairs_and_decodes(tmp_path, mt_cli) -> None:
+    """A tokenizer with the reserved pieces, stores holding them, and a model that keeps
+    every span through the placeholders it learned (the masked, constrained path)."""
+    import random
+
+    from mt.data.store import TokenStore
+    from mt.tokenizer import UNK, Tokenizer
+
+    cfg = reverse_task_config(tmp_path)
+    rng = random.Random(0)
+    for name in ("train", "val"):
+        src = (tmp_path / "data" / f"{name}.src").read_text().splitlines()
+        pairs = []
+        for line in src:
+            words = line.split()
+            words.insert(rng.randrange(len(words) + 1), rng.choice(["%s", "{0}", "<b>"]))
+            pairs.append((" ".join(words), " ".join(reversed(words))))
+        (tmp_path / "data" / f"{name}.src").write_text("".join(s + "\n" for s, _ in pairs))
+        (tmp_path / "data" / f"{name}.tgt").write_text("".join(t + "\n" for _, t in pairs))
+    run = tmp_path / "run"
+    sets = ("--set", "data.protect=true", "--set", "tokenizer.vocab_size=100")
+    r = mt_cli("train", cfg, "--run-dir", run, *sets)
+    assert r.rc == 0, r.err
+    tok = Tokenizer.load(run)
+    assert tok is not None and tok.src.piece_to_id("｟0｠") != UNK
+    ph = tok.src.piece_to_id("｟0｠")
+    stores = [TokenStore.open(p) for p in (run / "cache").iterdir() if p.name.startswith("train")]
+    assert stores and all(ph in s.pair(0)[0] and ph in s.pair(0)[1] for s in stores)
+    assert "%" not in "".join(tok.src.id_to_piece(int(i)) for i in stores[0].src[:2000])
+    out = mt_cli("translate", run / "best.pt", stdin="ka %s lo {0}\nmi {0} {0} nu\n")
+    assert out.rc == 0, out.err
+    first, second = out.out.splitlines()
+    assert first.count("%s") == 1 and first.count("{0}") == 1
+    assert second.count("{0}") == 2

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from mt.decode.place import Pair, Unit, translate_units
-from mt.decode.spans import Span, find_spans
 from mt.errors import MtError
+from mt.spans import Span, find_spans
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param"}
 VOID |= {"source", "track", "wbr"}

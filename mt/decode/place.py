@@ -1,6 +1,6 @@
 """Put spans and tags back by alignment: translate the text without them, then place them.
 
-The spans of a line (`mt.decode.spans`, and the atoms of an HTML fragment) are lifted out of
+The spans of a line (`mt.spans`, and the atoms of an HTML fragment) are lifted out of
 the source, so the model translates exactly the text it was trained on: a sentence with a
 `%s` or a `<br/>` between its words is translated as the sentence without them. Each span is
 anchored to a source word (the one it is glued to, else the next one, else the previous one);
@@ -24,7 +24,7 @@ import torch
 from mt.batching import pad
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
-from mt.decode.spans import Span
+from mt.spans import Span
 from mt.tokenizer import BOS
 
 

@@ -1,6 +1,6 @@
 """Protected spans: a step around search that masks them, constrains search, and restores them.
 
-Each span `mt.decode.spans` finds in a source line is replaced by a placeholder word (`Z00`,
+Each span `mt.spans` finds in a source line is replaced by a placeholder word (`Z00`,
 `Z01`, ... in line order; `｟0｠`, `｟1｠`, ... when the tokenizer reserves them, see
 `data.protect`), every placeholder becomes a constraint of the lexically constrained beam
 search, and in the output each placeholder is replaced by the text it stands for. The guarantee
@@ -23,17 +23,11 @@ from dataclasses import dataclass, replace
 
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
-from mt.decode.spans import Span, find_spans
+from mt.spans import RESERVED, Span, find_spans, placeholder, reserved_symbols
 from mt.tokenizer import UNK, Tokenizer
 
-RESERVED = 64  # reserved placeholder pieces of a `data.protect` tokenizer
 FALLBACK_LETTERS = "ZQXJ"  # `Z00`...`Z99`; another letter when the line holds `Z00`-like text
 _MARK = re.compile(r"(\s*)\ue000(\d+)\ue001(\s*)")  # a restored span before it is spelled out
-
-
-def reserved_symbols() -> list[str]:
-    """The tokenizer pieces `data.protect` reserves: one per placeholder index."""
-    return [f"｟{k}｠" for k in range(RESERVED)]
 
 
 class Placeholders:
@@ -75,7 +69,7 @@ class Placeholders:
         return self.letters[0]
 
     def spell(self, k: int, letter: str) -> str:
-        return f"｟{k}｠" if self.reserved else f"{letter}{k:02d}"
+        return placeholder(k) if self.reserved else f"{letter}{k:02d}"
 
     def finder(self, letter: str) -> re.Pattern[str]:
         if self.reserved:

@@ -257,7 +257,14 @@ class Trainer:
                 max_len_b=self.cfg.decode.max_len_b,
                 max_tokens=self.cfg.decode.max_tokens,
             )
-            translator = Translator(self.model, self.tokenizer, dcfg, self.device, greedy=True)
+            translator = Translator(
+                self.model,
+                self.tokenizer,
+                dcfg,
+                self.device,
+                greedy=True,
+                protect=self.cfg.data.protect,  # a model that learned placeholders uses them
+            )
             with autocast(self.device, self.precision):
                 hyps = [t.text for t in translator.translate_lines(self.valid_src)]
             out["dev_bleu"] = bleu(hyps, self.valid_ref)

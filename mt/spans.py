@@ -65,3 +65,43 @@ def find_spans(text: str) -> list[Span]:
         kind = PATTERNS[int(m.lastgroup[1:])][0]  # type: ignore[index]
         out.append(Span(m.start(), m.end(), kind, m.group()))
     return out
+
+
+RESERVED = 64  # placeholder pieces a `data.protect` tokenizer reserves
+
+
+def placeholder(k: int) -> str:
+    """The reserved piece of the k-th span of a line (`data.protect`)."""
+    return f"｟{k}｠"
+
+
+def reserved_symbols() -> list[str]:
+    """The tokenizer pieces `data.protect` reserves: one per placeholder index."""
+    return [placeholder(k) for k in range(RESERVED)]
+
+
+def mask_pair(src: str, tgt: str) -> tuple[str, str]:
+    """A training pair with the spans of `src` as reserved pieces on both sides (`data.protect`).
+
+    The k-th span of the source becomes `｟k｠` (as a word of its own); in the target, a span
+    written as a source span is becomes that span's piece (each source span once, left to
+    right), so the model learns to copy each piece to where its span belongs. Target spans
+    without a source twin stay text; past `RESERVED` spans, the rest stay text too.
+    """
+    spans = find_spans(src)[:RESERVED]
+    if not spans:
+        return src, tgt
+    free: dict[str, list[int]] = {}
+    out, pos = [], 0
+    for k, s in enumerate(spans):
+        out += [src[pos : s.start], f" {placeholder(k)} "]
+        free.setdefault(s.text, []).append(k)
+        pos = s.end
+    out.append(src[pos:])
+    tout, pos = [], 0
+    for s in find_spans(tgt):
+        if free.get(s.text):
+            tout += [tgt[pos : s.start], f" {placeholder(free[s.text].pop(0))} "]
+            pos = s.end
+    tout.append(tgt[pos:])
+    return " ".join("".join(out).split()), " ".join("".join(tout).split())
