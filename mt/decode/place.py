@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mt.batching import pad
+from mt.batching import pad, token_batches
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
 from mt.spans import Span
@@ -103,23 +103,30 @@ def _word_index(pieces: list[str]) -> list[int]:
 
 
 @torch.inference_mode()
-def alignment(translator, src_text: str, tokens: list[int]) -> list[int]:
-    """The source token each target token attends to most: cross-attention averaged over all
-    layers and heads, teacher-forced on the translation (EOS excluded). A model without
-    attention maps (an ensemble) gets positions spread evenly instead."""
-    if not tokens:
-        return []
-    ids = translator.tokenizer.encode_src([src_text])[0][: translator.max_src]
-    n_src = max(len(ids) - 1, 1)
+def alignments(translator, src_texts: list[str], targets: list[list[int]]) -> list[list[int]]:
+    """Per target token, the source token it attends to most: cross-attention averaged over
+    all layers and heads, teacher-forced on the translations in token batches (EOS and
+    padding excluded). A model without attention maps (an ensemble) gets positions spread
+    evenly instead."""
+    srcs = [ids[: translator.max_src] for ids in translator.tokenizer.encode_src(src_texts)]
+    tgts = [[BOS] + t[: translator.max_src - 2] for t in targets]
+    out: list[list[int]] = [[] for _ in srcs]
     model = translator.model
     if not hasattr(model, "attention_maps"):
-        return [j * n_src // len(tokens) for j in range(len(tokens))]
-    src = pad([ids]).to(translator.device)
-    tgt_in = torch.tensor([[BOS] + tokens[: translator.max_src - 2]], device=translator.device)
-    maps = model.attention_maps(src, tgt_in)
-    cross = torch.stack([c[0].float() for c in maps.cross]).mean((0, 1))  # (T, S)
-    best = cross[:, :n_src].argmax(-1).tolist()
-    return best + [best[-1]] * (len(tokens) - len(best))
+        for i, (s, t) in enumerate(zip(srcs, targets)):
+            out[i] = [j * max(len(s) - 1, 1) // len(t) for j in range(len(t))]
+        return out
+    sizes = [len(s) + len(t) for s, t in zip(srcs, tgts)]
+    for batch in token_batches(sizes, translator.cfg.max_tokens):
+        src = pad([srcs[i] for i in batch]).to(translator.device)
+        tgt = pad([tgts[i] for i in batch]).to(translator.device)
+        maps = model.attention_maps(src, tgt)
+        cross = torch.stack([c.float() for c in maps.cross]).mean((0, 2))  # (B, T, S)
+        for row, i in enumerate(batch):
+            n_src, n_tgt = max(len(srcs[i]) - 1, 1), len(targets[i])
+            best = cross[row, : len(tgts[i]), :n_src].argmax(-1).tolist()[:n_tgt]
+            out[i] = best + [best[-1]] * (n_tgt - len(best)) if best else []
+    return out
 
 
 def _nearest(links: list[set[int]], js: range, wanted: set[int]) -> list[int]:
@@ -196,8 +203,9 @@ def join(items: list[Item]) -> str:
     return out
 
 
-def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis) -> str:
-    """The translation `hyp` of `lifted.text` with the unit's atoms and pairs put back."""
+def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis, align: list[int]) -> str:
+    """The translation `hyp` of `lifted.text` with the unit's atoms and pairs put back,
+    `align` linking each of its tokens to a source token (`alignments`)."""
     tok = translator.tokenizer
     src_word = _word_index(tok.src.encode(lifted.text, out_type=str))
     n_src_words = len(lifted.words)
@@ -205,7 +213,6 @@ def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis) -> str:
     n = tgt_word[-1] + 1 if tgt_word else 0
     groups: list[list[int]] = [[] for _ in range(n)]
     links: list[set[int]] = [set() for _ in range(n)]
-    align = alignment(translator, lifted.text, hyp.tokens)
     even = not src_word or src_word[-1] + 1 != n_src_words  # words lost in normalisation
     for k, (tid, w) in enumerate(zip(hyp.tokens, tgt_word)):
         groups[w].append(tid)
@@ -242,7 +249,9 @@ def translate_units(translator, units: list[Unit]) -> list:
             todo.append(i)
             lifts.append(lifted)
     results = translator.translate_requests([Request(x.text) for x in lifts]) if todo else []
-    for i, lifted, t in zip(todo, lifts, results):
-        text = place(translator, units[i], lifted, t.hypotheses[0])
+    hyps = [t.hypotheses[0] for t in results]
+    aligned = alignments(translator, [x.text for x in lifts], [h.tokens for h in hyps])
+    for i, lifted, t, align in zip(todo, lifts, results, aligned):
+        text = place(translator, units[i], lifted, t.hypotheses[0], align)
         out[i] = Translation(text, t.hypotheses, [text] + t.texts[1:], t.pieces)
     return out
