@@ -570,6 +570,10 @@ def score(
     max_tokens: Annotated[int | None, typer.Option(help="Tokens per batch.")] = None,
     device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "auto",
     int8: Annotated[bool | None, typer.Option(help=INT8_HELP)] = None,
+    protect: Annotated[
+        bool,
+        typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
+    ] = True,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
@@ -589,7 +593,7 @@ def score(
     dcfg.int8 = dcfg.int8 if int8 is None else int8
     if dcfg.int8 and dev.type != "cpu":
         raise MtError("int8 scoring (--int8, decode.int8) runs on CPU only; add --device cpu")
-    scorer = Scorer(loaded.model, loaded.tokenizer, dcfg, dev)
+    scorer = Scorer(loaded.model, loaded.tokenizer, dcfg, dev, protect=protect)
     scores = score_files(scorer, src, tgt, dcfg.buffer_lines)
     _write_output(output, lambda out: write_scores(scores, out, json_))
     _warn_truncated(scorer.truncated, scorer.max_src, "source")

@@ -158,3 +158,10 @@ def test_data_protect_trains_on_masked_pairs_and_decodes(tmp_path, mt_cli) -> No
     first, second = out.out.splitlines()
     assert first.count("%s") == 1 and first.count("{0}") == 1
     assert second.count("{0}") == 2
+    # mt score reads spans as the placeholders the model learned (unless --no-protect).
+    (tmp_path / "s.txt").write_text("ka %s lo\n")
+    (tmp_path / "t.txt").write_text("lo %s ka\n")
+    pair = ("--src", tmp_path / "s.txt", "--tgt", tmp_path / "t.txt")
+    on = mt_cli("score", run / "best.pt", *pair)
+    off = mt_cli("score", run / "best.pt", *pair, "--no-protect")
+    assert on.rc == off.rc == 0 and on.out != off.out
