@@ -220,7 +220,14 @@ def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis, align: list[i
             links[w].add(min(n_src_words - 1, k * n_src_words // len(hyp.tokens)))
         elif align[k] < len(src_word):
             links[w].add(src_word[align[k]])
-    words = [tok.decode_tgt(g) for g in groups]
+    return assemble(unit, lifted, [tok.decode_tgt(g) for g in groups], links)
+
+
+def assemble(unit: Unit, lifted: Lifted, words: list[str], links: list[set[int]]) -> str:
+    """Target `words` with the unit's atoms and pairs put back, `links[j]` holding the
+    source words target word j is aligned with. Any links give well-formed output with
+    every atom and tag once: the model decides places, never what is kept."""
+    n = len(words)
     slots: dict[tuple[int, bool], list[Item]] = {}
     tail: list[Item] = []
     for s, (i, after), (left, right) in zip(unit.atoms, lifted.anchors, lifted.glue):
