@@ -256,9 +256,12 @@ def translate_units(translator, units: list[Unit]) -> list:
             todo.append(i)
             lifts.append(lifted)
     results = translator.translate_requests([Request(x.text) for x in lifts]) if todo else []
-    hyps = [t.hypotheses[0] for t in results]
-    aligned = alignments(translator, [x.text for x in lifts], [h.tokens for h in hyps])
-    for i, lifted, t, align in zip(todo, lifts, results, aligned):
-        text = place(translator, units[i], lifted, t.hypotheses[0], align)
-        out[i] = Translation(text, t.hypotheses, [text] + t.texts[1:], t.pieces)
+    # Every hypothesis (n-best too) gets its spans back: one alignment per hypothesis.
+    flat = [(k, h) for k, t in enumerate(results) for h in t.hypotheses]
+    aligned = alignments(translator, [lifts[k].text for k, _ in flat], [h.tokens for _, h in flat])
+    texts: list[list[str]] = [[] for _ in results]
+    for (k, h), align in zip(flat, aligned):
+        texts[k].append(place(translator, units[todo[k]], lifts[k], h, align))
+    for k, (i, t) in enumerate(zip(todo, results)):
+        out[i] = Translation(texts[k][0], t.hypotheses, texts[k], t.pieces)
     return out
