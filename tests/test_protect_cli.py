@@ -15,6 +15,7 @@ from mt.data.corpus import read_lines
 from mt.decode.markup import parse_fragment
 from mt.decode.requests import Request
 from mt.decode.translator import Translator
+from mt.errors import MtError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -103,13 +104,16 @@ def test_html_keeps_every_tag_and_nests(tiny_run, mt_cli) -> None:
 
 
 def test_malformed_html_is_one_line_naming_the_line(tiny_run, mt_cli) -> None:
+    r = mt_cli(
+        "translate", tiny_run / "best.pt", "--input-format", "html", stdin="Ein Hund\nEin <b>Hund\n"
+    )
+    assert r.rc == 2 and "Traceback" not in r.err
+    assert r.err.strip().splitlines() == ["mt: error: <stdin>:2: <b> is not closed"]
     for line, says in (
-        ("Ein <b>Hund", "<stdin>:2: <b> is not closed"),
-        ("Ein <b>Hund</i>", "<stdin>:2: </i> found where </b> was expected"),
-        ("ein Hund</b>", "<stdin>:2: </b> closes no open tag"),
+        ("Ein <b>Hund</i>", "x.html:7: </i> found where </b> was expected"),
+        ("ein Hund</b>", "x.html:7: </b> closes no open tag"),
+        ("<script>x", "x.html:7: <script> is not closed"),
     ):
-        r = mt_cli(
-            "translate", tiny_run / "best.pt", "--input-format", "html", stdin=f"Ein Hund\n{line}\n"
-        )
-        assert r.rc == 2
-        assert r.err.strip().splitlines() == [f"mt: error: {says}"]
+        with pytest.raises(MtError) as err:
+            parse_fragment(line, "x.html:7")
+        assert str(err.value) == says
