@@ -1,24 +1,28 @@
-"""Protected spans: a step around search that masks them, constrains search, and restores them.
+"""Protected spans: the step around search that keeps them (`Translator(protect=True)`).
 
-Each span `mt.spans` finds in a source line is replaced by a placeholder word (`Z00`,
-`Z01`, ... in line order; `｟0｠`, `｟1｠`, ... when the tokenizer reserves them, see
-`data.protect`), every placeholder becomes a constraint of the lexically constrained beam
-search, and in the output each placeholder is replaced by the text it stands for. The guarantee
-that every span comes back exactly as written, as often as in the source, holds for any model
-because restoring enforces it: a placeholder the search emitted twice keeps its first
-occurrence, and one it never emitted (greedy search, a prefix, a length limit) is appended at
-the end. The model only decides where the spans go.
+`translate_protected` sends each request down one of three paths:
 
-Lines without spans take the unchanged path (no constraints), so protecting clean text changes
-nothing. A line whose only content is spans (`{0}`, `<br/>`) is returned as it is. Whether a
-span touched its neighbours (`<b>here`, `file%d.txt`) is remembered, and restoring glues it to
-the words beside it in the output the same way.
+- no span (most lines): the usual search, untouched, so clean text is byte-identical with and
+  without protection and costs nothing more;
+- a model trained as usual: the spans are lifted out and put back by alignment
+  (`mt.decode.place`), so the text is translated exactly as it would be without them;
+- a model trained with `data.protect` (its tokenizer reserves `｟0｠`, `｟1｠`, ...), or a request
+  with a prefix or constraints of its own: each span becomes a placeholder word, every
+  placeholder a constraint of the lexically constrained beam search, and each placeholder in
+  the output is replaced by its span. A model without reserved pieces gets placeholders spelled
+  from ordinary pieces (`Z00`, `Z01`, ...).
+
+On every path each span comes back exactly as written, as often as in the source, for any
+model: restoring enforces it (a placeholder emitted twice keeps its first occurrence, one never
+emitted, as with greedy search or a prefix, is appended at the end). A line whose only content
+is spans (`{0}`, `<br/>`) is returned as it is. Whether a span touched the text beside it
+(`<b>here`, `file%d.txt`) is remembered, and it is glued the same way in the output.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mt.decode.requests import Request
@@ -85,7 +89,6 @@ class Masked:
     text: str  # the words of `src` joined by single spaces, each span a placeholder word
     spans: list[Span]
     glue: list[tuple[bool, bool]]  # span k touched the text before / after it in `src`
-    words: list[tuple[int, int]]  # `src` offsets of each word of `text`
     placeholders: list[str]
     finder: re.Pattern[str]
 
@@ -100,47 +103,37 @@ class Masked:
         return any(ch.isalnum() for ch in "".join(rest))
 
 
-def mask(
-    src: str, ph: Placeholders, spans: Sequence[Span] | None = None, keep_empty: bool = False
-) -> Masked | None:
-    """`src` with `spans` (default: `find_spans(src)`) as placeholders; None without spans
-    (unless `keep_empty`: markup needs the words of every line).
+def mask(src: str, ph: Placeholders, spans: Sequence[Span] | None = None) -> Masked | None:
+    """`src` with `spans` (default: `find_spans(src)`) as placeholders; None without spans.
 
     Past the placeholder limit, the last placeholder covers everything from there to the end of
     the last span: untranslated, but kept.
     """
     spans = list(find_spans(src) if spans is None else spans)
-    if not spans and not keep_empty:
+    if not spans:
         return None
     if len(spans) > ph.limit:
         last = spans[ph.limit - 1]
         end = spans[-1].end
         spans = spans[: ph.limit - 1] + [Span(last.start, end, "merged", src[last.start : end])]
     letter = ph.pick(src)
-    words: list[tuple[int, int]] = []
     texts: list[str] = []
     glue, names, pos = [], [], 0
     for k, s in enumerate(spans):
-        for m in re.finditer(r"\S+", src[pos : s.start]):
-            words.append((pos + m.start(), pos + m.end()))
-            texts.append(m.group())
+        texts += src[pos : s.start].split()
         name = ph.spell(k, letter)
         names.append(name)
-        words.append((s.start, s.end))
         texts.append(name)
         glue.append((s.start > 0 and not src[s.start - 1].isspace(),
                      s.end < len(src) and not src[s.end].isspace()))  # fmt: skip
         pos = s.end
-    for m in re.finditer(r"\S+", src[pos:]):
-        words.append((pos + m.start(), pos + m.end()))
-        texts.append(m.group())
-    return Masked(src, " ".join(texts), spans, glue, words, names, ph.finder(letter))
+    texts += src[pos:].split()
+    return Masked(src, " ".join(texts), spans, glue, names, ph.finder(letter))
 
 
-def restore(m: Masked, out: str, extra: Callable[[str], str] | None = None) -> str:
+def restore(m: Masked, out: str) -> str:
     """`out` (a translation of `m.text`) with each placeholder replaced by its span, each span
-    exactly once: repeats are dropped, missing ones appended. `extra` may rewrite the text
-    before the spans are spelled out (markup inserts its tags there)."""
+    exactly once: repeats are dropped, missing ones appended."""
     seen: set[int] = set()
     parts, pos = [], 0
     for hit in m.finder.finditer(out):
@@ -154,8 +147,6 @@ def restore(m: Masked, out: str, extra: Callable[[str], str] | None = None) -> s
     text = "".join(parts)
     text += "".join(f" \ue000{k}\ue001" for k in range(len(m.spans)) if k not in seen)
     text = re.sub(r"\s{2,}", " ", text).strip()
-    if extra is not None:
-        text = extra(text)
 
     def spell(hit: re.Match[str]) -> str:
         k = int(hit.group(2))
@@ -202,53 +193,44 @@ def masked_request(r: Request, m: Masked, constrain: bool) -> Request:
 
 
 def translate_protected(translator, requests: list[Request]) -> list:
-    """`translator.translate_requests(requests)` with every span of every source kept.
-
-    Lines without spans are translated together exactly as without protection. Lines with
-    spans: with a `data.protect` tokenizer, masked and constrained (the model learned where
-    placeholders go); with any other, translated without their spans, which are put back by
-    alignment (`mt.decode.place`), so the text is translated as if they were not there. A
-    line with a prefix or constraints of its own is masked: placing needs the plain search.
-    """
+    """`translator.translate_requests(requests)` with every span of every source kept (the
+    three paths of the module's docstring), in input order."""
     from mt.decode.markup import text_unit
     from mt.decode.place import translate_units
     from mt.decode.translator import Translation
 
     ph = placeholders_for(translator.tokenizer)
-    spans = [find_spans(r.src) for r in requests]
+    srcs = [r.src.strip() for r in requests]
+    spans = [find_spans(s) for s in srcs]
     out: list = [None] * len(requests)
     plain = [i for i, s in enumerate(spans) if not s]
+    masked = [i for i, s in enumerate(spans) if s and (ph.reserved or _asks(requests[i]))]
+    placed = [i for i, s in enumerate(spans) if s and i not in set(masked)]
     if plain:
         for i, t in zip(plain, translator.translate_requests([requests[i] for i in plain])):
             out[i] = t
-    inline = [i for i, s in enumerate(spans) if s and (ph.reserved or _asks(requests[i]))]
-    placed = [i for i, s in enumerate(spans) if s and i not in set(inline)]
     if placed:
-        units = [text_unit(requests[i].src.strip(), spans_of(requests[i].src)) for i in placed]
+        units = [text_unit(srcs[i], spans[i]) for i in placed]
         for i, t in zip(placed, translate_units(translator, units)):
             out[i] = t
-    todo = []
-    masks = {i: mask(requests[i].src, ph, spans[i]) for i in inline}
-    for i, m in masks.items():
-        if not m.content and not requests[i].prefix:  # type: ignore[union-attr]
-            src = requests[i].src.strip()
-            out[i] = Translation(src, [Hypothesis([], 0.0)], [src])
+    masks: dict[int, Masked] = {}
+    for i in masked:
+        m = mask(srcs[i], ph, spans[i])
+        assert m is not None
+        if m.content or requests[i].prefix:
+            masks[i] = m
         else:
-            todo.append(i)
-    if todo:
+            out[i] = Translation(srcs[i], [Hypothesis([], 0.0)], [srcs[i]])
+    if masks:
         constrain = can_constrain(translator)
-        reqs = [masked_request(requests[i], masks[i], constrain) for i in todo]  # type: ignore[arg-type]
-        for i, t in zip(todo, translator.translate_requests(reqs)):
-            texts = [restore(masks[i], x) for x in t.texts]  # type: ignore[arg-type]
+        reqs = [masked_request(requests[i], m, constrain) for i, m in masks.items()]
+        for (i, m), t in zip(masks.items(), translator.translate_requests(reqs)):
+            texts = [restore(m, x) for x in t.texts]
             out[i] = Translation(texts[0] if texts else "", t.hypotheses, texts, t.pieces)
     return out
 
 
 def _asks(r: Request) -> bool:
-    """Whether a request asks for more than a translation (a prefix, constraints)."""
+    """Whether a request asks for more than a translation (a prefix, constraints): placing
+    by alignment needs the plain search, so such a line takes the masked path."""
     return bool(r.prefix or r.constraints)
-
-
-def spans_of(src: str) -> list[Span]:
-    """The spans of a stripped source line (offsets as `text_unit` sees it)."""
-    return find_spans(src.strip())
