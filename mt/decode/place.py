@@ -4,11 +4,13 @@ The spans of a line (`mt.spans`, and the atoms of an HTML fragment) are lifted o
 the source, so the model translates exactly the text it was trained on: a sentence with a
 `%s` or a `<br/>` between its words is translated as the sentence without them. Each span is
 anchored to a source word (the one it is glued to, else the next one, else the previous one);
-the model's own cross-attention, teacher-forced on its translation (all layers and heads
-averaged), links target words to source words, and the span goes before (or after) the target
-words linked to its anchor. Paired tags (`<b>...</b>`) go around the target words linked to the
-source words they enclosed; children are clipped into their parent's range and siblings kept
-apart, so tags nest in the output as they did in the input.
+the search's own alignment (the source token each target token's last decoder layer attends to
+most, as `--alignment` prints it) links target words to source words, and the span goes before
+(or after) the target words linked to its anchor. Paired tags (`<b>...</b>`) go around the
+target words linked to the source words they enclosed; children are clipped into their
+parent's range and siblings kept apart, so tags nest in the output as they did in the input.
+(Averaging every layer's attention over a teacher-forced pass placed tags no better on the
+early recipe checkpoint and cost a second pass; docs/decoding.md.)
 
 Every span is emitted exactly once by construction, whatever the model writes; only the place
 is the model's. Lines without spans never come here (see `mt.decode.protect`).
@@ -19,13 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import torch
-
-from mt.batching import pad, token_batches
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
 from mt.spans import Span
-from mt.tokenizer import BOS
 
 
 @dataclass
@@ -99,33 +97,6 @@ def _word_index(pieces: list[str]) -> list[int]:
         if p.startswith("▁") or w < 0:
             w += 1
         out.append(w)
-    return out
-
-
-@torch.inference_mode()
-def alignments(translator, src_texts: list[str], targets: list[list[int]]) -> list[list[int]]:
-    """Per target token, the source token it attends to most: cross-attention averaged over
-    all layers and heads, teacher-forced on the translations in token batches (EOS and
-    padding excluded). A model without attention maps (an ensemble) gets positions spread
-    evenly instead."""
-    srcs = [ids[: translator.max_src] for ids in translator.tokenizer.encode_src(src_texts)]
-    tgts = [[BOS] + t[: translator.max_src - 2] for t in targets]
-    out: list[list[int]] = [[] for _ in srcs]
-    model = translator.model
-    if not hasattr(model, "attention_maps"):
-        for i, (s, t) in enumerate(zip(srcs, targets)):
-            out[i] = [j * max(len(s) - 1, 1) // len(t) for j in range(len(t))]
-        return out
-    sizes = [len(s) + len(t) for s, t in zip(srcs, tgts)]
-    for batch in token_batches(sizes, translator.cfg.max_tokens):
-        src = pad([srcs[i] for i in batch]).to(translator.device)
-        tgt = pad([tgts[i] for i in batch]).to(translator.device)
-        maps = model.attention_maps(src, tgt)
-        cross = torch.stack([c.float() for c in maps.cross]).mean((0, 2))  # (B, T, S)
-        for row, i in enumerate(batch):
-            n_src, n_tgt = max(len(srcs[i]) - 1, 1), len(targets[i])
-            best = cross[row, : len(tgts[i]), :n_src].argmax(-1).tolist()[:n_tgt]
-            out[i] = best + [best[-1]] * (n_tgt - len(best)) if best else []
     return out
 
 
@@ -203,9 +174,9 @@ def join(items: list[Item]) -> str:
     return out
 
 
-def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis, align: list[int]) -> str:
-    """The translation `hyp` of `lifted.text` with the unit's atoms and pairs put back,
-    `align` linking each of its tokens to a source token (`alignments`)."""
+def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis) -> str:
+    """The translation `hyp` of `lifted.text` (searched with alignments) with the unit's
+    atoms and pairs put back."""
     tok = translator.tokenizer
     src_word = _word_index(tok.src.encode(lifted.text, out_type=str))
     n_src_words = len(lifted.words)
@@ -213,7 +184,10 @@ def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis, align: list[i
     n = tgt_word[-1] + 1 if tgt_word else 0
     groups: list[list[int]] = [[] for _ in range(n)]
     links: list[set[int]] = [set() for _ in range(n)]
-    even = not src_word or src_word[-1] + 1 != n_src_words  # words lost in normalisation
+    align = hyp.alignment
+    even = (  # words lost in normalisation, or a search without alignments
+        not src_word or src_word[-1] + 1 != n_src_words or len(align) != len(hyp.tokens)
+    )
     for k, (tid, w) in enumerate(zip(hyp.tokens, tgt_word)):
         groups[w].append(tid)
         if even:
@@ -255,13 +229,9 @@ def translate_units(translator, units: list[Unit]) -> list:
         else:
             todo.append(i)
             lifts.append(lifted)
-    results = translator.translate_requests([Request(x.text) for x in lifts]) if todo else []
-    # Every hypothesis (n-best too) gets its spans back: one alignment per hypothesis.
-    flat = [(k, h) for k, t in enumerate(results) for h in t.hypotheses]
-    aligned = alignments(translator, [lifts[k].text for k, _ in flat], [h.tokens for _, h in flat])
-    texts: list[list[str]] = [[] for _ in results]
-    for (k, h), align in zip(flat, aligned):
-        texts[k].append(place(translator, units[todo[k]], lifts[k], h, align))
-    for k, (i, t) in enumerate(zip(todo, results)):
-        out[i] = Translation(texts[k][0], t.hypotheses, texts[k], t.pieces)
+    reqs = [Request(x.text) for x in lifts]
+    results = translator.translate_requests(reqs, alignment=True) if todo else []
+    for i, lifted, t in zip(todo, lifts, results):
+        texts = [place(translator, units[i], lifted, h) for h in t.hypotheses]  # n-best too
+        out[i] = Translation(texts[0], t.hypotheses, texts, t.pieces)
     return out

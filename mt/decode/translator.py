@@ -72,6 +72,7 @@ class Translator:
         src: torch.Tensor,
         prefixes: list[list[int]] | None,
         constraints: list[list[list[int]]] | None = None,
+        alignment: bool = False,
     ) -> list[list[Hypothesis]]:
         c = self.cfg
         if constraints is not None and any(constraints):
@@ -84,7 +85,7 @@ class Translator:
                 src,
                 c.max_len_a,
                 c.max_len_b,
-                self.alignment,
+                alignment,
                 with_scores=self.with_scores or self.sampling is not None,
                 prefixes=prefixes,
                 no_repeat_ngram=c.no_repeat_ngram,
@@ -99,7 +100,7 @@ class Translator:
             c.max_len_a,
             c.max_len_b,
             c.nbest,
-            self.alignment,
+            alignment,
             c.stop_early,
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
@@ -109,8 +110,11 @@ class Translator:
         """Translations of `lines`, in their order."""
         return self.translate_requests([Request(line) for line in lines])
 
-    def translate_requests(self, requests: list[Request]) -> list[Translation]:
-        """Translations of `requests` (sources with optional prefixes), in their order."""
+    def translate_requests(
+        self, requests: list[Request], alignment: bool | None = None
+    ) -> list[Translation]:
+        """Translations of `requests` (sources with optional prefixes), in their order;
+        `alignment` overrides the translator's (placing protected spans needs one)."""
         lines = [r.src for r in requests]
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
         prefix_ids = self._prefix_ids(requests)
@@ -127,7 +131,8 @@ class Translator:
             src = pad([ids[r] for r in rows]).to(self.device)
             prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
             terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
-            for r, hyps in zip(rows, self._search(src, prefixes, terms)):
+            align = self.alignment if alignment is None else alignment
+            for r, hyps in zip(rows, self._search(src, prefixes, terms, align)):
                 results[r] = hyps
         out = []
         for hyps in results:
