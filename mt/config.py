@@ -56,6 +56,7 @@ class DataConfig:
     max_train_examples: int = 0  # 0 keeps all; tests and demos take a slice
     max_valid_examples: int = 0
     cache_dir: str = ""  # prepared token stores; empty means `{run_dir}/cache`
+    protect: bool = False  # spans (%s, {0}, tags, URLs) as reserved pieces on both sides
 
 
 @dataclass

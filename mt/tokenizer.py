@@ -143,7 +143,9 @@ class Tokenizer:
         return None
 
 
-def _train_one(lines: Iterable[str], cfg: TokenizerConfig, seed_text: str) -> bytes:
+def _train_one(
+    lines: Iterable[str], cfg: TokenizerConfig, seed_text: str, reserved: list[str]
+) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
         try:
@@ -172,6 +174,7 @@ def _train_one(lines: Iterable[str], cfg: TokenizerConfig, seed_text: str) -> by
                 hard_vocab_limit=False,
                 num_threads=os.cpu_count() or 1,
                 minloglevel=2,
+                user_defined_symbols=reserved,
             )
         except RuntimeError as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else "failed"
@@ -179,8 +182,12 @@ def _train_one(lines: Iterable[str], cfg: TokenizerConfig, seed_text: str) -> by
         return (prefix.with_suffix(".model")).read_bytes()
 
 
-def train_tokenizer(src: list[str], tgt: list[str], cfg: TokenizerConfig) -> Tokenizer:
-    """Train on the training corpus: one model on both sides when joint, else one per side."""
+def train_tokenizer(
+    src: list[str], tgt: list[str], cfg: TokenizerConfig, reserved: list[str] | None = None
+) -> Tokenizer:
+    """Train on the training corpus: one model on both sides when joint, else one per side.
+    `reserved` pieces (`data.protect`'s placeholders) are whole pieces on both sides."""
+    r = reserved or []
     if cfg.joint:
-        return Tokenizer(_train_one(src + tgt, cfg, "source+target text"))
-    return Tokenizer(_train_one(src, cfg, "source text"), _train_one(tgt, cfg, "target text"))
+        return Tokenizer(_train_one(src + tgt, cfg, "source+target text", r))
+    return Tokenizer(_train_one(src, cfg, "source text", r), _train_one(tgt, cfg, "target text", r))

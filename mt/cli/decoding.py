@@ -16,6 +16,7 @@ from mt.cli.options import (
     DeviceOption,
     Int8Option,
     MaxTokensOption,
+    ProtectOption,
     StopEarlyOption,
     open_session,
     text_lines,
@@ -44,7 +45,10 @@ def translate(
     int8: Int8Option = None,
     input_format: Annotated[
         str,
-        typer.Option(help='text, or jsonl: {"src": ..., "prefix": ..., "constraints": [...]}.'),
+        typer.Option(
+            help='text, html (one fragment per line), or jsonl: {"src": ..., "prefix": ..., '
+            '"constraints": [...]}.'
+        ),
     ] = "text",
     output_format: Annotated[
         str, typer.Option(help="text, or jsonl: translation, score, nbest, tokens, alignment.")
@@ -61,6 +65,7 @@ def translate(
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="--sample: > 1 flattens.")] = None,
     seed: Annotated[int | None, typer.Option(help="--sample: random seed (default 1).")] = None,
+    protect: ProtectOption = True,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
     from mt.decode.requests import read_requests
@@ -69,9 +74,10 @@ def translate(
 
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
-    for flag, value in (("--input-format", input_format), ("--output-format", output_format)):
-        if value not in ("text", "jsonl"):
-            raise MtError(f"{flag} must be text or jsonl, got {value!r}")
+    if input_format not in ("text", "jsonl", "html"):
+        raise MtError(f"--input-format must be text, jsonl or html, got {input_format!r}")
+    if output_format not in ("text", "jsonl"):
+        raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
     options = DecodeOptions(
         beam=beam,
@@ -89,15 +95,23 @@ def translate(
         seed=seed,
     )
     session = open_session(checkpoints, device)
-    translator = session.translator(options, alignment, with_scores=output_format == "jsonl")
+    translator = session.translator(
+        options, alignment, with_scores=output_format == "jsonl", protect=protect
+    )
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
     with src:
-        requests = read_requests(text_lines(src), input_format, name)
+        if input_format == "html":
+            from mt.decode.markup import translate_html
+
+            translations = translate_html(translator, text_lines(src), name)
+        else:
+            requests = read_requests(text_lines(src), input_format, name)
+            translations = translator.translate_stream(requests)
         write_output(
             output,
             lambda out: write_translations(
-                translator.translate_stream(requests),
+                translations,
                 out,
                 nbest=translator.cfg.nbest,
                 alignment=alignment,
@@ -130,6 +144,7 @@ def evaluate(
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
     ] = None,
+    protect: ProtectOption = True,
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
@@ -158,7 +173,7 @@ def evaluate(
             int8=int8,
             max_tokens=max_tokens,
         )
-        translator = open_session(checkpoints, device).translator(options)
+        translator = open_session(checkpoints, device).translator(options, protect=protect)
         hyps, where = [t.text for t in translator.translate_stream(sources)], src
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
@@ -181,6 +196,10 @@ def score(
     max_tokens: MaxTokensOption = None,
     device: DeviceOption = "auto",
     int8: Int8Option = None,
+    protect: Annotated[
+        bool,
+        typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
+    ] = True,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
@@ -192,7 +211,7 @@ def score(
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
     session = open_session(checkpoints, device)
-    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8))
+    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8), protect=protect)
     scores = score_files(scorer, src, tgt, scorer.cfg.buffer_lines)
     write_output(output, lambda out: write_scores(scores, out, json_))
     warn_truncated(scorer.truncated, scorer.max_src, "source")

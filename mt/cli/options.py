@@ -57,6 +57,13 @@ StopEarlyOption = Annotated[
         "faster) instead of after beam-size finished hypotheses (default: decode.stop_early)."
     ),
 ]
+ProtectOption = Annotated[
+    bool,
+    typer.Option(
+        help="Keep placeholders (%s, {0}, $VAR), entities, tags, URLs and e-mail addresses "
+        "exactly as written (README: Software strings and HTML)."
+    ),
+]
 Int8Option = Annotated[
     bool | None,
     typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),

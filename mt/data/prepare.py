@@ -28,6 +28,7 @@ from mt.data.corpus import Chunk, Source, pair_chunks, split_source, train_sourc
 from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
 from mt.errors import MtError
 from mt.progress import Progress
+from mt.spans import mask_pair, reserved_symbols
 from mt.tokenizer import Tokenizer, train_tokenizer
 
 FILTERS = ("empty", "too_long", "ratio")
@@ -114,10 +115,16 @@ def _identity(source: Source) -> str:
 
 
 def store_folder(
-    cache: Path, source: Source, tokenizer: Tokenizer, f: Filter | None, limit: int
+    cache: Path,
+    source: Source,
+    tokenizer: Tokenizer,
+    f: Filter | None,
+    limit: int,
+    protect: bool = False,
 ) -> Path:
-    """`cache/{name}-{key}`: the key changes with the data, the tokenizer and the filters."""
-    settings = f"filter={f}:limit={limit}"
+    """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters and
+    the masking of spans."""
+    settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
     key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"
@@ -132,8 +139,10 @@ def build_store(
     limit: int = 0,
     n_threads: int = 0,
     log: bool = True,
+    protect: bool = False,
 ) -> TokenStore:
-    """Read, encode, filter and write one corpus into a store at `folder`."""
+    """Read, encode, filter and write one corpus into a store at `folder`; with `protect`,
+    spans are masked on both sides first (`mt.spans.mask_pair`)."""
     n_threads = n_threads or threads()
     dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
     writer = StoreWriter(folder, dtype)
@@ -142,6 +151,8 @@ def build_store(
     start = time.perf_counter()
     try:
         for src_text, tgt_text in _read_ahead(pair_chunks(source, limit=limit)):
+            if protect:
+                src_text, tgt_text = _masked(src_text, tgt_text)
             src, src_len = _flat(tokenizer.src.encode(src_text, num_threads=n_threads), dtype)
             tgt, tgt_len = _flat(tokenizer.tgt.encode(tgt_text, num_threads=n_threads), dtype)
             if f is not None:
@@ -178,6 +189,11 @@ def build_store(
     return store
 
 
+def _masked(src: list[str], tgt: list[str]) -> tuple[list[str], list[str]]:
+    pairs = [mask_pair(s, t) for s, t in zip(src, tgt)]
+    return [s for s, _ in pairs], [t for _, t in pairs]
+
+
 def describe(store: TokenStore) -> str:
     """One line on what a store holds and what preparing it dropped."""
     m = store.meta
@@ -205,9 +221,10 @@ def open_or_build(
     limit: int = 0,
     build: bool = True,
     log: bool = True,
+    protect: bool = False,
 ) -> TokenStore:
     """The store for `source`: mapped when a trusted one exists, else built (if `build`)."""
-    folder = store_folder(cache, source, tokenizer, f, limit)
+    folder = store_folder(cache, source, tokenizer, f, limit, protect)
     if folder.exists():
         try:
             store = TokenStore.open(folder)
@@ -220,7 +237,7 @@ def open_or_build(
             print(f"{folder}: rebuilding the token store ({err})", flush=True, file=sys.stderr)
     elif not build:
         raise MtError(f"{folder}: token store missing (the preparing process did not write it)")
-    return build_store(source, tokenizer, folder, f, limit, log=log)
+    return build_store(source, tokenizer, folder, f, limit, log=log, protect=protect)
 
 
 def sample_pairs(
@@ -264,7 +281,9 @@ def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer
         train_sources(cfg.data), max(pairs, 1), cfg.data.max_train_examples, cfg.train.seed
     )
     sampled = time.perf_counter() - start
-    tok = train_tokenizer(src, tgt, t)
+    if cfg.data.protect:  # the tokenizer learns the text it will encode: spans masked
+        src, tgt = _masked(src, tgt)
+    tok = train_tokenizer(src, tgt, t, reserved_symbols() if cfg.data.protect else None)
     tok.save(run_dir)
     if log:
         print(
@@ -313,7 +332,12 @@ def prepare(cfg: Config, run_dir: Path, build: bool = True, log: bool = True) ->
     cache = cache_dir(cfg, run_dir)
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)
-    train = [open_or_build(s, tok, cache, f, d.max_train_examples, build, log) for s in sources]
+    train = [
+        open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect)
+        for s in sources
+    ]
     valid_source = split_source(d, d.valid)
-    valid = open_or_build(valid_source, tok, cache, None, d.max_valid_examples, build, log)
+    valid = open_or_build(
+        valid_source, tok, cache, None, d.max_valid_examples, build, log, d.protect
+    )
     return Prepared(tok, train, [s.weight for s in sources], valid)

@@ -29,9 +29,11 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.data.corpus import line_chunks
 from mt.decode.int8 import quantize_linears
+from mt.decode.protect import placeholders_for
 from mt.decode.steps import length_penalty
 from mt.errors import MtError
 from mt.model import Transformer
+from mt.spans import mask_pair
 from mt.tokenizer import BOS, EOS, Tokenizer
 
 EOS_PIECE = "</s>"
@@ -63,7 +65,12 @@ class Scorer:
     """Scores (source, target) pairs with one model; knows nothing of files or the CLI."""
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, cfg: DecodeConfig, device: torch.device
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        cfg: DecodeConfig,
+        device: torch.device,
+        protect: bool = False,
     ) -> None:
         # int8 as the translator does it, so a checkpoint with decode.int8 scores what it decodes.
         self.model = quantize_linears(model) if cfg.int8 else model.eval()
@@ -73,9 +80,14 @@ class Scorer:
         self.max_src = model.cfg.max_positions
         self.max_tgt = model.cfg.max_positions - 1  # BOS + tokens fill the decoder's positions
         self.truncated = 0  # sources cut to the model's longest input, as translate cuts them
+        # A model trained with data.protect saw spans as placeholders: score them as such.
+        self.mask = protect and placeholders_for(tokenizer).reserved
 
     def score_lines(self, src: list[str], tgt: list[str]) -> list[PairScore]:
         """Scores of pairs of raw text lines, in their order."""
+        if self.mask:
+            pairs = [mask_pair(s, t) for s, t in zip(src, tgt)]
+            src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
         src_ids = self.tokenizer.encode_src([line.strip() for line in src])
         tgt_ids = self.tokenizer.encode_tgt([line.strip() for line in tgt])
         return self.score_ids(src_ids, tgt_ids)

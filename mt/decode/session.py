@@ -134,8 +134,11 @@ class Session:
         except ValueError as err:  # a decoding option this model or torch cannot do
             raise MtError(f"{self.paths[0]}: {err}") from None
 
-    def scorer(self, options: DecodeOptions | None = None) -> Scorer:
-        return Scorer(self.model, self.tokenizer, self.decode_config(options), self.device)
+    def scorer(self, options: DecodeOptions | None = None, protect: bool = True) -> Scorer:
+        """A Scorer; with `protect` a model trained with data.protect scores spans as the
+        placeholders it learned."""
+        dcfg = self.decode_config(options)
+        return Scorer(self.model, self.tokenizer, dcfg, self.device, protect=protect)
 
     def single_model(self, what: str) -> Transformer:
         """The model, for views of one model's internals; an ensemble is refused."""

@@ -46,6 +46,7 @@ class Translator:
         device: torch.device,
         alignment: bool = False,
         with_scores: bool = False,
+        protect: bool = False,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
         # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
@@ -74,12 +75,14 @@ class Translator:
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
+        self.protect = protect  # keep placeholders, markup, URLs (mt.decode.protect)
 
     def _search(
         self,
         src: torch.Tensor,
         prefixes: list[list[int]] | None,
         constraints: list[list[list[int]]] | None = None,
+        alignment: bool = False,
     ) -> list[list[Hypothesis]]:
         c = self.cfg
         if constraints is not None and any(constraints):
@@ -92,7 +95,7 @@ class Translator:
                 src,
                 c.max_len_a,
                 c.max_len_b,
-                self.alignment,
+                alignment,
                 with_scores=self.with_scores or self.sampling is not None,
                 prefixes=prefixes,
                 no_repeat_ngram=c.no_repeat_ngram,
@@ -107,7 +110,7 @@ class Translator:
             c.max_len_a,
             c.max_len_b,
             c.nbest,
-            self.alignment,
+            alignment,
             c.stop_early,
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
@@ -117,8 +120,11 @@ class Translator:
         """Translations of `lines`, in their order."""
         return self.translate_requests([Request(line) for line in lines])
 
-    def translate_requests(self, requests: list[Request]) -> list[Translation]:
-        """Translations of `requests` (sources with optional prefixes), in their order."""
+    def translate_requests(
+        self, requests: list[Request], alignment: bool | None = None
+    ) -> list[Translation]:
+        """Translations of `requests` (sources with optional prefixes), in their order;
+        `alignment` overrides the translator's (placing protected spans needs one)."""
         lines = [r.src for r in requests]
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
         prefix_ids = self._prefix_ids(requests)
@@ -135,7 +141,8 @@ class Translator:
             src = pad([ids[r] for r in rows]).to(self.device)
             prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
             terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
-            for r, hyps in zip(rows, self._search(src, prefixes, terms)):
+            align = self.alignment if alignment is None else alignment
+            for r, hyps in zip(rows, self._search(src, prefixes, terms, align)):
                 results[r] = hyps
         out = []
         for hyps in results:
@@ -182,7 +189,16 @@ class Translator:
             ]
             if not chunk:
                 return
-            yield from self.translate_requests(chunk)
+            yield from self.translate(chunk)
+
+    def translate(self, requests: list[Request]) -> list[Translation]:
+        """`translate_requests`, around which protection (when on) masks, constrains and
+        restores the spans of each source (`mt.decode.protect`)."""
+        if not self.protect:
+            return self.translate_requests(requests)
+        from mt.decode.protect import translate_protected
+
+        return translate_protected(self, requests)
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:

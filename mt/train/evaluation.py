@@ -98,7 +98,13 @@ class Evaluator:
         )
         was_training = self.model.training
         self.model.eval()
-        translator = Translator(self.model, self.tokenizer, dcfg, self.device)
+        translator = Translator(
+            self.model,
+            self.tokenizer,
+            dcfg,
+            self.device,
+            protect=self.cfg.data.protect,  # a model that learned placeholders uses them
+        )
         with autocast(self.device, self.precision):
             hyps = [t.text for t in translator.translate_lines(lines)]
         self.model.train(was_training)

@@ -1,0 +1,236 @@
+"""Protected spans: the step around search that keeps them (`Translator(protect=True)`).
+
+`translate_protected` sends each request down one of three paths:
+
+- no span (most lines): the usual search, untouched, so clean text is byte-identical with and
+  without protection and costs nothing more;
+- a model trained as usual: the spans are lifted out and put back by alignment
+  (`mt.decode.place`), so the text is translated exactly as it would be without them;
+- a model trained with `data.protect` (its tokenizer reserves `｟0｠`, `｟1｠`, ...), or a request
+  with a prefix or constraints of its own: each span becomes a placeholder word, every
+  placeholder a constraint of the lexically constrained beam search, and each placeholder in
+  the output is replaced by its span. A model without reserved pieces gets placeholders spelled
+  from ordinary pieces (`Z00`, `Z01`, ...).
+
+On every path each span comes back exactly as written, as often as in the source, for any
+model: restoring enforces it (a placeholder emitted twice keeps its first occurrence, one never
+emitted, as with greedy search or a prefix, is appended at the end). A line whose only content
+is spans (`{0}`, `<br/>`) is returned as it is. Whether a span touched the text beside it
+(`<b>here`, `file%d.txt`) is remembered, and it is glued the same way in the output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from mt.decode.requests import Request
+from mt.decode.search import Hypothesis
+from mt.spans import RESERVED, Span, find_spans, placeholder, reserved_symbols
+from mt.tokenizer import UNK, Tokenizer
+
+FALLBACK_LETTERS = "ZQXJ"  # `Z00`...`Z99`; another letter when the line holds `Z00`-like text
+_MARK = re.compile(r"(\s*)\ue000(\d+)\ue001(\s*)")  # a restored span before it is spelled out
+
+
+class Placeholders:
+    """How placeholder `k` is spelled for one tokenizer.
+
+    A tokenizer trained with `data.protect` has one piece per index, which the model learned to
+    copy. Any other tokenizer gets a letter and two digits: pieces every vocabulary has, an
+    unlikely word in a translation, and all of the same length, so that no placeholder's pieces
+    are a prefix of another's (the constrained search would count one for the other).
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        sym = reserved_symbols()
+        self.reserved = all(
+            t.piece_to_id(s) != UNK for t in (tokenizer.src, tokenizer.tgt) for s in sym
+        )
+        if self.reserved:
+            self.letters = ""
+            self.limit = RESERVED
+        else:
+            self.letters = (
+                "".join(
+                    c
+                    for c in FALLBACK_LETTERS
+                    if UNK not in tokenizer.encode_tgt([f"{c}01"])[0]
+                    and UNK not in tokenizer.src.encode(f"{c}01")
+                )
+                or FALLBACK_LETTERS[0]
+            )
+            self.limit = 100
+
+    def pick(self, line: str) -> str:
+        """A letter whose placeholders do not occur in `line` ('' for reserved pieces)."""
+        if self.reserved:
+            return ""
+        for c in self.letters:
+            if not re.search(rf"{c}\d\d", line):
+                return c
+        return self.letters[0]
+
+    def spell(self, k: int, letter: str) -> str:
+        return placeholder(k) if self.reserved else f"{letter}{k:02d}"
+
+    def finder(self, letter: str) -> re.Pattern[str]:
+        if self.reserved:
+            return re.compile(r"｟(\d+)｠")
+        return re.compile(rf"(?<![A-Za-z0-9]){letter}(\d\d)(?![0-9])")
+
+
+@dataclass
+class Masked:
+    """One source line with its spans replaced by placeholder words."""
+
+    src: str
+    text: str  # the words of `src` joined by single spaces, each span a placeholder word
+    spans: list[Span]
+    glue: list[tuple[bool, bool]]  # span k touched the text before / after it in `src`
+    placeholders: list[str]
+    finder: re.Pattern[str]
+
+    @property
+    def content(self) -> bool:
+        """Whether anything but spans and punctuation is left to translate."""
+        rest, pos = [], 0
+        for s in self.spans:
+            rest.append(self.src[pos : s.start])
+            pos = s.end
+        rest.append(self.src[pos:])
+        return any(ch.isalnum() for ch in "".join(rest))
+
+
+def mask(src: str, ph: Placeholders, spans: Sequence[Span] | None = None) -> Masked | None:
+    """`src` with `spans` (default: `find_spans(src)`) as placeholders; None without spans.
+
+    Past the placeholder limit, the last placeholder covers everything from there to the end of
+    the last span: untranslated, but kept.
+    """
+    spans = list(find_spans(src) if spans is None else spans)
+    if not spans:
+        return None
+    if len(spans) > ph.limit:
+        last = spans[ph.limit - 1]
+        end = spans[-1].end
+        spans = spans[: ph.limit - 1] + [Span(last.start, end, "merged", src[last.start : end])]
+    letter = ph.pick(src)
+    texts: list[str] = []
+    glue, names, pos = [], [], 0
+    for k, s in enumerate(spans):
+        texts += src[pos : s.start].split()
+        name = ph.spell(k, letter)
+        names.append(name)
+        texts.append(name)
+        glue.append((s.start > 0 and not src[s.start - 1].isspace(),
+                     s.end < len(src) and not src[s.end].isspace()))  # fmt: skip
+        pos = s.end
+    texts += src[pos:].split()
+    return Masked(src, " ".join(texts), spans, glue, names, ph.finder(letter))
+
+
+def restore(m: Masked, out: str) -> str:
+    """`out` (a translation of `m.text`) with each placeholder replaced by its span, each span
+    exactly once: repeats are dropped, missing ones appended."""
+    seen: set[int] = set()
+    parts, pos = [], 0
+    for hit in m.finder.finditer(out):
+        parts.append(out[pos : hit.start()])
+        k = int(hit.group(1))
+        if k < len(m.spans) and k not in seen:
+            seen.add(k)
+            parts.append(f"\ue000{k}\ue001")
+        pos = hit.end()
+    parts.append(out[pos:])
+    text = "".join(parts)
+    text += "".join(f" \ue000{k}\ue001" for k in range(len(m.spans)) if k not in seen)
+    text = re.sub(r"\s{2,}", " ", text).strip()
+
+    def spell(hit: re.Match[str]) -> str:
+        k = int(hit.group(2))
+        left, right = m.glue[k]
+        before, after = hit.group(1), hit.group(3)
+        # A span that stood apart in the source stands apart in the output too ("%ss" -> "%s s").
+        if not left and not before and hit.start() > 0 and text[hit.start() - 1].isalnum():
+            before = " "
+        if not right and not after and hit.end() < len(text) and text[hit.end()].isalnum():
+            after = " "
+        return ("" if left else before) + m.spans[k].text + ("" if right else after)
+
+    return _MARK.sub(spell, text)
+
+
+def can_constrain(translator) -> bool:
+    """Whether the translator's search accepts constraints (see Translator._constraint_ids)."""
+    c = translator.cfg
+    return not (
+        translator.greedy
+        or translator.sampling is not None
+        or translator.alignment
+        or c.stop_early
+        or c.no_repeat_ngram
+    )
+
+
+_PLACEHOLDERS: dict[str, Placeholders] = {}
+
+
+def placeholders_for(tokenizer: Tokenizer) -> Placeholders:
+    """One Placeholders per tokenizer (it encodes a few probes to decide)."""
+    key = tokenizer.fingerprint()
+    if key not in _PLACEHOLDERS:
+        _PLACEHOLDERS[key] = Placeholders(tokenizer)
+    return _PLACEHOLDERS[key]
+
+
+def masked_request(r: Request, m: Masked, constrain: bool) -> Request:
+    """The request search sees: placeholders as constraints (unless a prefix is given, which
+    constrained search refuses; restoring still keeps every span)."""
+    constraints = r.constraints + (m.placeholders if constrain and not r.prefix else [])
+    return replace(r, src=m.text, constraints=constraints)
+
+
+def translate_protected(translator, requests: list[Request]) -> list:
+    """`translator.translate_requests(requests)` with every span of every source kept (the
+    three paths of the module's docstring), in input order."""
+    from mt.decode.markup import text_unit
+    from mt.decode.place import translate_units
+    from mt.decode.translator import Translation
+
+    ph = placeholders_for(translator.tokenizer)
+    srcs = [r.src.strip() for r in requests]
+    spans = [find_spans(s) for s in srcs]
+    out: list = [None] * len(requests)
+    plain = [i for i, s in enumerate(spans) if not s]
+    masked = [i for i, s in enumerate(spans) if s and (ph.reserved or _asks(requests[i]))]
+    placed = [i for i, s in enumerate(spans) if s and i not in set(masked)]
+    if plain:
+        for i, t in zip(plain, translator.translate_requests([requests[i] for i in plain])):
+            out[i] = t
+    if placed:
+        units = [text_unit(srcs[i], spans[i]) for i in placed]
+        for i, t in zip(placed, translate_units(translator, units)):
+            out[i] = t
+    masks: dict[int, Masked] = {}
+    for i in masked:
+        m = mask(srcs[i], ph, spans[i])
+        assert m is not None
+        if m.content or requests[i].prefix:
+            masks[i] = m
+        else:
+            out[i] = Translation(srcs[i], [Hypothesis([], 0.0)], [srcs[i]])
+    if masks:
+        constrain = can_constrain(translator)
+        reqs = [masked_request(requests[i], m, constrain) for i, m in masks.items()]
+        for (i, m), t in zip(masks.items(), translator.translate_requests(reqs)):
+            texts = [restore(m, x) for x in t.texts]
+            out[i] = Translation(texts[0] if texts else "", t.hypotheses, texts, t.pieces)
+    return out
+
+
+def _asks(r: Request) -> bool:
+    """Whether a request asks for more than a translation (a prefix, constraints): placing
+    by alignment needs the plain search, so such a line takes the masked path."""
+    return bool(r.prefix or r.constraints)
