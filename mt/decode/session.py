@@ -126,11 +126,15 @@ class Session:
         options: DecodeOptions | None = None,
         alignment: bool = False,
         with_scores: bool = False,
+        protect: bool = True,
     ) -> Translator:
-        """A Translator with these options; `alignment` and `with_scores` shape its output."""
+        """A Translator with these options; `alignment` and `with_scores` shape its output,
+        `protect` keeps placeholders, tags, URLs... exactly as written (mt/spans.py)."""
         dcfg = self.decode_config(options)
         try:
-            return Translator(self.model, self.tokenizer, dcfg, self.device, alignment, with_scores)
+            return Translator(
+                self.model, self.tokenizer, dcfg, self.device, alignment, with_scores, protect
+            )
         except ValueError as err:  # a decoding option this model or torch cannot do
             raise MtError(f"{self.paths[0]}: {err}") from None
 
