@@ -329,7 +329,12 @@ def evaluate(
 def attention(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
     src: Annotated[str, typer.Option("--src", help="The sentence to translate and show.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="PNG file.")] = Path("attn.png"),
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG file (default attn.png).")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Write an interactive page (every layer and head).")
+    ] = None,
     layer: Annotated[int, typer.Option(help="Layer; negative counts from the top.")] = -1,
     head: Annotated[
         int | None, typer.Option(help="One head; -1 draws every head; default: head mean.")
@@ -338,8 +343,8 @@ def attention(
     device: DeviceOption = "cpu",
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
+    from mt.decode.attention import attention_json, layer_label
     from mt.decode.session import DecodeOptions
-    from mt.plot import attention_figure, save_figure
 
     if not src.strip():
         raise MtError("--src is empty")
@@ -347,10 +352,69 @@ def attention(
     n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
         raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
-    text, views = session.attention(src, DecodeOptions(beam=beam), layer)
-    title = f"{src.strip()}  ->  {text}   (layer {layer})"
-    save_figure(attention_figure(views, title, head), output)
-    typer.echo(text)
+    att = session.sentence_attention(src, DecodeOptions(beam=beam))
+    views = session.layer_views(att, layer)
+    if html is not None:
+        from mt.viewer import write_html
+
+        write_html(html, attention_json(att), f"attention: {att.source}")
+    if output is not None or html is None:
+        from mt.plot import attention_figure, save_figure
+
+        where = layer_label(layer, len(att.maps.encoder))
+        title = f"{att.source}  ->  {att.translation}   ({where})"
+        save_figure(attention_figure(views, title, head), output or Path("attn.png"))
+    typer.echo(att.translation)
+
+
+@app.command()
+def vectors(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    word: Annotated[str, typer.Option(help="The word to follow (a whole word, case as given).")],
+    src: Annotated[list[str] | None, typer.Option("--src", help="A sentence (repeatable).")] = None,
+    input: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Sentences, one per line.")
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="PNG file.")] = None,
+    html: Annotated[Path | None, typer.Option(help="Write an interactive page.")] = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print every number drawn as one JSON object.")
+    ] = False,
+    centre: Annotated[
+        bool,
+        typer.Option(help="Remove each depth's mean over the occurrences before the PCA."),
+    ] = False,
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto.")] = "cpu",
+) -> None:
+    """Follow a word's vector from its embedding through every encoder layer, in each
+    sentence, and name the keys whose attention pushed it most."""
+    from mt.data.corpus import read_lines
+    from mt.decode.vectors import summary, word_vectors
+
+    sentences = [s.strip() for s in src or []]
+    if input is not None:
+        if not input.is_file():
+            raise MtError(f"{input}: input file not found")
+        from_file = [line.strip() for line in read_lines(input) if line.strip()]
+        if not from_file:
+            raise MtError(f"{input}: no sentences")
+        sentences += from_file
+    if not sentences:
+        raise MtError("give sentences with --src or --input")
+    session = _session([checkpoint], device)
+    model = session.single_model("vectors")
+    found = word_vectors(model, session.tokenizer, sentences, word, centre)
+    if any(len(o.tokens) > 1 for o in found.occurrences):
+        typer.echo(f"note: '{word}' is several pieces; their vectors are averaged", err=True)
+    if output is not None:
+        from mt.plot import save_figure, vectors_figure
+
+        save_figure(vectors_figure(found), output)
+    if html is not None:
+        from mt.viewer import write_html
+
+        write_html(html, found.to_json(), f"vectors: {word}")
+    typer.echo(json.dumps(found.to_json(), ensure_ascii=False) if json_ else summary(found))
 
 
 @app.command()

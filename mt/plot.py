@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mt.decode.attention import AttentionView
+from mt.decode.vectors import WordVectors
 from mt.errors import MtError
 
 
@@ -45,13 +46,59 @@ def attention_figure(views: list[AttentionView], title: str, head: int | None) -
         for c, h in enumerate(heads):
             w = view.weights.float().mean(0) if h is None else view.weights[h].float()
             ax = axes[r][c]
-            ax.imshow(w.cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            image = ax.imshow(w.cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03, label="attention weight")
             ax.set_xticks(range(len(view.cols)), view.cols, rotation=90, fontsize=7)
             ax.set_yticks(range(len(view.rows)), view.rows, fontsize=7)
             label = "mean of heads" if h is None else f"head {h}"
             ax.set_title(f"{view.name}\n{label}", fontsize=8)
     width = int((3.6 * cols + 1) * 11)  # characters that fit across the figure at 9 pt
     fig.suptitle(textwrap.fill(title, width), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def vectors_figure(vectors: WordVectors) -> Any:
+    """One path per occurrence from its embedding (E) through each encoder layer (1, 2, ...),
+    in the shared PCA plane; each occurrence has its own colour and its context as label."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 6))
+    colours = plt.get_cmap("tab10")
+    for k, occ in enumerate(vectors.occurrences):
+        xy = occ.xy
+        colour = colours(k % 10)
+        ax.plot(xy[:, 0], xy[:, 1], "-", color=colour, alpha=0.7, label=occ.context)
+        ax.scatter(xy[1:, 0], xy[1:, 1], color=colour, s=30, zorder=3)
+        ax.scatter(xy[:1, 0], xy[:1, 1], color=colour, s=30, marker="s", zorder=3)
+        for d, (x, y) in enumerate(xy):
+            ax.annotate(
+                "E" if d == 0 else str(d),
+                (x, y),
+                fontsize=7,
+                color=colour,
+                xytext=(4, 4),
+                textcoords="offset points",
+            )
+        ax.annotate(
+            occ.context,
+            xy[-1],
+            fontsize=8,
+            color=colour,
+            xytext=(6, -10),
+            textcoords="offset points",
+        )
+    ev = vectors.explained
+    ax.set_xlabel(f"PC 1 ({100 * ev[0]:.0f}% of the variance of the points drawn)")
+    ax.set_ylabel(f"PC 2 ({100 * ev[1]:.0f}%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    n = len(vectors.depths) - 1
+    title = (
+        f"\u201c{vectors.word}\u201d: embedding + position (E, square), then encoder layers 1-{n}"
+    )
+    if vectors.centred:
+        title += "\nrelative to the mean of all occurrences at each depth"
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
 

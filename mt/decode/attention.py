@@ -13,7 +13,7 @@ import torch
 from mt.batching import pad
 from mt.config import DecodeConfig
 from mt.decode.search import beam_search
-from mt.model import Transformer
+from mt.model import AttentionMaps, Transformer
 from mt.tokenizer import BOS, EOS, Tokenizer
 
 
@@ -27,27 +27,106 @@ class AttentionView:
     cols: list[str]
 
 
+@dataclass
+class SentenceAttention:
+    """A translation and every attention weight the model computed for it."""
+
+    source: str
+    translation: str
+    src_tokens: list[str]  # encoder tokens, the final </s> included
+    tgt_in_tokens: list[str]  # decoder inputs: <s> and the translation's pieces
+    tgt_out_tokens: list[str]  # what each decoder row predicts: the pieces and </s>
+    maps: AttentionMaps  # per layer (1, H, rows, cols)
+
+    def views(self, layer: int) -> list[AttentionView]:
+        """Layer `layer` (negative counts from the top) of the three kinds of attention."""
+        n_enc, n_dec = len(self.maps.encoder), len(self.maps.decoder)
+        if not (-n_enc <= layer < n_enc and -n_dec <= layer < n_dec):
+            raise IndexError(layer)
+        src, t_in, t_out = self.src_tokens, self.tgt_in_tokens, self.tgt_out_tokens
+        return [
+            AttentionView(KIND_NAMES["encoder"], self.maps.encoder[layer][0], src, src),
+            AttentionView(KIND_NAMES["decoder"], self.maps.decoder[layer][0], t_out, t_in),
+            AttentionView(KIND_NAMES["cross"], self.maps.cross[layer][0], t_out, src),
+        ]
+
+    def alignment(self) -> list[tuple[int, int]]:
+        """(source, target) pairs: each target piece's most-attended source token in the last
+        layer, averaged over heads, as `mt translate --alignment` reports it."""
+        last = self.maps.cross[-1][0].float().mean(0)[:-1]  # (T, S) without the </s> row
+        return [(int(s), t) for t, s in enumerate(last.argmax(-1).tolist())]
+
+
+KIND_NAMES = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention",
+    "cross": "encoder-decoder attention",
+}
+
+
 @torch.inference_mode()
-def sentence_attention(
-    model: Transformer, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig, layer: int
-) -> tuple[str, list[AttentionView]]:
-    """Translate `sentence` and return the translation with its attention in layer `layer`
-    (negative counts from the top): encoder self, decoder self and encoder-decoder."""
+def translate_with_attention(
+    model: Transformer, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig
+) -> SentenceAttention:
+    """Translate `sentence` with beam search, then run the model teacher-forced on its output
+    to read every attention weight it computes for that translation."""
     model.eval()
     device = next(model.parameters()).device
     src = pad(tokenizer.encode_src([sentence])).to(device)
     hyp = beam_search(model, src, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b)[0][0]
     tgt_in = torch.tensor([[BOS] + hyp.tokens], device=device)
-    maps = model.attention_maps(src, tgt_in)
-    n_enc, n_dec = len(maps.encoder), len(maps.decoder)
-    if not (-n_enc <= layer < n_enc and -n_dec <= layer < n_dec):
-        raise IndexError(layer)
-    src_tok = tokenizer.src_pieces(sentence)
-    tgt_in_tok = ["<s>"] + tokenizer.tgt_pieces(hyp.tokens)
-    tgt_out_tok = tokenizer.tgt_pieces(hyp.tokens + [EOS])  # what each decoder row predicts
-    views = [
-        AttentionView("encoder self-attention", maps.encoder[layer][0], src_tok, src_tok),
-        AttentionView("decoder self-attention", maps.decoder[layer][0], tgt_out_tok, tgt_in_tok),
-        AttentionView("encoder-decoder attention", maps.cross[layer][0], tgt_out_tok, src_tok),
-    ]
-    return tokenizer.decode_tgt(hyp.tokens), views
+    return SentenceAttention(
+        source=sentence,
+        translation=tokenizer.decode_tgt(hyp.tokens),
+        src_tokens=tokenizer.src_pieces(sentence),
+        tgt_in_tokens=["<s>"] + tokenizer.tgt_pieces(hyp.tokens),
+        tgt_out_tokens=tokenizer.tgt_pieces(hyp.tokens + [EOS]),
+        maps=model.attention_maps(src, tgt_in),
+    )
+
+
+def sentence_attention(
+    model: Transformer, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig, layer: int
+) -> tuple[str, list[AttentionView]]:
+    """Translate `sentence` and return the translation with its attention in layer `layer`
+    (negative counts from the top): encoder self, decoder self and encoder-decoder."""
+    att = translate_with_attention(model, tokenizer, sentence, cfg)
+    return att.translation, att.views(layer)
+
+
+def attention_json(att: SentenceAttention) -> dict:
+    """The viewer's attention data (the format is documented once, in mt/viewer/viewer.js):
+    what `mt attention --html` inlines and what an attention endpoint can return as is."""
+    src, t_in, t_out = att.src_tokens, att.tgt_in_tokens, att.tgt_out_tokens
+    axes = {"encoder": (src, src), "decoder": (t_out, t_in), "cross": (t_out, src)}
+    maps = {"encoder": att.maps.encoder, "decoder": att.maps.decoder, "cross": att.maps.cross}
+    return {
+        "view": "attention",
+        "source": att.source,
+        "translation": att.translation,
+        "kinds": [
+            {
+                "id": kind,
+                "label": KIND_NAMES[kind],
+                "rows": axes[kind][0],
+                "cols": axes[kind][1],
+                "weights": [w[0].float().cpu().tolist() for w in maps[kind]],
+            }
+            for kind in ("encoder", "decoder", "cross")
+        ],
+        "alignment": {
+            "src_tokens": src,
+            "tgt_tokens": t_out[:-1],
+            "pairs": [list(p) for p in att.alignment()],
+        },
+    }
+
+
+def layer_label(layer: int, n_layers: int) -> str:
+    """'last layer (3 of 3)' or 'layer 1 of 3' for a layer index that may count from the top."""
+    k = layer % n_layers
+    return (
+        f"last layer ({n_layers} of {n_layers})"
+        if k == n_layers - 1
+        else f"layer {k + 1} of {n_layers}"
+    )

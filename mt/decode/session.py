@@ -143,21 +143,31 @@ class Session:
             raise MtError(f"{what} shows one model's internals: give one checkpoint")
         return self.model
 
-    def attention(self, sentence: str, options: DecodeOptions | None = None, layer: int = -1):
-        """(translation, [AttentionView]) of `sentence` in `layer` (see mt.decode.attention)."""
-        from mt.decode.attention import sentence_attention
+    def sentence_attention(self, sentence: str, options: DecodeOptions | None = None):
+        """`sentence` translated, with every attention weight the model computed for it
+        (a `mt.decode.attention.SentenceAttention`: all layers, all heads)."""
+        from mt.decode.attention import translate_with_attention
 
         model = self.single_model("attention")
         if not sentence.strip():
             raise MtError("the sentence is empty")
+        dcfg = self.decode_config(options)
+        return translate_with_attention(model, self.tokenizer, sentence.strip(), dcfg)
+
+    def layer_views(self, att, layer: int) -> list:
+        """The three `AttentionView`s of `layer` (negative counts from the top) of `att`."""
         n_layers = min(self.cfg.model.encoder_layers, self.cfg.model.decoder_layers)
         if not -n_layers <= layer < n_layers:
             raise MtError(
                 f"{self.name('attention.layer')} {layer} is out of range: this model has "
                 f"{n_layers} layers (0 to {n_layers - 1}, or -1 for the last)"
             )
-        dcfg = self.decode_config(options)
-        return sentence_attention(model, self.tokenizer, sentence.strip(), dcfg, layer)
+        return att.views(layer)
+
+    def attention(self, sentence: str, options: DecodeOptions | None = None, layer: int = -1):
+        """(translation, [AttentionView]) of `sentence` in `layer` (see mt.decode.attention)."""
+        att = self.sentence_attention(sentence, options)
+        return att.translation, self.layer_views(att, layer)
 
     def describe(self) -> dict[str, Any]:
         """What a client may want to know of the model: languages, size, settings."""

@@ -1,0 +1,50 @@
+"""A PNG of a viewer page (`mt attention --html`, `mt vectors --html`) in headless Chromium.
+
+    python scripts/screenshot.py attn.html attn.png [--select Attention=cross --select Head=mean]
+
+Needs Debian's chromium and chromium-driver and selenium (the `[test]` extra). `--select
+LABEL=VALUE` picks an option of the page's select labelled LABEL before the picture is taken;
+`--hover ROW,COL` hovers that heatmap cell so the picture shows its weight.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.support.ui import Select
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("page", type=Path)
+    parser.add_argument("png", type=Path)
+    parser.add_argument("--select", action="append", default=[], metavar="LABEL=VALUE")
+    parser.add_argument("--hover", metavar="ROW,COL")
+    parser.add_argument("--size", default="1100,900", metavar="W,H")
+    args = parser.parse_args()
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", f"--window-size={args.size}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        driver.get(args.page.resolve().as_uri())
+        for item in args.select:
+            label, value = item.split("=", 1)
+            for_id = driver.find_element("xpath", f"//label[text()='{label}']").get_attribute("for")
+            Select(driver.find_element("id", for_id)).select_by_value(value)
+        if args.hover:
+            row, col = args.hover.split(",")
+            cell = driver.find_element("css selector", f'td[data-row="{row}"][data-col="{col}"]')
+            ActionChains(driver).move_to_element(cell).perform()
+        driver.save_screenshot(str(args.png))
+    finally:
+        driver.quit()
+
+
+if __name__ == "__main__":
+    main()
