@@ -487,7 +487,7 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Address to bind; other than loopback needs --api-key-file.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port (0: any free one).")] = 8080,
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     device: DeviceOption = "auto",
     api_key_file: Annotated[
         Path | None, typer.Option(help="File of API keys, one per line; requests must give one.")
@@ -502,8 +502,8 @@ def serve(
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
 ) -> None:
-    """Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs
-    `pip install 'mt[serve]'`)."""
+    r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
+    serve extra: pip install 'mt\[serve]')."""
     from mt.serve import serve as run_server
     from mt.serve.limits import Limits
 

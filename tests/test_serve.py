@@ -187,6 +187,16 @@ def test_libretranslate_api(server):
     assert bad.status_code == 400 and "no model translates 'de' into 'fr'" in bad.json()["error"]
 
 
+def test_a_libretranslate_client_works_unchanged(server):
+    """libretranslatepy, LibreTranslate's own Python client, as its users call it."""
+    from libretranslatepy import LibreTranslateAPI
+
+    lt = LibreTranslateAPI(server.url + "/", api_key=KEY)
+    want = post(server, "/v1/translate", {"items": [{"src": "Ein Hund rennt."}]}).json()
+    assert lt.translate("Ein Hund rennt.", "de", "en") == want["items"][0]["translation"]
+    assert lt.languages() == [{"code": "de", "name": "German", "targets": ["en"]}]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "says"),
     [

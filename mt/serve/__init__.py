@@ -81,6 +81,7 @@ def serve(
             port=port,
             log_level=log_level,
             timeout_graceful_shutdown=60,
+            timeout_keep_alive=75,  # longer than clients' idle pools keep a connection
             access_log=False,
         )
     )

@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,7 @@ from mt.serve.metrics import Metrics
 
 ROUND_SENTENCES = 512  # at most this many sentences per pass: later requests wait less
 CACHED_TRANSLATORS = 16
+POOL_STRETCH = 50  # see ModelWorker._pool
 
 
 def option_name(key: str) -> str:
@@ -94,10 +95,11 @@ class ModelWorker:
         self.metrics = metrics
         self.session: Session | None = None
         self.error: str | None = None  # why loading failed
-        self._pending: list[Job] = []
+        self._pending: deque[Job] = deque()
         self._queued = 0  # sentences in _pending
         self._cond = threading.Condition()
         self._stopping = False
+        self._last_pass = 1  # sentences taken by the last pass
         self._translators: OrderedDict[tuple, Translator] = OrderedDict()
         self._thread = threading.Thread(target=self._run, name=f"mt-worker-{name}", daemon=True)
 
@@ -179,23 +181,46 @@ class ModelWorker:
         except Exception as err:  # noqa: BLE001 - reported by /health and every request
             self.error = str(err).splitlines()[0] if str(err) else type(err).__name__
             return
-        window = self.limits.batch_window_ms / 1000
         while True:
             with self._cond:
                 while not self._pending and not self._stopping:
                     self._cond.wait()
                 if not self._pending:
                     return
-                wait = self._pending[0].arrived + window - time.monotonic()
-            if wait > 0 and not self._stopping:
-                time.sleep(wait)
-            self._work(self._take())
+                self._pool()
+            jobs = self._take()
+            self._last_pass = sum(job.size() for job in jobs)
+            self._work(jobs)
+
+    def _pool(self) -> None:
+        """Wait (holding the condition) until the oldest pending request is a window old.
+        Under steady load, wait on while fewer sentences are pending than the last pass took
+        and requests are still arriving (one came within the last window), up to
+        POOL_STRETCH windows: the clients of one pass come back one by one, and taking only
+        the first few would cut the next batch, and the throughput, in half."""
+        window = self.limits.batch_window_ms / 1000
+        oldest = self._pending[0].arrived
+        while not self._stopping:
+            now = time.monotonic()
+            if self._queued >= self._last_pass:
+                if self._queued > 1 or now >= oldest + window:
+                    return
+                left = oldest + window - now
+            else:
+                arriving = now < self._pending[-1].arrived + window
+                if not arriving and now >= oldest + window:
+                    return
+                left = min(oldest + POOL_STRETCH * window, self._pending[-1].arrived + window)
+                left = max(left, oldest + window) - now
+                if left <= 0:
+                    return
+            self._cond.wait(left)
 
     def _take(self) -> list[Job]:
         with self._cond:
             jobs, n = [], 0
             while self._pending and (not jobs or n + self._pending[0].size() <= ROUND_SENTENCES):
-                job = self._pending.pop(0)
+                job = self._pending.popleft()
                 n += job.size()
                 jobs.append(job)
             self._queued -= n
