@@ -34,6 +34,7 @@ from mt.serve.metrics import Metrics
 ROUND_SENTENCES = 512  # at most this many sentences per pass: later requests wait less
 CACHED_TRANSLATORS = 16
 POOL_STRETCH = 50  # see ModelWorker._pool
+GAP = 20
 
 
 def option_name(key: str) -> str:
@@ -99,7 +100,8 @@ class ModelWorker:
         self._queued = 0  # sentences in _pending
         self._cond = threading.Condition()
         self._stopping = False
-        self._last_pass = 1  # sentences taken by the last pass
+        self._expect = 1  # sentences the next pass may wait for (see _pool)
+        self._pass_end = 0.0
         self._translators: OrderedDict[tuple, Translator] = OrderedDict()
         self._thread = threading.Thread(target=self._run, name=f"mt-worker-{name}", daemon=True)
 
@@ -189,29 +191,33 @@ class ModelWorker:
                     return
                 self._pool()
             jobs = self._take()
-            self._last_pass = sum(job.size() for job in jobs)
             self._work(jobs)
+            with self._cond:
+                self._expect = self._queued + sum(job.size() for job in jobs)
+                self._pass_end = time.monotonic()
 
     def _pool(self) -> None:
         """Wait (holding the condition) until the oldest pending request is a window old.
-        Under steady load, wait on while fewer sentences are pending than the last pass took
-        and requests are still arriving (one came within the last window), up to
-        POOL_STRETCH windows: the clients of one pass come back one by one, and taking only
-        the first few would cut the next batch, and the throughput, in half."""
+
+        Under steady load, wait on for the clients the last pass answered: they come back
+        one by one within a round trip, and a pass that left without them would split the
+        clients into two cohorts that alternate for good, each pass half as big (and the
+        throughput with it). So while fewer sentences are pending than the last pass took
+        plus those that queued during it, keep pooling as long as requests keep arriving
+        (one within GAP windows), up to POOL_STRETCH windows after the pass ended.
+        """
         window = self.limits.batch_window_ms / 1000
         oldest = self._pending[0].arrived
         while not self._stopping:
             now = time.monotonic()
-            if self._queued >= self._last_pass:
+            if self._queued >= self._expect:
                 if self._queued > 1 or now >= oldest + window:
                     return
                 left = oldest + window - now
             else:
-                arriving = now < self._pending[-1].arrived + window
-                if not arriving and now >= oldest + window:
-                    return
-                left = min(oldest + POOL_STRETCH * window, self._pending[-1].arrived + window)
-                left = max(left, oldest + window) - now
+                recent = max(self._pending[-1].arrived, self._pass_end)
+                until = min(recent + GAP * window, self._pass_end + POOL_STRETCH * window)
+                left = max(until, oldest + window) - now
                 if left <= 0:
                     return
             self._cond.wait(left)
