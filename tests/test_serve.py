@@ -270,7 +270,7 @@ def plain(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("serve-plain")
     srv = start_server(
         tiny_run / "best.pt", "--device", "cpu", "--batch-window-ms", "1000",
-        log=folder / "server.log",
+        "--cors-origin", "http://localhost:3000", log=folder / "server.log",
     )  # fmt: skip
     yield srv
     assert srv.stop() == 0
@@ -306,6 +306,18 @@ def test_a_client_that_leaves_costs_no_model_work(plain):
         time.sleep(0.1)
     assert dropped() == before + 1
     assert metric("mt_sentences_total ") == translated
+
+
+def test_cors_only_for_the_origins_given(plain):
+    asked = httpx.get(plain.url + "/health", headers={"Origin": "http://localhost:3000"})
+    assert asked.headers.get("access-control-allow-origin") == "http://localhost:3000"
+    other = httpx.get(plain.url + "/health", headers={"Origin": "http://elsewhere.example"})
+    assert "access-control-allow-origin" not in other.headers
+    preflight = httpx.options(
+        plain.url + "/v1/translate",
+        headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"},
+    )
+    assert preflight.status_code == 200
 
 
 def test_sigterm_answers_the_request_in_flight_and_exits_0(plain):
