@@ -388,19 +388,9 @@ def vectors(
 ) -> None:
     """Follow a word's vector from its embedding through every encoder layer, in each
     sentence, and name the keys whose attention pushed it most."""
-    from mt.data.corpus import read_lines
-    from mt.decode.vectors import summary, word_vectors
+    from mt.decode.vectors import read_sentences, summary, word_vectors
 
-    sentences = [s.strip() for s in src or []]
-    if input is not None:
-        if not input.is_file():
-            raise MtError(f"{input}: input file not found")
-        from_file = [line.strip() for line in read_lines(input) if line.strip()]
-        if not from_file:
-            raise MtError(f"{input}: no sentences")
-        sentences += from_file
-    if not sentences:
-        raise MtError("give sentences with --src or --input")
+    sentences = read_sentences(src or [], input)
     session = _session([checkpoint], device)
     model = session.single_model("vectors")
     found = word_vectors(model, session.tokenizer, sentences, word, centre)

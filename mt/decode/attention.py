@@ -122,6 +122,14 @@ def attention_json(att: SentenceAttention) -> dict:
     }
 
 
+def attention_data(
+    model: Transformer, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig
+) -> dict:
+    """Translate `sentence` and return the viewer's data for it: the body an attention
+    endpoint answers with, and what `MtViewer.render` draws."""
+    return attention_json(translate_with_attention(model, tokenizer, sentence, cfg))
+
+
 def layer_label(layer: int, n_layers: int) -> str:
     """'last layer (3 of 3)' or 'layer 1 of 3' for a layer index that may count from the top."""
     k = layer % n_layers

@@ -22,10 +22,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from mt.data.corpus import read_lines
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
@@ -78,6 +80,21 @@ def _hooks(model: Transformer, inputs: list, outputs: list) -> Iterator[None]:
     finally:
         for h in handles:
             h.remove()
+
+
+def read_sentences(given: list[str], path: Path | None) -> list[str]:
+    """`--src` sentences, then the non-empty lines of `path`; before any model is loaded."""
+    sentences = [s.strip() for s in given]
+    if path is not None:
+        if not path.is_file():
+            raise MtError(f"{path}: input file not found")
+        from_file = [line.strip() for line in read_lines(path) if line.strip()]
+        if not from_file:
+            raise MtError(f"{path}: no sentences")
+        sentences += from_file
+    if not sentences:
+        raise MtError("give sentences with --src or --input")
+    return sentences
 
 
 # -- finding the word ------------------------------------------------------------------------------

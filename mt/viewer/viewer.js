@@ -58,8 +58,9 @@
     [0.75, [33, 113, 181]],
     [1.0, [8, 48, 107]]
   ];
-  var PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                 "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+  // One colour per occurrence, in the order of matplotlib's tab10 (the PNG's colours).
+  var PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
   function colour(w) {
     var x = Math.max(0, Math.min(1, w));
