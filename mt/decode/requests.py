@@ -31,6 +31,12 @@ def parse_jsonl_line(line: str, where: str) -> Request:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
         raise MtError(f"{where}: not a JSON object ({err.msg})") from None
+    return request_from_object(obj, where)
+
+
+def request_from_object(obj: Any, where: str) -> Request:
+    """A decoded JSON value -> Request, by the rules of `--input-format jsonl` (the server's
+    items follow them too, so a line and an item mean one thing)."""
     if not isinstance(obj, dict):
         raise MtError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - set(KEYS))

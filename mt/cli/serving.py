@@ -1,0 +1,53 @@
+"""`mt serve`: a trained model behind HTTP (the app itself is mt/serve/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mt.cli.app import app
+from mt.cli.options import DeviceOption
+
+
+@app.command()
+def serve(
+    checkpoints: Annotated[
+        list[str],
+        typer.Argument(
+            help="Models to serve, each [NAME=]CHECKPOINT[,CHECKPOINT...] (several paths: an "
+            "ensemble; a run directory means its best.pt). The first is the default.",
+            metavar="MODEL...",
+        ),
+    ],
+    host: Annotated[
+        str, typer.Option(help="Address to bind; other than loopback needs --api-key-file.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+    device: DeviceOption = "auto",
+    api_key_file: Annotated[
+        Path | None, typer.Option(help="File of API keys, one per line; requests must give one.")
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None, typer.Option(help="Allow browser pages of this origin (repeatable).")
+    ] = None,
+    max_items: Annotated[int, typer.Option(help="Sentences per request.")] = 100,
+    max_chars: Annotated[int, typer.Option(help="Characters per sentence.")] = 5000,
+    max_queue: Annotated[int, typer.Option(help="Sentences queued per model (then 503).")] = 2000,
+    batch_window_ms: Annotated[
+        float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
+    ] = 5.0,
+) -> None:
+    r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
+    serve extra: pip install 'mt\[serve]')."""
+    from mt.serve import serve as run_server
+    from mt.serve.limits import Limits
+
+    limits = Limits(
+        max_items=max_items,
+        max_chars=max_chars,
+        max_queue=max_queue,
+        batch_window_ms=batch_window_ms,
+    )
+    run_server(checkpoints, host, port, device, api_key_file, cors_origin, limits)

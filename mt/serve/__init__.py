@@ -1,0 +1,96 @@
+"""`mt serve`: a trained model behind HTTP (JSON API, LibreTranslate's API, a page at `/`).
+
+`serve(...)` checks what it was given, builds the app (mt.serve.app) and runs it under uvicorn.
+SIGTERM stops taking connections, lets the requests in flight finish, has the workers answer
+what they queued, and returns, so the process exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from mt.errors import MtError
+from mt.serve.limits import Limits
+from mt.serve.security import LOOPBACK, read_keys
+
+
+def parse_models(specs: list[str]) -> dict[str, list[Path]]:
+    """`[NAME=]PATH[,PATH...]` per model; several paths make an ensemble. The default name is
+    the run directory's (for `run/best.pt` or `run`) or the file's stem."""
+    models: dict[str, list[Path]] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        if not sep:
+            name, rest = "", spec
+        paths = [Path(p) for p in rest.split(",") if p]
+        if not paths:
+            raise MtError(f"{spec!r}: no checkpoint path")
+        for p in paths:
+            if not p.exists():
+                raise MtError(f"{p}: checkpoint not found")
+        if not name:
+            first = paths[0]
+            name = first.name if first.is_dir() else first.parent.name or first.stem
+            if first.is_file() and first.stem not in ("best", "last"):
+                name = first.stem
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise MtError(f"{name!r}: a model name is letters, digits, '-', '_' and '.'")
+        if name in models:
+            raise MtError(f"two models are named {name!r}: name them, e.g. {name}2=PATH")
+        models[name] = paths
+    return models
+
+
+def serve(
+    checkpoints: list[str],
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    device: str = "cpu",
+    api_key_file: Path | None = None,
+    cors_origins: list[str] | None = None,
+    limits: Limits | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run the server until SIGTERM or Ctrl-C."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as err:
+        raise MtError(f"mt serve needs {err.name}: pip install 'mt[serve]'") from None
+    from mt.serve.app import ServeConfig, create_app
+
+    limits = limits or Limits()
+    try:
+        limits.check()
+    except ValueError as err:
+        raise MtError("--" + str(err).replace("_", "-")) from None
+    if host not in LOOPBACK and api_key_file is None:
+        raise MtError(
+            f"--host {host} lets other machines in: give --api-key-file (or bind 127.0.0.1)"
+        )
+    if not 0 <= port < 65536:
+        raise MtError(f"--port must be between 0 and 65535, got {port}")
+    keys = read_keys(api_key_file) if api_key_file is not None else None
+    config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [])
+    app = create_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=60,
+            timeout_keep_alive=75,  # longer than clients' idle pools keep a connection
+            access_log=False,
+        )
+    )
+    # uvicorn re-raises the signal that stopped it once it has shut down; with a handler of
+    # our own in place for SIGTERM, that is a no-op and the process exits 0.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        raise MtError(f"could not listen on {host}:{port} (is the port in use?)")

@@ -1,0 +1,343 @@
+"""The HTTP routes: read and check a request, hand its work to a model's worker, answer.
+
+No route runs the model: translation, scoring and attention are awaited from the model's worker
+thread (mt.serve.worker). Everything a client can get wrong is an ApiError, answered as
+`{"error": "one line", "limit": NAME}` with its status (4xx, 503 when the queue is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from mt.decode.requests import Request as Item
+from mt.decode.requests import translation_record
+from mt.decode.score import TargetTooLong
+from mt.decode.session import DecodeOptions, Session
+from mt.errors import MtError
+from mt.serve import bodies
+from mt.serve.limits import ApiError, Limits, check_count, check_text
+from mt.serve.metrics import Metrics
+from mt.serve.security import check_key, key_of
+from mt.serve.worker import ModelWorker
+
+# The page may load what this server serves and nothing else.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+STATIC = {  # file -> (package, content type)
+    "page.js": ("mt.serve.static", "text/javascript"),
+    "page.css": ("mt.serve.static", "text/css"),
+    "viewer.js": ("mt.viewer", "text/javascript"),
+    "viewer.css": ("mt.viewer", "text/css"),
+}
+LANGUAGE_NAMES = {
+    "de": "German", "en": "English", "fr": "French", "cs": "Czech", "es": "Spanish",
+    "it": "Italian", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese",
+}  # fmt: skip
+
+
+@dataclass
+class ServeConfig:
+    """What `mt serve` was told: models by name (several paths: an ensemble), and the rules."""
+
+    models: dict[str, list[Path]]
+    device: str = "cpu"
+    limits: Limits = field(default_factory=Limits)
+    api_keys: list[bytes] | None = None
+    cors_origins: list[str] = field(default_factory=list)
+
+
+def _static(name: str) -> bytes:
+    package, _ = STATIC[name]
+    return resources.files(package).joinpath(name).read_bytes()
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    """The ASGI app; its workers load their models in the background once it starts."""
+    config.limits.check()
+    metrics = Metrics()
+    workers = {
+        name: ModelWorker(name, paths, config.device, config.limits, metrics)
+        for name, paths in config.models.items()
+    }
+    default = next(iter(workers))
+    limits = config.limits
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        for worker in workers.values():
+            worker.start()
+        yield
+        # In-flight requests have been answered by now (uvicorn waits for them); the workers
+        # answer anything still queued before they end.
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers.values()))
+
+    app = FastAPI(
+        title="mt",
+        summary="Translate with a trained mt model.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.add_middleware(_Measure, metrics=metrics)
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+        )
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, err: ApiError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if err.status == 503 else None
+        return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+    def worker_for(name: str | None) -> ModelWorker:
+        if name is None:
+            return workers[default]
+        if name not in workers:
+            raise ApiError(404, f"unknown model {name!r} (served: {', '.join(workers)})")
+        return workers[name]
+
+    async def read_json(request: Request) -> Any:
+        return bodies.parse_json(await _read_body(request, limits.max_body_bytes))
+
+    async def answer(request: Request, work) -> Any:
+        """The result of awaiting `work`, unless the client leaves first: then the work is
+        cancelled (the worker drops it if it has not started) and nothing is answered."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if task not in done:
+            task.cancel()
+            raise ApiError(499, "the client closed the connection")
+        return task.result()
+
+    @app.post("/v1/translate", openapi_extra=bodies.body_doc(bodies.TRANSLATE_SCHEMA))
+    async def translate(request: Request) -> dict[str, Any]:
+        """Translate items (as `mt translate --input-format jsonl` reads them); each answer
+        has the fields of `--output-format jsonl`, in input order."""
+        check_key(config.api_keys, key_of(request.headers))
+        body = bodies.parse_translate(await read_json(request), limits)
+        worker = worker_for(body.model)
+        worker.check_options(body.options)
+        done = await answer(request, worker.translate(body.requests, body.options, body.alignment))
+        return {"items": [translation_record(t, body.alignment) for t in done]}
+
+    @app.post("/v1/score", openapi_extra=bodies.body_doc(bodies.SCORE_SCHEMA))
+    async def score(request: Request) -> dict[str, Any]:
+        """Score given translations (forced decoding), as `mt score --json`."""
+        check_key(config.api_keys, key_of(request.headers))
+        body = bodies.parse_score(await read_json(request), limits)
+        worker = worker_for(body.model)
+
+        def run(session: Session) -> list[dict[str, Any]]:
+            try:
+                scores = session.scorer().score_lines(body.src, body.tgt)
+            except TargetTooLong as err:
+                raise ApiError(422, f"items[{err.index}].tgt: {err}") from None
+            return [
+                {"score": s.score, "logprob": s.logprob, "tokens": s.tokens,
+                 "token_logprobs": s.token_logprobs}
+                for s in scores
+            ]  # fmt: skip
+
+        return {"items": await answer(request, worker.run(run))}
+
+    @app.post("/v1/attention", openapi_extra=bodies.body_doc(bodies.ATTENTION_SCHEMA))
+    async def attention(request: Request) -> dict[str, Any]:
+        """The translation of `src` and every attention weight behind it: the data
+        `MtViewer.render` draws (format documented in mt/viewer/viewer.js)."""
+        from mt.decode.attention import attention_json
+
+        check_key(config.api_keys, key_of(request.headers))
+        body = bodies.parse_attention(await read_json(request), limits)
+        worker = worker_for(body.model)
+        worker.check_options(body.options)
+
+        def run(session: Session) -> dict[str, Any]:
+            try:
+                return attention_json(session.attention(body.src, body.options))
+            except MtError as err:
+                raise ApiError(422, str(err)) from None
+
+        return await answer(request, worker.run(run))
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        """Every model served: name, languages, size, settings (loading ones say so)."""
+        check_key(config.api_keys, key_of(request.headers))
+        out = []
+        for name, worker in workers.items():
+            entry: dict[str, Any] = {"name": name, "default": name == default}
+            if worker.session is not None:
+                entry.update(status="ready", **worker.session.describe())
+            else:
+                entry.update(status="failed" if worker.error else "loading")
+            out.append(entry)
+        return {"models": out}
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 `ready` once every model is loaded; 503 `loading` (or `failed`) before."""
+        if any(w.error for w in workers.values()):
+            return JSONResponse({"status": "failed"}, status_code=503)
+        ready = all(w.ready for w in workers.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "loading"}, status_code=200 if ready else 503
+        )
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def prometheus(request: Request) -> PlainTextResponse:
+        """Requests, errors, latency, batch sizes and queue depth (Prometheus text format)."""
+        check_key(config.api_keys, key_of(request.headers))
+        return PlainTextResponse(
+            metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    # -- LibreTranslate's API, so the applications that speak it work unchanged ------------
+
+    def pick(source: str, target: str) -> tuple[ModelWorker, str]:
+        for worker in workers.values():
+            session = worker.loaded()
+            pair = (session.cfg.data.src_lang, session.cfg.data.tgt_lang)
+            if pair[1] == target and source in ("auto", pair[0]):
+                return worker, pair[0]
+        raise ApiError(400, f"no model translates {source!r} into {target!r} (see /languages)")
+
+    @app.post("/translate")
+    async def libre_translate(request: Request) -> dict[str, Any]:
+        """LibreTranslate's `/translate`: JSON or form fields `q` (a string or a list),
+        `source` (or `auto`), `target`, `api_key`; answers `translatedText`."""
+        raw = await _read_body(request, limits.max_body_bytes)
+        if request.headers.get("content-type", "").startswith("application/json"):
+            obj = bodies.parse_json(raw)
+            if not isinstance(obj, dict):
+                raise ApiError(400, "the body must be a JSON object")
+        else:  # form fields, url-encoded (LibreTranslate's clients send either)
+            form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+            obj = {k: v if k == "q" and len(v) > 1 else v[0] for k, v in form.items()}
+        check_key(config.api_keys, key_of(request.headers, _str(obj.get("api_key"))))
+        q, source, target = obj.get("q"), obj.get("source", "auto"), obj.get("target")
+        if not isinstance(target, str) or not isinstance(source, str):
+            raise ApiError(400, "'source' and 'target' must be language codes, e.g. de and en")
+        if obj.get("format", "text") != "text":
+            raise ApiError(400, "only format 'text' is supported")
+        texts = [q] if isinstance(q, str) else q
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ApiError(400, "'q' must be a string or a list of strings")
+        check_count(len(texts), limits)
+        for i, text in enumerate(texts):
+            check_text(text, f"q[{i}]", limits)
+        worker, detected = pick(source, target)
+        items = [Item(t.replace("\n", " ")) for t in texts]
+        done = await answer(request, worker.translate(items, DecodeOptions(), False))
+        out: dict[str, Any] = {
+            "translatedText": done[0].text if isinstance(q, str) else [t.text for t in done]
+        }
+        if source == "auto":
+            out["detectedLanguage"] = {"language": detected, "confidence": 100.0}
+        return out
+
+    @app.get("/languages")
+    async def languages() -> list[dict[str, Any]]:
+        """LibreTranslate's `/languages`: each source language and the targets it has."""
+        targets: dict[str, list[str]] = {}
+        for worker in workers.values():
+            if worker.session is not None:
+                data = worker.session.cfg.data
+                targets.setdefault(data.src_lang, []).append(data.tgt_lang)
+        return [
+            {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(set(t))}
+            for code, t in targets.items()
+        ]
+
+    # -- the page -----------------------------------------------------------------------------
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> Response:
+        return Response(
+            resources.files("mt.serve.static").joinpath("index.html").read_bytes(),
+            media_type="text/html; charset=utf-8",
+            headers={"Content-Security-Policy": PAGE_CSP},
+        )
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name not in STATIC:  # a fixed list: no request names a path
+            raise ApiError(404, f"no static file {name!r}")
+        return Response(_static(name), media_type=STATIC[name][1] + "; charset=utf-8")
+
+    return app
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            413, f"the body has {declared} bytes; the limit is {limit}", "max_body_bytes"
+        )
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise ApiError(413, f"the body is over the limit of {limit} bytes", "max_body_bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read; the next ASGI message
+    is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class _Measure:
+    """ASGI middleware: each HTTP request's route, status and latency into the metrics."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "other")
+            self.metrics.request(path, status, time.perf_counter() - start)

@@ -1,0 +1,233 @@
+"""What the JSON bodies of the API may hold, read by hand so every mistake gets one line.
+
+Items follow `mt translate --input-format jsonl` (one rule set: mt.decode.requests); options
+are DecodeOptions' fields a client may choose, plus `alignment`. Settings that spend the
+server's memory or threads (batch size, int8, dtype, buffering) belong to whoever runs the
+server, so a request naming them is refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from mt.decode.requests import Request, request_from_object
+from mt.decode.session import DecodeOptions
+from mt.errors import MtError
+from mt.serve.limits import ApiError, Limits, check_count, check_text
+
+SERVER_SETTINGS = ("int8", "dtype", "max_tokens", "buffer_lines")
+_HINTS = typing.get_type_hints(DecodeOptions)
+CLIENT_OPTIONS = {
+    f.name: typing.get_args(_HINTS[f.name])[0]
+    for f in dataclasses.fields(DecodeOptions)
+    if f.name not in SERVER_SETTINGS
+}
+
+
+@dataclass
+class TranslateBody:
+    requests: list[Request]
+    options: DecodeOptions
+    alignment: bool
+    model: str | None
+
+
+@dataclass
+class ScoreBody:
+    src: list[str]
+    tgt: list[str]
+    model: str | None
+
+
+@dataclass
+class AttentionBody:
+    src: str
+    options: DecodeOptions
+    model: str | None
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8") from None
+    except json.JSONDecodeError as err:
+        raise ApiError(400, f"the body is not JSON: {err.msg} at character {err.pos}") from None
+
+
+def _object(obj: Any, keys: tuple[str, ...], where: str = "the body") -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ApiError(422, f"{where} must be a JSON object, got {_kind(obj)}")
+    unknown = sorted(set(obj) - set(keys))
+    if unknown:
+        raise ApiError(422, f"unknown key {unknown[0]!r} in {where} (known: {', '.join(keys)})")
+    return obj
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else "a number"
+    )
+
+
+def _model(obj: dict[str, Any]) -> str | None:
+    model = obj.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(422, f"'model' must be a string, got {_kind(model)}")
+    return model
+
+
+def _items(obj: dict[str, Any], limits: Limits) -> list[Any]:
+    items = obj.get("items")
+    if not isinstance(items, list):
+        raise ApiError(422, f"'items' must be a list, got {_kind(items)}")
+    check_count(len(items), limits)
+    return items
+
+
+def parse_options(raw: Any, allowed: tuple[str, ...] | None = None) -> tuple[DecodeOptions, bool]:
+    """`options` -> (DecodeOptions, alignment), each value of its field's type."""
+    if raw is None:
+        return DecodeOptions(), False
+    if not isinstance(raw, dict):
+        raise ApiError(422, f"'options' must be an object, got {_kind(raw)}")
+    known = (*CLIENT_OPTIONS, "alignment") if allowed is None else allowed
+    given: dict[str, Any] = {}
+    alignment = False
+    for key, value in raw.items():
+        if key not in known:
+            if key in SERVER_SETTINGS:
+                raise ApiError(422, f"options.{key} is a setting of the server, not of a request")
+            raise ApiError(422, f"unknown option 'options.{key}' (known: {', '.join(known)})")
+        want = bool if key == "alignment" else CLIENT_OPTIONS[key]
+        ok = (
+            isinstance(value, bool)
+            if want is bool
+            else isinstance(value, int | float) and not isinstance(value, bool)
+            if want is float
+            else isinstance(value, want) and not isinstance(value, bool)
+        )
+        if not ok:
+            raise ApiError(422, f"options.{key} must be {_type_name(want)}, got {_kind(value)}")
+        if key == "alignment":
+            alignment = value
+        else:
+            given[key] = float(value) if want is float else value
+    return DecodeOptions(**given), alignment
+
+
+def _type_name(t: type) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number"}.get(t, t.__name__)
+
+
+def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
+    obj = _object(obj, ("items", "options", "model"))
+    items = _items(obj, limits)
+    requests = []
+    for i, item in enumerate(items):
+        try:
+            request = request_from_object(item, f"items[{i}]")
+        except MtError as err:
+            raise ApiError(422, str(err)) from None
+        check_text(request.src, f"items[{i}].src", limits)
+        check_text(request.prefix, f"items[{i}].prefix", limits)
+        check_text(" ".join(request.constraints), f"items[{i}].constraints", limits)
+        requests.append(request)
+    options, alignment = parse_options(obj.get("options"))
+    return TranslateBody(requests, options, alignment, _model(obj))
+
+
+def parse_score(obj: Any, limits: Limits) -> ScoreBody:
+    obj = _object(obj, ("items", "model"))
+    src, tgt = [], []
+    for i, item in enumerate(_items(obj, limits)):
+        item = _object(item, ("src", "tgt"), f"items[{i}]")
+        for key, out in (("src", src), ("tgt", tgt)):
+            value = item.get(key)
+            if not isinstance(value, str):
+                raise ApiError(422, f"items[{i}].{key} must be a string, got {_kind(value)}")
+            check_text(value, f"items[{i}].{key}", limits)
+            out.append(value.replace("\n", " "))
+    return ScoreBody(src, tgt, _model(obj))
+
+
+def parse_attention(obj: Any, limits: Limits) -> AttentionBody:
+    obj = _object(obj, ("src", "options", "model"))
+    src = obj.get("src")
+    if not isinstance(src, str):
+        raise ApiError(422, f"'src' must be a string, got {_kind(src)}")
+    if not src.strip():
+        raise ApiError(422, "'src' is empty")
+    check_text(src, "src", limits)
+    options, _ = parse_options(obj.get("options"), allowed=("beam",))
+    return AttentionBody(src.replace("\n", " "), options, _model(obj))
+
+
+# -- JSON schemas for the OpenAPI page (the parsers above are what is enforced) -----------------
+
+_OPTIONS_SCHEMA = {
+    "type": "object",
+    "description": "Decoding settings; any left out keep the checkpoint's (as mt translate).",
+    "properties": {
+        **{
+            name: {"type": {bool: "boolean", int: "integer", float: "number"}[t]}
+            for name, t in CLIENT_OPTIONS.items()
+        },
+        "alignment": {"type": "boolean"},
+    },
+    "additionalProperties": False,
+}
+TRANSLATE_SCHEMA = {
+    "type": "object",
+    "required": ["items"],
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["src"],
+                "properties": {
+                    "src": {"type": "string"},
+                    "prefix": {"type": "string"},
+                    "constraints": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+        "options": _OPTIONS_SCHEMA,
+        "model": {"type": "string"},
+    },
+    "example": {"items": [{"src": "Ein Hund rennt im Park."}], "options": {"beam": 5}},
+}
+SCORE_SCHEMA = {
+    "type": "object",
+    "required": ["items"],
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["src", "tgt"],
+                "properties": {"src": {"type": "string"}, "tgt": {"type": "string"}},
+            },
+        },
+        "model": {"type": "string"},
+    },
+}
+ATTENTION_SCHEMA = {
+    "type": "object",
+    "required": ["src"],
+    "properties": {
+        "src": {"type": "string"},
+        "options": {"type": "object", "properties": {"beam": {"type": "integer"}}},
+        "model": {"type": "string"},
+    },
+}
+
+
+def body_doc(schema: dict[str, Any]) -> dict[str, Any]:
+    """`openapi_extra` for a route that reads its JSON body itself."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

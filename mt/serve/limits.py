@@ -1,0 +1,64 @@
+"""What one request may ask of the server, and the error a client gets when it asks too much.
+
+The defaults are what a public service would pick (LibreTranslate's and DeepL's free tiers are
+of this order): a request is a paragraph or a page, not a book, and the queue is short enough
+that a queued sentence is answered in seconds, not minutes. Over a limit, the answer names it,
+so a client knows which knob it hit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_items: int = 100  # sentences in one request (413 max_items)
+    max_chars: int = 5000  # characters in one sentence, prefix or target (413 max_chars)
+    max_queue: int = 2000  # sentences waiting for a model, all requests together (503 max_queue)
+    max_body_bytes: int = 4 << 20  # bytes of one request body (413 max_body_bytes)
+    batch_window_ms: float = 5.0  # how long a worker waits to pool the sentences of requests
+
+    def check(self) -> None:
+        for name in ("max_items", "max_chars", "max_queue", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not 0 <= self.batch_window_ms <= 1000:
+            raise ValueError("batch_window_ms must be between 0 and 1000")
+
+
+class ApiError(Exception):
+    """A request the server refuses: an HTTP status, one line for the client, and the name of
+    the limit it went over (None for plain bad input)."""
+
+    def __init__(self, status: int, message: str, limit: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.limit = limit
+
+    def body(self) -> dict[str, str]:
+        out = {"error": self.message}
+        if self.limit is not None:
+            out["limit"] = self.limit
+        return out
+
+
+def check_text(text: str, where: str, limits: Limits) -> None:
+    """One string of a request against max_chars."""
+    if len(text) > limits.max_chars:
+        raise ApiError(
+            413,
+            f"{where} has {len(text)} characters; the limit is {limits.max_chars}",
+            "max_chars",
+        )
+
+
+def check_count(n: int, limits: Limits) -> None:
+    """The number of sentences of one request against max_items."""
+    if n > limits.max_items:
+        raise ApiError(
+            413, f"{n} items in one request; the limit is {limits.max_items}", "max_items"
+        )
+    if n == 0:
+        raise ApiError(422, "'items' is empty")

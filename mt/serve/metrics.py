@@ -1,0 +1,111 @@
+"""The server's counters in the Prometheus text format, written by hand (no client library).
+
+Requests and errors by route and status, request latency and batch sizes as histograms, the
+queue depth as a gauge. Workers run in threads, so every update takes one lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class Histogram:
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.n += 1
+
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        out, total = [], 0
+        sep = "," if labels else ""
+        for bound, count in zip([*map(_num, self.bounds), "+Inf"], self.counts):
+            total += count
+            out.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {total}')
+        tag = f"{{{labels}}}" if labels else ""
+        out += [f"{name}_sum{tag} {self.sum:.6f}", f"{name}_count{tag} {self.n}"]
+        return out
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: Counter[tuple[str, int]] = Counter()  # (route, status)
+        self.latency: dict[str, Histogram] = {}
+        self.batches = Histogram(BATCH_BUCKETS)
+        self.sentences = 0
+        self.dropped = 0  # sentences never translated because their client had gone
+        self.queue_depth: dict[str, int] = {}  # model -> queued sentences
+
+    def request(self, route: str, status: int, seconds: float) -> None:
+        with self.lock:
+            self.requests[route, status] += 1
+            self.latency.setdefault(route, Histogram(LATENCY_BUCKETS)).observe(seconds)
+
+    def batch(self, size: int) -> None:
+        with self.lock:
+            self.batches.observe(size)
+            self.sentences += size
+
+    def drop(self, size: int) -> None:
+        with self.lock:
+            self.dropped += size
+
+    def queue(self, model: str, depth: int) -> None:
+        with self.lock:
+            self.queue_depth[model] = depth
+
+    def text(self) -> str:
+        with self.lock:
+            out = [
+                "# HELP mt_requests_total HTTP requests answered, by route and status.",
+                "# TYPE mt_requests_total counter",
+            ]
+            for (route, status), n in sorted(self.requests.items()):
+                out.append(f'mt_requests_total{{route="{route}",status="{status}"}} {n}')
+            out += [
+                "# HELP mt_errors_total HTTP requests answered with a 4xx or 5xx status.",
+                "# TYPE mt_errors_total counter",
+            ]
+            errors: Counter[str] = Counter()
+            for (route, status), n in self.requests.items():
+                if status >= 400:
+                    errors[route] += n
+            for route, n in sorted(errors.items()):
+                out.append(f'mt_errors_total{{route="{route}"}} {n}')
+            out += [
+                "# HELP mt_request_seconds Time from a request's arrival to its answer.",
+                "# TYPE mt_request_seconds histogram",
+            ]
+            for route, hist in sorted(self.latency.items()):
+                out += hist.lines("mt_request_seconds", f'route="{route}"')
+            out += [
+                "# HELP mt_batch_sentences Sentences per model call of the batching workers.",
+                "# TYPE mt_batch_sentences histogram",
+                *self.batches.lines("mt_batch_sentences"),
+                "# HELP mt_sentences_total Sentences translated.",
+                "# TYPE mt_sentences_total counter",
+                f"mt_sentences_total {self.sentences}",
+                "# HELP mt_dropped_sentences_total Sentences dropped: their client had gone.",
+                "# TYPE mt_dropped_sentences_total counter",
+                f"mt_dropped_sentences_total {self.dropped}",
+                "# HELP mt_queue_sentences Sentences waiting for a model.",
+                "# TYPE mt_queue_sentences gauge",
+            ]
+            for model, depth in sorted(self.queue_depth.items()):
+                out.append(f'mt_queue_sentences{{model="{model}"}} {depth}')
+        return "\n".join(out) + "\n"

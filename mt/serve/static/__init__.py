@@ -1,0 +1,1 @@
+"""The page at `/`: HTML, script and style, served as package data."""

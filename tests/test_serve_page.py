@@ -1,0 +1,111 @@
+"""The page at `/` of a real `mt serve`, in real headless Chromium (Debian's chromium and
+chromium-driver; `.ci/run` installs them): typing shows the translation, the n-best list, the
+token probabilities and the attention, and the weights drawn are those /v1/attention returns.
+The screenshot is saved under pytest's tmp dir and its path printed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from serve_helpers import start_server
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+SENTENCE = "Ein Hund rennt im Park."
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("serve-page")
+    srv = start_server(tiny_run / "best.pt", "--device", "cpu", log=folder / "server.log")
+    yield srv
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (Path(CHROMIUM).is_file() and Path(DRIVER).is_file()):
+        pytest.skip("chromium and chromedriver are not installed")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--window-size=1200,1400"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(DRIVER))
+    yield driver
+    driver.quit()
+
+
+def choose(driver, label: str, value: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    label_el = driver.find_element("xpath", f"//label[text()='{label}']")
+    Select(driver.find_element("id", label_el.get_attribute("for"))).select_by_value(value)
+
+
+def drawn(driver, rows: int, cols: int) -> torch.Tensor:
+    cells = driver.find_elements("css selector", "#attention table.mtv-grid td[data-weight]")
+    assert len(cells) == rows * cols
+    return torch.tensor([float(c.get_attribute("data-weight")) for c in cells]).view(rows, cols)
+
+
+def test_typing_shows_translation_tokens_and_attention(server, browser, tmp_path):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server.url + "/")
+    WebDriverWait(browser, 30).until(
+        lambda d: d.find_element("id", "pair").text == "de → en"
+    )  # the page asked /v1/models
+    box = browser.find_element("id", "src")
+    assert browser.switch_to.active_element == box  # the cursor starts in the box
+    box.send_keys(SENTENCE)
+    WebDriverWait(browser, 60).until(
+        lambda d: d.find_element("tag name", "body").get_attribute("data-ready")
+    )
+    want = httpx.post(
+        server.url + "/v1/translate", json={"items": [{"src": SENTENCE}]}, timeout=60
+    ).json()["items"][0]
+    assert browser.find_element("id", "translation").text == want["translation"]
+    nbest = browser.find_elements("css selector", "#nbest li")
+    assert 1 <= len(nbest) <= 5 and nbest[0].text.startswith(want["translation"])
+    scored = httpx.post(
+        server.url + "/v1/score",
+        json={"items": [{"src": SENTENCE, "tgt": want["translation"]}]},
+        timeout=60,
+    ).json()["items"][0]
+    tokens = browser.find_elements("css selector", "#tokens .tok")
+    assert [t.text for t in tokens] == scored["tokens"]
+    probs = [float(t.get_attribute("data-p")) for t in tokens]
+    assert probs == pytest.approx([2.718281828459045**lp for lp in scored["token_logprobs"]])
+
+    data = httpx.post(server.url + "/v1/attention", json={"src": SENTENCE}, timeout=60).json()
+    enc, _, cross = data["kinds"]
+    n_src, n_out = len(enc["rows"]), len(cross["rows"])
+    # Default view: encoder self-attention, last layer, mean over heads.
+    mean = torch.tensor(enc["weights"][-1]).mean(0)
+    torch.testing.assert_close(drawn(browser, n_src, n_src), mean, atol=1e-6, rtol=0)
+    # Choosing a kind, layer and head redraws with exactly that head's weights.
+    choose(browser, "Attention", "cross")
+    choose(browser, "Layer", "0")
+    choose(browser, "Head", "1")
+    want_w = torch.tensor(cross["weights"][0][1])
+    torch.testing.assert_close(drawn(browser, n_out, n_src), want_w, atol=1e-7, rtol=0)
+    lines = browser.find_elements("css selector", "#attention svg line.mtv-link")
+    assert len(lines) == len(data["alignment"]["pairs"])
+
+    # Nothing came from anywhere but this server.
+    urls = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(function (e) { return e.name; })"
+    )
+    assert urls and all(u.startswith(server.url + "/") for u in urls)
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    shot = tmp_path / "serve_page.png"
+    browser.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
