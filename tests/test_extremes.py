@@ -105,6 +105,12 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("attention", "--head"): "WWE",
     ("attention", "--beam"): "EEE",
     ("score", "--max-tokens"): "EEE",
+    # serve: W means the value was accepted; the missing checkpoint then stops it (see below)
+    ("serve", "--port"): "WEE",  # 0: the OS picks a free port
+    ("serve", "--max-items"): "EEW",
+    ("serve", "--max-chars"): "EEW",
+    ("serve", "--max-queue"): "EEW",
+    ("serve", "--batch-window-ms"): "WEE",  # 0: no pooling window
 }
 
 
@@ -303,6 +309,8 @@ def flag_args(command: str, flag: str, folder: Path) -> list[object]:
         return ["score", ckpt, "--src", text, "--tgt", text, "--device", "cpu"]
     if command == "attention":
         return ["attention", ckpt, "--src", "ka lo mi", "-o", folder / "attn.png"]
+    if command == "serve":  # flags are checked before the model loads; a server never starts
+        return ["serve", folder / "missing.pt"]
     raise AssertionError(f"no arguments known for mt {command}")
 
 
@@ -323,6 +331,10 @@ def test_flag_at_extreme(command, flag, which, expect, trained, capsys, monkeypa
     if expect == "E":
         name = "BLEU" if flag == "--min-bleu" else flag
         assert_one_error_line(rc, err, name)
+        return
+    if command == "serve":  # accepted: the next check, the checkpoint, is what stops it
+        assert_one_error_line(rc, err, "missing.pt: checkpoint not found")
+        assert flag not in err
         return
     assert rc == 0, err
     assert "Traceback" not in err
