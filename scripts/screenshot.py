@@ -18,6 +18,23 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.support.ui import Select
 
 
+def chromium(size: str) -> webdriver.Chrome:
+    """Debian's headless Chromium through its chromedriver, the window `size` ("W,H")."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", f"--window-size={size}"):
+        options.add_argument(arg)
+    return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+
+
+def select_by_label(driver: webdriver.Chrome, items: list[str]) -> None:
+    """Pick `LABEL=VALUE` in the page's select labelled LABEL, for each item."""
+    for item in items:
+        label, value = item.split("=", 1)
+        for_id = driver.find_element("xpath", f"//label[text()='{label}']").get_attribute("for")
+        Select(driver.find_element("id", for_id)).select_by_value(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("page", type=Path)
@@ -26,17 +43,10 @@ def main() -> None:
     parser.add_argument("--hover", metavar="ROW,COL")
     parser.add_argument("--size", default="1100,900", metavar="W,H")
     args = parser.parse_args()
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", f"--window-size={args.size}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = chromium(args.size)
     try:
         driver.get(args.page.resolve().as_uri())
-        for item in args.select:
-            label, value = item.split("=", 1)
-            for_id = driver.find_element("xpath", f"//label[text()='{label}']").get_attribute("for")
-            Select(driver.find_element("id", for_id)).select_by_value(value)
+        select_by_label(driver, args.select)
         if args.hover:
             row, col = args.hover.split(",")
             cell = driver.find_element("css selector", f'td[data-row="{row}"][data-col="{col}"]')

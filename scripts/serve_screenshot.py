@@ -15,11 +15,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import WebDriverWait
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from screenshot import chromium, select_by_label  # noqa: E402
 from serve_helpers import start_server  # noqa: E402
 
 
@@ -33,11 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     log = Path(tempfile.mkdtemp(prefix="serve-shot-")) / "server.log"
     server = start_server(args.checkpoint, "--device", "cpu", log=log)
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", f"--window-size={args.size}"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver = chromium(args.size)
     try:
         driver.get(server.url + "/")
         WebDriverWait(driver, 30).until(lambda d: d.find_element("id", "pair").text)
@@ -45,10 +41,7 @@ def main() -> None:
         WebDriverWait(driver, 120).until(
             lambda d: d.find_element("tag name", "body").get_attribute("data-ready")
         )
-        for item in args.select:
-            label, value = item.split("=", 1)
-            for_id = driver.find_element("xpath", f"//label[text()='{label}']").get_attribute("for")
-            Select(driver.find_element("id", for_id)).select_by_value(value)
+        select_by_label(driver, args.select)
         driver.save_screenshot(str(args.png))
     finally:
         driver.quit()
