@@ -98,10 +98,6 @@ class Session:
             first.model if len(members) == 1 else Ensemble([m.model for m in members]).eval()
         )
 
-    @property
-    def is_ensemble(self) -> bool:
-        return len(self.loaded) > 1
-
     def decode_config(self, options: DecodeOptions | None = None) -> DecodeConfig:
         """The checkpoint's decode settings with `options` applied, checked once."""
         given = (options or DecodeOptions()).given()
