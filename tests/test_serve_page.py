@@ -109,3 +109,46 @@ def test_typing_shows_translation_tokens_and_attention(server, browser, tmp_path
     shot = tmp_path / "serve_page.png"
     browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
+
+
+def test_page_asks_for_the_api_key_a_server_needs(tiny_run, browser, tmp_path):
+    """With --api-key-file every call needs a key: the page asks for one, says when it was
+    refused, and translates once given the right one (sent as a Bearer header)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = "page-test-key-0123456789"
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"# one key\n{key}\n")
+    srv = start_server(
+        tiny_run / "best.pt", "--device", "cpu", "--api-key-file", keys,
+        log=tmp_path / "server.log",
+    )  # fmt: skip
+    try:
+        browser.get(srv.url + "/")
+        form = browser.find_element("id", "key-form")
+        status = browser.find_element("id", "status")
+        WebDriverWait(browser, 30).until(lambda d: form.is_displayed())
+        assert status.text == "This server needs an API key."
+        assert browser.find_element("id", "pair").text == ""  # /v1/models was refused
+        field = browser.find_element("id", "api-key")
+        assert browser.switch_to.active_element == field
+        field.send_keys("not-the-key-0123456789\n")
+        WebDriverWait(browser, 30).until(lambda d: form.is_displayed())
+        WebDriverWait(browser, 30).until(lambda d: "refused" in status.text)
+        field.send_keys(key + "\n")
+        WebDriverWait(browser, 30).until(lambda d: d.find_element("id", "pair").text == "de → en")
+        assert not form.is_displayed()
+        browser.find_element("id", "src").send_keys(SENTENCE)
+        WebDriverWait(browser, 60).until(
+            lambda d: d.find_element("tag name", "body").get_attribute("data-ready")
+        )
+        want = httpx.post(
+            srv.url + "/v1/translate",
+            json={"items": [{"src": SENTENCE}]},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        ).json()["items"][0]["translation"]
+        assert browser.find_element("id", "translation").text == want
+        assert browser.find_elements("css selector", "#attention table.mtv-grid td")
+    finally:
+        assert srv.stop() == 0

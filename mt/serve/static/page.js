@@ -2,7 +2,9 @@
  * The page at /: translate as the user types (debounced), then show the n-best list, each
  * target token coloured by its probability (POST /v1/score on the best translation) and the
  * translation's attention drawn by the shared viewer (MtViewer.render on POST /v1/attention).
- * Only this server is ever asked for anything.
+ * Only this server is ever asked for anything. A server started with --api-key-file answers
+ * 401 without a key: the page then asks for one, keeps it for this tab only (sessionStorage)
+ * and sends it as `Authorization: Bearer KEY` on every call.
  */
 (function () {
   "use strict";
@@ -14,20 +16,56 @@
   var tokens = document.getElementById("tokens");
   var nbest = document.getElementById("nbest");
   var attention = document.getElementById("attention");
+  var keyForm = document.getElementById("key-form");
+  var keyInput = document.getElementById("api-key");
+  var KEY_ITEM = "mt-api-key";
   var nbestSize = 1, timer = null, seq = 0;
 
-  function post(path, body) {
+  function NeedsKey(message) { this.message = message; }
+
+  // One call to this server: JSON in and out, the key (if any) attached. A 401 shows the key
+  // form and rejects with NeedsKey, so callers stop without printing a second error.
+  function call(method, path, body) {
+    var headers = {};
+    var key = sessionStorage.getItem(KEY_ITEM);
+    if (key) headers.Authorization = "Bearer " + key;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
     return fetch(path, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body)
+      method: method,
+      headers: headers,
+      body: body === undefined ? undefined : JSON.stringify(body)
     }).then(function (r) {
       return r.json().then(function (data) {
+        if (r.status === 401) {
+          askForKey(key ? "That API key was refused; enter another." :
+                    "This server needs an API key.");
+          throw new NeedsKey(data.error);
+        }
         if (!r.ok) throw new Error(data.error || ("HTTP " + r.status));
         return data;
       });
     });
   }
+
+  function post(path, body) { return call("POST", path, body); }
+
+  function askForKey(message) {
+    sessionStorage.removeItem(KEY_ITEM);
+    status.textContent = message;
+    keyForm.hidden = false;
+    keyInput.focus();
+  }
+
+  keyForm.addEventListener("submit", function (event) {
+    event.preventDefault();
+    var key = keyInput.value.trim();
+    if (!key) return;
+    sessionStorage.setItem(KEY_ITEM, key);
+    keyInput.value = "";
+    keyForm.hidden = true;
+    status.textContent = "Type a sentence.";
+    loadModel();
+  });
 
   // White (p = 0) to a dark green (p = 1); text turns white on dark cells.
   function tokenColour(p) {
@@ -99,7 +137,9 @@
         document.body.dataset.ready = String(mine);
       })
       .catch(function (err) {
-        if (mine === seq) status.textContent = "Error: " + err.message;
+        if (mine === seq && !(err instanceof NeedsKey)) {
+          status.textContent = "Error: " + err.message;
+        }
       });
   }
 
@@ -108,7 +148,13 @@
     timer = setTimeout(run, DEBOUNCE_MS);
   });
 
-  fetch("/v1/models").then(function (r) { return r.json(); }).then(function (data) {
+  function loadModel() {
+    call("GET", "/v1/models").then(showModel, function (err) {
+      if (!(err instanceof NeedsKey)) status.textContent = "Error: " + err.message;
+    });
+  }
+
+  function showModel(data) {
     var m = data.models[0];
     if (!m || m.status !== "ready") {
       status.textContent = "The model is loading; reload in a moment.";
@@ -120,6 +166,9 @@
     document.getElementById("model-info").textContent = "model " + m.name + ", " +
       (m.parameters / 1e6).toFixed(1) + "M parameters";
     nbestSize = Math.min(5, m.config.decode.beam || 1);
+    src.focus();
     if (src.value.trim()) run();
-  });
+  }
+
+  loadModel();
 }());
