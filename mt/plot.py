@@ -39,9 +39,12 @@ def attention_figure(views: list[AttentionView], title: str, head: int | None) -
     else:
         heads = [head]
     cols = len(heads)
-    fig, axes = plt.subplots(
-        len(views), cols, figsize=(3.6 * cols + 1, 3.4 * len(views)), squeeze=False
-    )
+    # Panels grow with the sentence (about 0.2 inch per token, 7-pt labels) so a long dev
+    # sentence's labels stay legible; short ones keep the 3.6 x 3.4 inch minimum.
+    panel_w = max(3.6, 0.2 * max(len(v.cols) for v in views) + 1.6)
+    panel_h = max(3.4, 0.2 * max(len(v.rows) for v in views) + 1.6)
+    fig_w = panel_w * cols + 1
+    fig, axes = plt.subplots(len(views), cols, figsize=(fig_w, panel_h * len(views)), squeeze=False)
     for r, view in enumerate(views):
         for c, h in enumerate(heads):
             w = view.weights.float().mean(0) if h is None else view.weights[h].float()
@@ -52,7 +55,7 @@ def attention_figure(views: list[AttentionView], title: str, head: int | None) -
             ax.set_yticks(range(len(view.rows)), view.rows, fontsize=7)
             label = "mean of heads" if h is None else f"head {h}"
             ax.set_title(f"{view.name}\n{label}", fontsize=8)
-    width = int((3.6 * cols + 1) * 11)  # characters that fit across the figure at 9 pt
+    width = int(fig_w * 11)  # characters that fit across the figure at 9 pt
     fig.suptitle(textwrap.fill(title, width), fontsize=9)
     fig.tight_layout()
     return fig

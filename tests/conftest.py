@@ -16,6 +16,8 @@ import torch
 torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parent.parent
+# Keys of metrics.jsonl records that measure time, which no two runs share.
+TIMES = ("elapsed", "tgt_tokens_per_s", "eval_seconds", "tensorboard_seconds")
 
 
 @pytest.fixture(scope="session")

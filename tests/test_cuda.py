@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, reverse_task_config
+from conftest import REPO, TIMES, reverse_task_config
 
 from mt.checkpoint import load_model
 from mt.config_file import load_config
@@ -50,7 +50,7 @@ def records(run_dir: Path, key: str) -> list[dict]:
     for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
         if key in r:
-            out.append({k: v for k, v in r.items() if k not in ("elapsed", "tgt_tokens_per_s")})
+            out.append({k: v for k, v in r.items() if k not in TIMES})
     return out
 
 

@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("matplotlib")
 
 from mt.checkpoint import load_model  # noqa: E402
-from mt.decode.attention import sentence_attention  # noqa: E402
+from mt.decode.attention import AttentionView, sentence_attention  # noqa: E402
 from mt.plot import attention_figure, curves_figure, read_metrics  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -88,3 +88,16 @@ def test_curves_plot_the_logged_series(tiny_run):
     assert list(loss_line.get_ydata()) == pytest.approx([v for _, v in logged])
     bleu = [r["dev_bleu"] for r in records if "dev_bleu" in r]
     assert list(fig.axes[1].lines[0].get_ydata()) == pytest.approx(bleu)
+
+
+def test_panels_grow_with_the_sentence_so_labels_stay_legible():
+    def view(n_rows: int, n_cols: int) -> AttentionView:
+        weights = torch.rand(2, n_rows, n_cols).softmax(-1)
+        rows, cols = [f"t{i}" for i in range(n_rows)], [f"s{i}" for i in range(n_cols)]
+        return AttentionView("encoder-decoder attention", weights, rows, cols)
+
+    short = attention_figure([view(5, 6)], "t", head=None).get_size_inches()
+    long = attention_figure([view(30, 40)], "t", head=None).get_size_inches()
+    assert tuple(short) == pytest.approx((4.6, 3.4))  # the minimum panel
+    height_in, width_in = long[1] / 30, (long[0] - 1) / 40
+    assert height_in >= 0.2 and width_in >= 0.2  # at least 0.2 inch per token each way

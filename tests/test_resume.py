@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from conftest import TIMES, reverse_task_config
 
 N = 24  # steps; N/2 is where the interrupted run stops and resumes
 
@@ -30,7 +30,7 @@ def logged(run_dir: Path) -> list[dict]:
     for line in (run_dir / "metrics.jsonl").open(encoding="utf-8"):
         r = json.loads(line)
         if "loss" in r or "valid_loss" in r:
-            records.append({k: v for k, v in r.items() if k not in ("elapsed", "tgt_tokens_per_s")})
+            records.append({k: v for k, v in r.items() if k not in TIMES})
     return records
 
 

@@ -83,6 +83,12 @@ def test_scalars_equal_the_metrics_log_and_evaluations_show_examples(config, tmp
     assert "run/config/text_summary" in tensors and "run/parameters/text_summary" in tensors
     assert [i.step for i in acc.Images("dev/attention")] == [4, 8]
     assert acc.Images("dev/attention")[0].encoded_image_string.startswith(b"\x89PNG")
+    # Each evaluation says what it and its TensorBoard extras took, so their cost shows.
+    evals = [r for r in records(run) if "valid_loss" in r]
+    assert [r["step"] for r in evals] == [4, 8]
+    for r in evals:
+        assert r["eval_seconds"] > 0 and 0 < r["tensorboard_seconds"] < 60
+    assert "dev/tensorboard_seconds" in want
     # The HParams tab: the final dev scores as hparam/ scalars at the last step.
     assert acc.Scalars("hparam/bleu")[-1].value == pytest.approx(want["dev/bleu"][8], abs=1e-6)
 
@@ -116,6 +122,8 @@ def test_false_writes_no_events(config, tmp_path, mt_cli):
     train(mt_cli, config, run, "--set", "train.tensorboard=false", "--set", "train.max_steps=2")
     assert (run / "last.pt").is_file()
     assert not (run / EVENTS).exists()
+    evals = [r for r in records(run) if "valid_loss" in r]
+    assert evals and all("eval_seconds" in r and "tensorboard_seconds" not in r for r in evals)
 
 
 def missing(tmp_path: Path, package: str) -> dict[str, str]:

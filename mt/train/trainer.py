@@ -258,8 +258,14 @@ class Trainer:
         """Validate and write checkpoints (rank 0). The time since `start` counts as training
         time before `last.pt` records it; patience is then a stop rule like the others."""
         s = self.state
+        tick = time.perf_counter()
         evaluation = self.evaluate()
+        seconds = {"eval_seconds": round(time.perf_counter() - tick, 2)}
         metrics = evaluation.metrics
+        if self.tensorboard is not None:  # its texts and image, timed so their cost shows
+            tick = time.perf_counter()
+            self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
+            seconds["tensorboard_seconds"] = round(time.perf_counter() - tick, 3)
         s.elapsed += time.perf_counter() - start
         score = metrics.get("dev_bleu", -metrics["valid_loss"])
         improved = score > s.best_score
@@ -274,16 +280,16 @@ class Trainer:
                 "epoch": s.epoch,
                 "elapsed": round(s.elapsed, 1),
                 **{k: round(v, 4) for k, v in metrics.items()},
+                **seconds,
             }
         )
         self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
-        if self.tensorboard is not None:
-            self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
         if improved:
             self.checkpoints.save("best.pt", s.step, metrics=metrics)
         self.checkpoints.save_step(s.step)
         self._save_last()
-        tqdm.write(f"step {s.step}: " + " ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+        shown = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+        tqdm.write(f"step {s.step}: {shown} ({seconds['eval_seconds']:.1f} s)")
 
     def _evaluate_in_loop(self, window: Window) -> None:
         """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
