@@ -15,7 +15,9 @@ from mt.decode.vectors import WordVectors
 from mt.errors import MtError
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (importing it takes a few tenths of a
+    second, which a caller may want to pay up front)."""
     try:
         import matplotlib
 
@@ -29,7 +31,7 @@ def _pyplot() -> Any:
 def attention_figure(views: list[AttentionView], title: str, head: int | None) -> Any:
     """One row per attention kind; one panel per head, or the head average when `head` is None
     (or a single head when it is an index)."""
-    plt = _pyplot()
+    plt = pyplot()
     n_heads = views[0].weights.size(0)
     heads: list[int | None]
     if head is None:
@@ -64,7 +66,7 @@ def attention_figure(views: list[AttentionView], title: str, head: int | None) -
 def vectors_figure(vectors: WordVectors) -> Any:
     """One path per occurrence from its embedding (E) through each encoder layer (1, 2, ...),
     in the shared PCA plane; each occurrence has its own colour and its context as label."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 6))
     colours = plt.get_cmap("tab10")
     for k, occ in enumerate(vectors.occurrences):
@@ -122,7 +124,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def curves_figure(records: list[dict[str, Any]], title: str) -> Any:
     """Training and validation loss, dev BLEU and learning rate against the step."""
-    plt = _pyplot()
+    plt = pyplot()
 
     def series(key: str) -> tuple[list[int], list[float]]:
         pts = [(r["step"], r[key]) for r in records if key in r and "step" in r]
@@ -158,4 +160,4 @@ def save_figure(fig: Any, out: Path) -> None:
     except OSError as err:
         raise MtError(f"{out}: cannot write ({err.strerror})") from None
     finally:
-        _pyplot().close(fig)
+        pyplot().close(fig)

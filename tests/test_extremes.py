@@ -78,8 +78,10 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.nbest": ("EEE",),
     "decode.alpha": ("WEE",),
     "decode.no_repeat_ngram": ("WEE",),
-    "decode.max_len_a": ("WEW",),
-    "decode.max_len_b": ("WEW",),
+    # huge: the output limit is the model's positions; 64 of them keep an untrained model's
+    # run to that limit short.
+    "decode.max_len_a": ("WEW", ["model.max_positions=64"]),
+    "decode.max_len_b": ("WEW", ["model.max_positions=64"]),
     "decode.max_tokens": ("EEE",),
     "decode.buffer_lines": ("EEE",),
     "decode.topk": ("WEW",),  # 0: no limit; huge: all tokens

@@ -137,7 +137,11 @@ class TensorBoardSink:
             trained = sum(p.numel() for p in params if p.requires_grad)
             self.write_start(cfg, sum(p.numel() for p in params), trained)
         self.draw = can_draw()
-        if not self.draw:
+        if self.draw:  # pay matplotlib's import now, not inside the first evaluation
+            from mt.plot import pyplot
+
+            pyplot()
+        else:
             print(
                 "note: TensorBoard gets no attention images: matplotlib is missing "
                 "(pip install 'mt[plot]')",
