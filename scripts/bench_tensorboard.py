@@ -6,7 +6,9 @@ plus the TensorBoard sink (so drift on a shared machine hits both alike). Two wa
 cost: the wall-clock step time of the two kinds of rounds (noisy on a shared machine), and the
 time spent inside the TensorBoard sink itself, timed around each call, as a share of the step
 time (precise). Then the evaluation extras (three dev examples as text and the attention image)
-are timed against the evaluation they come with.
+are timed against the evaluation they come with, one part after the other: the work they
+are. In a training run the picture is drawn on a thread while the checkpoints are written, and
+each evaluation record's `tensorboard_seconds` says how long the extras held the trainer up.
 
     python scripts/bench_tensorboard.py --threads 2
 """
@@ -14,7 +16,6 @@ are timed against the evaluation they come with.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import tempfile
@@ -27,9 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_marian import machine_info  # noqa: E402
 
 from mt.config_file import load_config  # noqa: E402
-from mt.decode.attention import sentence_attention  # noqa: E402
-from mt.plot import attention_figure  # noqa: E402
 from mt.train import tensorboard  # noqa: E402
+from mt.train.evaluation import attention_picture  # noqa: E402
 from mt.train.metrics_log import JsonlSink, MetricsLog  # noqa: E402
 from mt.train.trainer import Trainer  # noqa: E402
 
@@ -152,16 +152,11 @@ def main() -> None:
         evaluation = trainer.evaluate()
         t1 = time.perf_counter()
         examples = trainer.evaluate.examples(evaluation.hypotheses, tensorboard.EXAMPLES)
-        sink.write_examples(trainer.state.step, examples, None)
+        sink.write_examples(trainer.state.step, examples)
         t2 = time.perf_counter()
-        greedy = dataclasses.replace(cfg.decode, beam=1, nbest=1)  # as the trainer draws it
-        text, views = sentence_attention(
-            trainer.model, trainer.tokenizer, examples[0][0], greedy, -1
-        )
-        trainer.model.train()
+        title, views = trainer.evaluate.attention_views(examples[0][0], trainer.state.step)
         t3 = time.perf_counter()
-        cross = [v for v in views if v.name == "encoder-decoder attention"]
-        figure = attention_figure(cross, f"{examples[0][0]} -> {text}", None)
+        figure = attention_picture(title, views)
         t4 = time.perf_counter()
         sink.writer.add_figure("dev/attention", figure, trainer.state.step)
         sink.flush()

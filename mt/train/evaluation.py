@@ -19,7 +19,7 @@ from mt.batching import token_batches
 from mt.config import Config, DecodeConfig
 from mt.data.loader import collate_store
 from mt.data.store import TokenStore
-from mt.decode.attention import sentence_attention
+from mt.decode.attention import AttentionView, sentence_attention
 from mt.decode.translator import Translator
 from mt.device import autocast
 from mt.metrics import bleu, chrf
@@ -117,16 +117,22 @@ class Evaluator:
         hyps = hypotheses[:n] if hypotheses else self.translate(sources)
         return list(zip(sources, references, hyps))
 
-    def attention_picture(self, sentence: str, step: int) -> Any:
-        """The encoder-decoder attention (top layer, head mean) behind the greedy translation
-        of `sentence` (the one the examples show): the figure `mt attention` draws, from the
-        same code."""
-        from mt.plot import attention_figure
-
+    def attention_views(self, sentence: str, step: int) -> tuple[str, list[AttentionView]]:
+        """The title and the encoder-decoder attention (top layer) behind the greedy
+        translation of `sentence` (the one the examples show), for `attention_picture`. This
+        part runs the model, so it is done before training goes on."""
         greedy = dataclasses.replace(self.cfg.decode, beam=1, nbest=1)
         text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1)
         self.model.train()
         cross = [v for v in views if v.name == "encoder-decoder attention"]
-        with warnings.catch_warnings():  # a very long output: matplotlib warns at every eval
-            warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
-            return attention_figure(cross, f"{sentence}  ->  {text}   (step {step})", None)
+        return f"{sentence}  ->  {text}   (step {step})", cross
+
+
+def attention_picture(title: str, views: list[AttentionView]) -> Any:
+    """The figure `mt attention` draws (head mean), from the same code. Needs no model, so it
+    can be drawn while training goes on."""
+    from mt.plot import attention_figure
+
+    with warnings.catch_warnings():  # a very long output: matplotlib warns at every eval
+        warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+        return attention_figure(views, title, None)

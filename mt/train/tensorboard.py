@@ -12,7 +12,8 @@ under its run directory's name.
 - At each evaluation: three fixed dev sentences (source, reference, this step's greedy
   translation) as text, and the encoder-decoder attention of the first as an image, drawn by
   the code behind `mt attention` (needs matplotlib; without it the image is left out with one
-  note at the start).
+  note at the start). The attention needs the model and is computed at once; the picture is
+  drawn on a thread while the trainer writes its checkpoints (`wait` joins it).
 - At the start of a fresh run: the config and the parameter count as text; at the end, the
   hyperparameters with the final dev score for the HParams tab.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,9 @@ import torch
 import yaml
 
 from mt.config import Config
+from mt.decode.attention import AttentionView
 from mt.errors import MtError
-from mt.train.evaluation import Evaluation, Evaluator
+from mt.train.evaluation import Evaluation, Evaluator, attention_picture
 
 FOLDER = "tensorboard"
 EXAMPLES = 3  # dev sentences shown at each evaluation
@@ -130,6 +133,8 @@ class TensorBoardSink:
         run, which starts with its config and size at step 0)."""
         from torch.utils.tensorboard import SummaryWriter
 
+        self._drawing: threading.Thread | None = None
+        self._failed: BaseException | None = None
         purge = None if resumed_step is None else resumed_step + 1
         self.writer = SummaryWriter(log_dir=str(run_dir / FOLDER), purge_step=purge)
         if resumed_step is None:
@@ -160,6 +165,7 @@ class TensorBoardSink:
         self.writer.flush()
 
     def close(self) -> None:
+        self.wait()
         self.writer.close()
 
     def write_start(self, cfg: Config, n_params: int, trainable: int) -> None:
@@ -171,26 +177,41 @@ class TensorBoardSink:
         )
 
     def show_evaluation(self, step: int, evaluate: Evaluator, evaluation: Evaluation) -> None:
-        """A few dev translations, and the attention behind the first, at this step. A model
-        whose dev loss is not finite (a diverging run) has no attention worth drawing, and
-        search finds no hypothesis with it."""
+        """A few dev translations, and the attention behind the first, at this step. The
+        attention is computed here (it needs the model); its picture is drawn and written on a
+        thread while the trainer saves its checkpoints, and `wait` joins it. A model whose dev
+        loss is not finite (a diverging run) has no attention worth drawing, and search finds
+        no hypothesis with it."""
         examples = evaluate.examples(evaluation.hypotheses, EXAMPLES)
-        picture = None
+        self.write_examples(step, examples)
         if self.draw and examples and math.isfinite(evaluation.metrics["valid_loss"]):
-            picture = evaluate.attention_picture(examples[0][0], step)
-        self.write_examples(step, examples, picture)
+            title, views = evaluate.attention_views(examples[0][0], step)
+            self.wait()
+            self._drawing = threading.Thread(
+                target=self._draw, args=(title, views, step), name="tensorboard-attention"
+            )
+            self._drawing.start()
 
-    def write_examples(
-        self,
-        step: int,
-        examples: list[tuple[str, str, str]],
-        attention: Any | None,
-    ) -> None:
-        """(source, reference, translation) triples as text; `attention` a matplotlib figure."""
+    def _draw(self, title: str, views: list[AttentionView], step: int) -> None:
+        try:
+            self.writer.add_figure("dev/attention", attention_picture(title, views), step)
+        except BaseException as err:  # noqa: BLE001 - raised again by `wait`, in the trainer
+            self._failed = err
+
+    def wait(self) -> None:
+        """Until the attention picture of the latest evaluation is written; an error while
+        drawing it is raised here."""
+        if self._drawing is not None:
+            self._drawing.join()
+            self._drawing = None
+        if self._failed is not None:
+            err, self._failed = self._failed, None
+            raise err
+
+    def write_examples(self, step: int, examples: list[tuple[str, str, str]]) -> None:
+        """(source, reference, translation) triples as text."""
         for i, (src, ref, hyp) in enumerate(examples, 1):
             self.writer.add_text(f"dev/example_{i}", example_markdown(src, ref, hyp, step), step)
-        if attention is not None:
-            self.writer.add_figure("dev/attention", attention, step)
 
     def write_hparams(self, cfg: Config, metrics: dict[str, float], step: int) -> None:
         """The run's settings and final dev scores, for the HParams tab (same event file)."""

@@ -256,16 +256,21 @@ class Trainer:
 
     def _evaluate_and_save(self, start: float) -> None:
         """Validate and write checkpoints (rank 0). The time since `start` counts as training
-        time before `last.pt` records it; patience is then a stop rule like the others."""
+        time before `last.pt` records it; patience is then a stop rule like the others.
+
+        TensorBoard's attention picture is drawn on a thread while `best.pt` and the step
+        checkpoint are written; `tensorboard_seconds` is what its texts, attention and picture
+        held the trainer up, so their cost shows in every run."""
         s = self.state
         tick = time.perf_counter()
         evaluation = self.evaluate()
         seconds = {"eval_seconds": round(time.perf_counter() - tick, 2)}
         metrics = evaluation.metrics
-        if self.tensorboard is not None:  # its texts and image, timed so their cost shows
+        board = 0.0
+        if self.tensorboard is not None:
             tick = time.perf_counter()
             self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
-            seconds["tensorboard_seconds"] = round(time.perf_counter() - tick, 3)
+            board = time.perf_counter() - tick
         s.elapsed += time.perf_counter() - start
         score = metrics.get("dev_bleu", -metrics["valid_loss"])
         improved = score > s.best_score
@@ -274,6 +279,13 @@ class Trainer:
         else:
             s.bad_evals += 1
         s.last_eval_step = s.step
+        if improved:
+            self.checkpoints.save("best.pt", s.step, metrics=metrics)
+        self.checkpoints.save_step(s.step)
+        if self.tensorboard is not None:
+            tick = time.perf_counter()
+            self.tensorboard.wait()
+            seconds["tensorboard_seconds"] = round(board + time.perf_counter() - tick, 3)
         self.log.write(
             {
                 "step": s.step,
@@ -284,9 +296,6 @@ class Trainer:
             }
         )
         self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
-        if improved:
-            self.checkpoints.save("best.pt", s.step, metrics=metrics)
-        self.checkpoints.save_step(s.step)
         self._save_last()
         shown = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
         tqdm.write(f"step {s.step}: {shown} ({seconds['eval_seconds']:.1f} s)")
