@@ -158,3 +158,47 @@ def test_without_matplotlib_no_image_and_one_note(config, tmp_path, mt_cli):
     acc = events(run)
     assert "dev/attention" not in acc.Tags()["images"]
     assert [t.step for t in acc.Tensors("dev/example_1/text_summary")] == [4, 8]
+
+
+class _Dev:
+    """What the sink asks of the evaluator: the examples and the attention behind the first."""
+
+    def examples(self, hypotheses, n):
+        return [("Ein Hund.", "A dog.", "A dog.")]
+
+    def attention_views(self, sentence, step):
+        import torch
+
+        from mt.decode.attention import AttentionView
+
+        weights = torch.rand(1, 3, 4).softmax(-1)
+        return "t", [AttentionView("encoder-decoder attention", weights, list("abc"), list("wxyz"))]
+
+
+def test_the_picture_drawn_on_a_thread_is_written_and_its_failure_raised(tmp_path, monkeypatch):
+    """The picture is drawn while the trainer goes on; `wait` (or `close`) joins it, and an
+    error while drawing reaches the trainer there instead of vanishing with the thread."""
+    pytest.importorskip("matplotlib")
+    import torch
+
+    from mt.config import Config
+    from mt.train import tensorboard
+    from mt.train.evaluation import Evaluation
+
+    sink = tensorboard.TensorBoardSink(tmp_path, None, Config(), torch.nn.Linear(2, 2))
+    sink.show_evaluation(7, _Dev(), Evaluation({"valid_loss": 1.0}))
+    sink.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [i.step for i in acc.Images("dev/attention")] == [7]
+
+    def broken(title, views):
+        raise RuntimeError("no fonts")
+
+    monkeypatch.setattr(tensorboard, "attention_picture", broken)
+    sink = tensorboard.TensorBoardSink(tmp_path / "again", None, Config(), torch.nn.Linear(2, 2))
+    sink.show_evaluation(8, _Dev(), Evaluation({"valid_loss": 1.0}))
+    with pytest.raises(RuntimeError, match="no fonts"):
+        sink.wait()
+    sink.wait()  # raised once
+    sink.close()
