@@ -79,6 +79,7 @@ def test_gpu_recipe_loads_and_fits_one_gpu_and_ten_minutes():
     assert t.average_last <= t.keep_last and cfg.decode.dtype == "bf16"
 
 
+@pytest.mark.slow  # a 6+6-layer model on CPU; the recipe's values are checked above
 def test_gpu_recipe_trains_a_step_on_cpu(tmp_path, multi30k_dir, mt_cli):
     """The recipe as written, shrunk only where a CPU needs it: it loads, trains and saves."""
     run = tmp_path / "run"
