@@ -74,7 +74,13 @@ def serve(
     keys = read_keys(api_key_file) if api_key_file is not None else None
     config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [])
     app = create_app(config)
-    server = uvicorn.Server(
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            app.state.hurry()  # what is queued is answered now, not after its pooling wait
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    server = Server(
         uvicorn.Config(
             app,
             host=host,

@@ -89,6 +89,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         version="1",
         lifespan=lifespan,
     )
+    # Called on SIGTERM (see mt.serve.run): queued requests stop waiting for company.
+    app.state.hurry = lambda: [w.hurry() for w in workers.values()]
     app.add_middleware(_Measure, metrics=metrics)
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware

@@ -100,6 +100,7 @@ class ModelWorker:
         self._queued = 0  # sentences in _pending
         self._cond = threading.Condition()
         self._stopping = False
+        self._hurry = False  # shutting down: no more pooling (see hurry)
         self._expect = 1  # sentences the next pass may wait for (see _pool)
         self._pass_end = 0.0
         self._translators: OrderedDict[tuple, Translator] = OrderedDict()
@@ -167,6 +168,13 @@ class ModelWorker:
             job.cancelled = True
             raise
 
+    def hurry(self) -> None:
+        """The server is shutting down: no client will come back, so what is queued goes at
+        once instead of waiting out the pooling window (it is still answered)."""
+        with self._cond:
+            self._hurry = True
+            self._cond.notify()
+
     def stop(self, timeout: float = 60.0) -> None:
         """Answer everything queued, then end the thread."""
         with self._cond:
@@ -208,7 +216,7 @@ class ModelWorker:
         """
         window = self.limits.batch_window_ms / 1000
         oldest = self._pending[0].arrived
-        while not self._stopping:
+        while not (self._stopping or self._hurry):
             now = time.monotonic()
             if self._queued >= self._expect:
                 if self._queued > 1 or now >= oldest + window:
