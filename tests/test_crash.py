@@ -106,7 +106,8 @@ main()
 """
 
 
-@pytest.mark.parametrize("kill_on_save", [5, 6])  # mid-write of a step checkpoint or of last.pt
+# Mid-write of a step checkpoint (slow: the same atomic writer as last.pt's) or of last.pt.
+@pytest.mark.parametrize("kill_on_save", [pytest.param(5, marks=pytest.mark.slow), 6])
 def test_sigkill_during_checkpoint_write_then_resume(straight, tmp_path, mt_cli, kill_on_save):
     config, straight_dir = straight
     run_dir = tmp_path / "killed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from mt.config import DataConfig
@@ -37,6 +38,7 @@ def test_recipe_is_the_papers_base_model():
     assert (cfg.data.src_lang, cfg.data.tgt_lang) == ("en", "de")
 
 
+@pytest.mark.slow  # a base-size model; the hub loader's local path is tested in test_data.py
 def test_recipe_trains_a_step_on_a_local_slice(tmp_path, multi30k_dir, mt_cli):
     import datasets
 
