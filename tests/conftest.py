@@ -75,6 +75,23 @@ def _run_mt(
     )
 
 
+def run_in_process(args: list[object], capsys, monkeypatch) -> tuple[int, str, str]:
+    """`mt ARGS` through the real entry point, in this process (no interpreter start, so a
+    table of many cases stays fast; a traceback reaches pytest as an exception): (exit code,
+    stdout, stderr)."""
+    from mt.cli import main
+
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["mt", *map(str, args)])
+    try:
+        main()
+        rc = 0
+    except SystemExit as ex:
+        rc = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 @pytest.fixture(scope="session")
 def mt_cli() -> Callable[..., CliResult]:
     """Runs `python -m mt ARGS` (keywords: stdin, env, cwd) and returns a CliResult."""

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from conftest import run_in_process
 
 from mt.cli import app, main
 from mt.config import Config
@@ -167,20 +168,7 @@ def test_the_table_covers_every_numeric_option():
     assert sorted(FLAG_TABLE) == sorted(numeric_flags())
 
 
-# -- running a command in this process ---------------------------------------------------------
-
-
-def run(args: list[object], capsys, monkeypatch) -> tuple[int, str, str]:
-    """`mt ARGS` through the real entry point: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["mt", *map(str, args)])
-    try:
-        main()
-        rc = 0
-    except SystemExit as ex:
-        rc = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
-    out, err = capsys.readouterr()
-    return rc, out, err
+# -- the task and values every case runs with ----------------------------------------------------
 
 
 def write_task(folder: Path) -> Path:
@@ -259,7 +247,7 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
     for item in sets + extra:
         args += ["--set", item]
 
-    rc, out, err = run(args, capsys, monkeypatch)
+    rc, out, err = run_in_process(args, capsys, monkeypatch)
 
     if expect == "E":
         short = key.replace("data.corpora.", "data.corpora[0].")
@@ -271,7 +259,7 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
     assert rc == 0, err
     assert (tmp_path / "run" / "last.pt").is_file()
     if key.startswith("decode."):  # the run's decode settings are the checkpoint's
-        rc, out, err = run(
+        rc, out, err = run_in_process(
             ["translate", tmp_path / "run" / "last.pt", "-i", tmp_path / "input.txt"],
             capsys,
             monkeypatch,
@@ -328,7 +316,7 @@ def test_flag_at_extreme(command, flag, which, expect, trained, capsys, monkeypa
     value = value_for(numeric_flags()[(command, flag)], which)
     args = [*flag_args(command, flag, trained), flag, value]
 
-    rc, out, err = run(args, capsys, monkeypatch)
+    rc, out, err = run_in_process(args, capsys, monkeypatch)
 
     if expect == "E":
         name = "BLEU" if flag == "--min-bleu" else flag
@@ -354,7 +342,7 @@ def test_a_model_too_big_for_the_machine_is_one_line(tmp_path, capsys, monkeypat
     for item in sets:
         args += ["--set", item]
 
-    rc, out, err = run(args, capsys, monkeypatch)
+    rc, out, err = run_in_process(args, capsys, monkeypatch)
 
     assert_one_error_line(rc, err, "model.d_model")
     assert "GiB" in err

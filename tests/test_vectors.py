@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
 import torch
+from conftest import run_in_process
 
 from mt.checkpoint import load_model
 from mt.config import ModelConfig
@@ -170,23 +170,9 @@ def test_json_output_holds_every_number(tiny_run, mt_cli, tmp_path, capsys, monk
 
     png = tmp_path / "v.png"
     page = tmp_path / "v.html"
-    rc, err = run_in_process([*args, "-o", png, "--html", page], capsys, monkeypatch)
+    rc, _, err = run_in_process([*args, "-o", png, "--html", page], capsys, monkeypatch)
     assert rc == 0, err
     assert png.read_bytes().startswith(b"\x89PNG") and "MtViewer" in page.read_text()
-
-
-def run_in_process(args: list[object], capsys, monkeypatch) -> tuple[int, str]:
-    """`mt ARGS` through the real entry point, in this process: (exit code, stderr)."""
-    from mt.cli import main
-
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["mt", *map(str, args)])
-    try:
-        main()
-        rc = 0
-    except SystemExit as ex:
-        rc = ex.code if isinstance(ex.code, int) else 1
-    return rc, capsys.readouterr().err
 
 
 def test_bad_inputs_are_one_line(tiny_run, mt_cli, tmp_path, capsys, monkeypatch):
@@ -201,7 +187,7 @@ def test_bad_inputs_are_one_line(tiny_run, mt_cli, tmp_path, capsys, monkeypatch
         (("--word", "Bank"), "give sentences"),
     ]
     for args, message in cases:
-        rc, err = run_in_process(["vectors", ckpt, *args], capsys, monkeypatch)
+        rc, _, err = run_in_process(["vectors", ckpt, *args], capsys, monkeypatch)
         assert rc == 2, (args, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("mt: error:") and message in lines[0]
