@@ -9,6 +9,7 @@ these classes is mt/config_file.py.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,6 +58,16 @@ class DataConfig:
     max_valid_examples: int = 0
     cache_dir: str = ""  # prepared token stores; empty means `{run_dir}/cache`
     protect: bool = False  # spans (%s, {0}, tags, URLs) as reserved pieces on both sides
+    # One model for several directions (mt/languages.py): "src-tgt" items, each read as
+    # `{split}.{src}` / `{split}.{tgt}` under `root` like one pair; empty: src_lang -> tgt_lang.
+    pairs: list[str] = field(default_factory=list)
+    # How often each pair is drawn: probability ~ (pairs in it / all pairs) ** (1 / T);
+    # 1 is proportional to size, larger values lift the small pairs (fairseq, M2M).
+    sampling_temperature: float = 1.0
+    # Where a multilingual model reads which language to write: "source" puts the token
+    # `<2xx>` before the source (Johnson et al. 2017, Marian), "target" makes it the decoder's
+    # first token (M2M, NLLB).
+    lang_token: Literal["source", "target"] = "source"
 
 
 @dataclass
@@ -231,6 +242,40 @@ def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
             raise MtError(message)
 
 
+_LANG = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
+
+
+def parse_pair(item: str) -> tuple[str, str] | None:
+    """`"de-en"` -> ("de", "en"); None when it is not two language codes joined by `-`."""
+    parts = item.split("-")
+    if len(parts) != 2 or not all(_LANG.fullmatch(p) for p in parts):
+        return None
+    return parts[0], parts[1]
+
+
+def pair_checks(d: DataConfig) -> list[tuple[bool, str]]:
+    """`data.pairs`: each a `src-tgt` of two different codes, none twice, not with corpora."""
+    checks: list[tuple[bool, str]] = []
+    for i, item in enumerate(d.pairs):
+        pair = parse_pair(item)
+        checks.append(
+            (
+                pair is not None,
+                f"data.pairs[{i}] must be two language codes joined by '-' (de-en), got {item!r}",
+            )
+        )
+        if pair is not None:
+            checks.append((pair[0] != pair[1], f"data.pairs[{i}] ({item}) names one language"))
+    checks.append((len(set(d.pairs)) == len(d.pairs), "data.pairs names a pair twice"))
+    checks.append(
+        (
+            not (d.pairs and d.corpora),
+            "data.pairs and data.corpora cannot be combined (each pair is read from data.root)",
+        )
+    )
+    return checks
+
+
 def validate(cfg: Config) -> None:
     """Reject values that type-check but cannot work; messages name the key (the caller adds
     the file or the `--set` item)."""
@@ -292,10 +337,15 @@ def validate(cfg: Config) -> None:
         in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),
         (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
         (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
+        (
+            0 < cfg.data.sampling_temperature <= 100,
+            "data.sampling_temperature must be in (0, 100]",
+        ),
         (cfg.data.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
         (cfg.data.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
     ]
     checks += decode_checks(d)
+    checks += pair_checks(cfg.data)
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))

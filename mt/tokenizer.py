@@ -18,6 +18,7 @@ import sentencepiece as spm
 from mt.atomic import write_bytes
 from mt.config import TokenizerConfig
 from mt.errors import MtError
+from mt.languages import Languages, lang_piece
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -67,8 +68,16 @@ def _proto_fields(data: bytes) -> list[tuple[int, bytes | int]]:
 class Tokenizer:
     """A source and a target sentencepiece model (the same object when the vocabulary is joint)."""
 
-    def __init__(self, src_proto: bytes, tgt_proto: bytes | None = None) -> None:
+    def __init__(
+        self,
+        src_proto: bytes,
+        tgt_proto: bytes | None = None,
+        languages: Languages | None = None,
+    ) -> None:
         self.src_proto = src_proto
+        # A multilingual model's directions and per-language pieces (mt/languages.py), set by
+        # data preparation and carried in checkpoints; None for a bilingual model.
+        self.languages = languages
         self.tgt_proto = tgt_proto if tgt_proto is not None else src_proto
         self.joint = tgt_proto is None or tgt_proto == src_proto
         self.src = spm.SentencePieceProcessor(model_proto=self.src_proto)
@@ -104,6 +113,13 @@ class Tokenizer:
                 elif number in (1, 3, 5):  # pieces, normalizer, denormalizer
                     h.update(number.to_bytes(1, "little") + value)
         return h.hexdigest()[:16]
+
+    def lang_id(self, lang: str) -> int:
+        """The id of the control piece `<2lang>` (the same in a joint vocabulary's two sides)."""
+        i = self.tgt.piece_to_id(lang_piece(lang))
+        if i == UNK:
+            raise MtError(f"the tokenizer has no language token for {lang!r}")
+        return i
 
     def encode_src(self, lines: list[str]) -> list[list[int]]:
         """Source ids end with EOS, as the encoder sees them."""
@@ -144,7 +160,11 @@ class Tokenizer:
 
 
 def _train_one(
-    lines: Iterable[str], cfg: TokenizerConfig, seed_text: str, reserved: list[str]
+    lines: Iterable[str],
+    cfg: TokenizerConfig,
+    seed_text: str,
+    reserved: list[str],
+    control: list[str] | None = None,
 ) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.txt"
@@ -175,6 +195,7 @@ def _train_one(
                 num_threads=os.cpu_count() or 1,
                 minloglevel=2,
                 user_defined_symbols=reserved,
+                control_symbols=control or [],
             )
         except RuntimeError as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else "failed"
@@ -183,11 +204,18 @@ def _train_one(
 
 
 def train_tokenizer(
-    src: list[str], tgt: list[str], cfg: TokenizerConfig, reserved: list[str] | None = None
+    src: list[str],
+    tgt: list[str],
+    cfg: TokenizerConfig,
+    reserved: list[str] | None = None,
+    languages: list[str] | None = None,
 ) -> Tokenizer:
     """Train on the training corpus: one model on both sides when joint, else one per side.
-    `reserved` pieces (`data.protect`'s placeholders) are whole pieces on both sides."""
+    `reserved` pieces (`data.protect`'s placeholders) are whole pieces on both sides;
+    `languages` get a control piece `<2xx>` each (a multilingual model, always joint): text
+    never produces a control piece, so only the code that asks for a language writes it."""
     r = reserved or []
     if cfg.joint:
-        return Tokenizer(_train_one(src + tgt, cfg, "source+target text", r))
+        control = [lang_piece(lang) for lang in languages or []]
+        return Tokenizer(_train_one(src + tgt, cfg, "source+target text", r, control))
     return Tokenizer(_train_one(src, cfg, "source text", r), _train_one(tgt, cfg, "target text", r))

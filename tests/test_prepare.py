@@ -165,7 +165,7 @@ def test_multi30k_slice_holds_the_sentencepiece_ids(multi30k_run):
     assert store.meta["summary"]["pairs_read"] == 3000
     # The dev store is not filtered: every pair, in order.
     vs, vt = read_parallel(cfg.data, "val", 300)
-    assert all_pairs(prepared.valid) == list(zip(tok.src.encode(vs), tok.tgt.encode(vt)))
+    assert all_pairs(prepared.valid[0]) == list(zip(tok.src.encode(vs), tok.tgt.encode(vt)))
     assert prepared.weights == [1.0]
 
 
@@ -179,7 +179,7 @@ def test_prepared_again_is_only_opened(multi30k_run, monkeypatch):
     monkeypatch.setattr(prep, "train_tokenizer", fail)
     again = prepare(cfg, run_dir, log=False)
     assert [s.folder for s in again.train] == [s.folder for s in prepared.train]
-    assert again.valid.folder == prepared.valid.folder
+    assert again.valid[0].folder == prepared.valid[0].folder
     only_open = prepare(cfg, run_dir, build=False, log=False)  # what other DDP ranks do
     assert len(only_open.train[0]) == len(prepared.train[0])
 
@@ -224,7 +224,7 @@ def test_two_corpora_give_one_store_each(tmp_path):
     assert all_pairs(clean) == kept(a_src, a_tgt)
     assert all_pairs(web) == kept(b_src, b_tgt)
     assert len(clean) > 20 and len(web) > 35
-    assert len(prepared.valid) == 5
+    assert len(prepared.valid[0]) == 5
     names = sorted(p.name.split("-")[0] for p in (tmp_path / "run" / "cache").iterdir())
     assert names == ["clean.tsv", "val", "web"]
 

@@ -14,10 +14,13 @@ from mt.cli.options import (
     BeamOption,
     CheckpointsArg,
     DeviceOption,
+    FromOption,
     Int8Option,
     MaxTokensOption,
     ProtectOption,
     StopEarlyOption,
+    TargetVocabOption,
+    ToOption,
     open_session,
     text_lines,
     warn_truncated,
@@ -66,6 +69,15 @@ def translate(
     temperature: Annotated[float | None, typer.Option(help="--sample: > 1 flattens.")] = None,
     seed: Annotated[int | None, typer.Option(help="--sample: random seed (default 1).")] = None,
     protect: ProtectOption = True,
+    to: ToOption = None,
+    from_: FromOption = None,
+    target_vocab: TargetVocabOption = True,
+    pivot: Annotated[
+        str | None,
+        typer.Option(
+            help="Translate through this language (a multilingual model): src->pivot->to."
+        ),
+    ] = None,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
     from mt.decode.requests import read_requests
@@ -95,8 +107,9 @@ def translate(
         seed=seed,
     )
     session = open_session(checkpoints, device)
+    targets = session.targets(to, from_, target_vocab)
     translator = session.translator(
-        options, alignment, with_scores=output_format == "jsonl", protect=protect
+        options, alignment, with_scores=output_format == "jsonl", protect=protect, targets=targets
     )
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
@@ -107,7 +120,12 @@ def translate(
             translations = translate_html(translator, text_lines(src), name)
         else:
             requests = read_requests(text_lines(src), input_format, name)
-            translations = translator.translate_stream(requests)
+            if pivot is not None:
+                from mt.decode.pivot import translate_via
+
+                translations = translate_via(translator, requests, pivot)
+            else:
+                translations = translator.translate_stream(requests)
         write_output(
             output,
             lambda out: write_translations(
@@ -145,6 +163,9 @@ def evaluate(
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
     ] = None,
     protect: ProtectOption = True,
+    to: ToOption = None,
+    from_: FromOption = None,
+    target_vocab: TargetVocabOption = True,
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
@@ -173,7 +194,9 @@ def evaluate(
             int8=int8,
             max_tokens=max_tokens,
         )
-        translator = open_session(checkpoints, device).translator(options, protect=protect)
+        session = open_session(checkpoints, device)
+        targets = session.targets(to, from_, target_vocab)
+        translator = session.translator(options, protect=protect, targets=targets)
         hyps, where = [t.text for t in translator.translate_stream(sources)], src
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
@@ -200,6 +223,7 @@ def score(
         bool,
         typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
     ] = True,
+    to: ToOption = None,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
@@ -211,7 +235,7 @@ def score(
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
     session = open_session(checkpoints, device)
-    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8), protect=protect)
+    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8), protect=protect, to=to)
     scores = score_files(scorer, src, tgt, scorer.cfg.buffer_lines)
     write_output(output, lambda out: write_scores(scores, out, json_))
     warn_truncated(scorer.truncated, scorer.max_src, "source")

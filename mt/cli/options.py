@@ -64,6 +64,24 @@ ProtectOption = Annotated[
         "exactly as written (README: Software strings and HTML)."
     ),
 ]
+ToOption = Annotated[
+    str | None,
+    typer.Option(
+        "--to",
+        help="Target language of a multilingual model (needed when it writes several).",
+    ),
+]
+FromOption = Annotated[
+    str | None,
+    typer.Option("--from", help="Source language (optional; checked against the model's)."),
+]
+TargetVocabOption = Annotated[
+    bool,
+    typer.Option(
+        help="A multilingual model writes only pieces seen in the target language's training "
+        "text, so its output stays in that language."
+    ),
+]
 Int8Option = Annotated[
     bool | None,
     typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),

@@ -59,13 +59,29 @@ class Source:
         return [root] if root.exists() else []
 
 
+def directions(cfg: DataConfig) -> list[tuple[str, str]]:
+    """The (source, target) languages the data section trains: `data.pairs`, else the one
+    pair `src_lang`/`tgt_lang`."""
+    if not cfg.pairs:
+        return [(cfg.src_lang, cfg.tgt_lang)]
+    return [(p.split("-")[0], p.split("-")[1]) for p in cfg.pairs]
+
+
 def split_source(cfg: DataConfig, name: str) -> Source:
     """A split (`valid`, `test`, or the single `train`) as the `data` section describes it."""
     return Source(name, cfg.root, cfg.format, cfg.src_lang, cfg.tgt_lang, cfg.hf_subset)
 
 
+def split_sources(cfg: DataConfig, name: str) -> list[Source]:
+    """A split in every direction the data section trains (one Source per pair)."""
+    return [Source(name, cfg.root, cfg.format, s, t, cfg.hf_subset) for s, t in directions(cfg)]
+
+
 def train_sources(cfg: DataConfig) -> list[Source]:
-    """The training corpora: `data.corpora` when given, else `data.train`."""
+    """The training corpora: `data.corpora` when given, else `data.train` (in each of
+    `data.pairs` when given)."""
+    if cfg.pairs:
+        return split_sources(cfg, cfg.train)
     if not cfg.corpora:
         return [split_source(cfg, cfg.train)]
     return [
@@ -290,9 +306,14 @@ def pair_chunks(source: Source, chunk: int = CHUNK, limit: int = 0) -> Iterator[
 
 def read_parallel(cfg: DataConfig, name: str, limit: int = 0) -> tuple[list[str], list[str]]:
     """All raw sentence pairs of split `name` (validation and test sets: small by nature)."""
+    return read_pairs(split_source(cfg, name), limit)
+
+
+def read_pairs(source: Source, limit: int = 0) -> tuple[list[str], list[str]]:
+    """All raw sentence pairs of one small source (a dev or test set in one direction)."""
     src: list[str] = []
     tgt: list[str] = []
-    for s, t in pair_chunks(split_source(cfg, name), limit=limit):
+    for s, t in pair_chunks(source, limit=limit):
         src += s
         tgt += t
     return src, tgt

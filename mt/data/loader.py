@@ -26,15 +26,14 @@ def _gather(
     starts: np.ndarray,
     lengths: np.ndarray,
     width: int,
-    before: int | None,
+    before: tuple[int, ...],
     after: int | None,
 ) -> torch.Tensor:
-    """(B, width) rows: optional `before` id, flat[start:start+length], optional `after` id."""
+    """(B, width) rows: the `before` ids, flat[start:start+length], optional `after` id."""
     b = len(starts)
     out = np.full((b, max(width, 1)), PAD, dtype=np.int64)
-    shift = 0 if before is None else 1
-    if before is not None:
-        out[:, 0] = before
+    shift = len(before)
+    out[:, :shift] = before
     total = int(lengths.sum())
     if total:
         rows = np.repeat(np.arange(b), lengths)
@@ -46,35 +45,60 @@ def _gather(
     return torch.from_numpy(out)
 
 
-def collate_store(store: TokenStore, idx: np.ndarray) -> Batch:
-    """The batch of pairs `idx`: source + EOS, BOS + target, target + EOS; right-padded."""
+def collate_store(
+    store: TokenStore, idx: np.ndarray, lang: int | None = None, placement: str = "source"
+) -> Batch:
+    """The batch of pairs `idx`: source + EOS, BOS + target, target + EOS; right-padded.
+
+    With a language token `lang` (a multilingual model, mt/languages.py): placement "source"
+    puts it before the source; "target" makes it the decoder's first input after BOS, its
+    prediction left out of the loss (PAD in `tgt_out`: which language to write is the
+    request's, not something to learn from the source)."""
     s0, s1 = store.src_idx[idx], store.src_idx[idx + 1]
     t0, t1 = store.tgt_idx[idx], store.tgt_idx[idx + 1]
     ls, lt = s1 - s0, t1 - t0
-    width_s, width_t = int(ls.max()) + 1, int(lt.max()) + 1
+    src_mark = (lang,) if lang is not None and placement == "source" else ()
+    tgt_mark = (lang,) if lang is not None and placement == "target" else ()
+    width_s = int(ls.max()) + 1 + len(src_mark)
+    width_t = int(lt.max()) + 1 + len(tgt_mark)
     return Batch(
-        src=_gather(store.src, s0, ls, width_s, None, EOS),
-        tgt_in=_gather(store.tgt, t0, lt, width_t, BOS, None),
-        tgt_out=_gather(store.tgt, t0, lt, width_t, None, EOS),
-        src_tokens=int(ls.sum()) + len(idx),
+        src=_gather(store.src, s0, ls, width_s, src_mark, EOS),
+        tgt_in=_gather(store.tgt, t0, lt, width_t, (BOS, *tgt_mark), None),
+        tgt_out=_gather(store.tgt, t0, lt, width_t, (PAD,) * len(tgt_mark), EOS),
+        src_tokens=int(ls.sum()) + len(idx) * (1 + len(src_mark)),
         tgt_tokens=int(lt.sum()) + len(idx),
     )
 
 
 class TrainingSet(torch.utils.data.Dataset):
-    """The training corpora as one index space, indexed by whole batches (index arrays)."""
+    """The training corpora as one index space, indexed by whole batches (index arrays).
 
-    def __init__(self, stores: list[TokenStore], weights: list[float]) -> None:
+    `langs` gives each store's language token (a multilingual model: the id of `<2tgt>` of its
+    direction), placed as `placement` says; a batch then mixes directions freely."""
+
+    def __init__(
+        self,
+        stores: list[TokenStore],
+        weights: list[float],
+        langs: list[int] | None = None,
+        placement: str = "source",
+    ) -> None:
         self.stores, self.weights = stores, weights
+        self.langs, self.placement = langs, placement
         counts = [len(s) for s in stores]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         # One corpus: the store's mapped array itself, no copy. Several: one small copy.
         self.sizes = (
             stores[0].sizes if len(stores) == 1 else np.concatenate([s.sizes for s in stores])
         )
+        if langs is not None:  # the language token takes a position on one side
+            self.sizes = self.sizes.astype(np.int64) + 1
 
     def __len__(self) -> int:
         return int(self.starts[-1])
+
+    def _lang(self, k: int) -> int | None:
+        return None if self.langs is None else self.langs[k]
 
     def epoch_items(self, seed: int, epoch: int) -> np.ndarray | None:
         """The pairs of an epoch (None: every pair once, the common case of weight 1)."""
@@ -97,11 +121,13 @@ class TrainingSet(torch.utils.data.Dataset):
 
     def __getitem__(self, idx: np.ndarray) -> Batch:
         if len(self.stores) == 1:
-            return collate_store(self.stores[0], idx)
+            return collate_store(self.stores[0], idx, self._lang(0), self.placement)
         # Pairs of several corpora in one batch: collate per corpus, then pad to one width.
         corpus = np.searchsorted(self.starts, idx, side="right") - 1
         parts = [
-            collate_store(self.stores[k], idx[corpus == k] - self.starts[k])
+            collate_store(
+                self.stores[k], idx[corpus == k] - self.starts[k], self._lang(k), self.placement
+            )
             for k in np.unique(corpus)
         ]
         return concat_batches(parts)

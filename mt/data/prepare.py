@@ -24,12 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from mt.config import Config, DataConfig
-from mt.data.corpus import Chunk, Source, pair_chunks, split_source, train_sources
+from mt.data.corpus import Chunk, Source, directions, pair_chunks, split_sources, train_sources
 from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
 from mt.errors import MtError
+from mt.languages import Languages, pack
 from mt.progress import Progress
 from mt.spans import mask_pair, reserved_symbols
-from mt.tokenizer import Tokenizer, train_tokenizer
+from mt.tokenizer import EOS, UNK, Tokenizer, train_tokenizer
 
 FILTERS = ("empty", "too_long", "ratio")
 
@@ -277,13 +278,18 @@ def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer
     t = cfg.tokenizer
     pairs = t.input_sentence_size // 2 if t.joint else t.input_sentence_size
     start = time.perf_counter()
-    src, tgt = sample_pairs(
-        train_sources(cfg.data), max(pairs, 1), cfg.data.max_train_examples, cfg.train.seed
-    )
+    if cfg.data.pairs:
+        src, tgt = sample_languages(cfg, max(pairs, 1))
+    else:
+        src, tgt = sample_pairs(
+            train_sources(cfg.data), max(pairs, 1), cfg.data.max_train_examples, cfg.train.seed
+        )
     sampled = time.perf_counter() - start
     if cfg.data.protect:  # the tokenizer learns the text it will encode: spans masked
         src, tgt = _masked(src, tgt)
-    tok = train_tokenizer(src, tgt, t, reserved_symbols() if cfg.data.protect else None)
+    langs = [lang for pair in directions(cfg.data) for lang in pair] if cfg.data.pairs else None
+    reserved = reserved_symbols() if cfg.data.protect else None
+    tok = train_tokenizer(src, tgt, t, reserved, list(dict.fromkeys(langs or [])) or None)
     tok.save(run_dir)
     if log:
         print(
@@ -297,14 +303,67 @@ def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer
     return tok
 
 
+def sample_languages(cfg: Config, n: int) -> tuple[list[str], list[str]]:
+    """The tokenizer's sample for several pairs, balanced per language: each language gets
+    the same share of sentences (a large pair must not crowd a small language's pieces out),
+    drawn from the pairs that hold it and without repeats (Multi30k's English is the same
+    text in three pairs). Returned as two halves of one list, as a joint model reads them."""
+    d = cfg.data
+    sources = train_sources(d)
+    langs = list(dict.fromkeys(lang for s in sources for lang in (s.src_lang, s.tgt_lang)))
+    share = max(2 * n // len(langs), 1)
+    text: list[str] = []
+    for k, lang in enumerate(langs):
+        holding = [s for s in sources if lang in (s.src_lang, s.tgt_lang)]
+        seen: dict[str, None] = {}
+        for source in holding:
+            src, tgt = sample_pairs(
+                [source], share // len(holding) + 1, d.max_train_examples, cfg.train.seed + k
+            )
+            seen.update(dict.fromkeys(src if source.src_lang == lang else tgt))
+        text += list(seen)[:share]
+    half = len(text) // 2
+    return text[:half], text[half:]
+
+
+def pair_weights(sizes: list[int], temperature: float) -> list[float]:
+    """Per pair, how many times each of its pairs is seen per epoch, so that pair i is drawn
+    with probability ~ (n_i / N) ** (1 / T) and an epoch keeps N pairs in all."""
+    n = np.asarray(sizes, np.float64)
+    p = (n / n.sum()) ** (1.0 / temperature)
+    p /= p.sum()
+    return [float(x) for x in p * n.sum() / np.maximum(n, 1)]
+
+
+def target_vocabularies(
+    tok: Tokenizer, stores: list[TokenStore], sources: list[Source]
+) -> dict[str, bytes]:
+    """Per target language, the pieces its training text holds, plus EOS and the reserved
+    span pieces (a protected span may be written in any language)."""
+    size = tok.tgt_vocab_size
+    out: dict[str, np.ndarray] = {}
+    for store, source in zip(stores, sources):
+        seen = np.bincount(np.asarray(store.tgt), minlength=size)[:size] > 0
+        lang = source.tgt_lang
+        out[lang] = out[lang] | seen if lang in out else seen
+    spans = [i for p in reserved_symbols() if (i := tok.tgt.piece_to_id(p)) != UNK]
+    for mask in out.values():
+        mask[EOS] = True
+        mask[spans] = True
+    return {lang: pack(mask) for lang, mask in out.items()}
+
+
 @dataclass
 class Prepared:
-    """What training reads: the tokenizer, a store per training corpus, and the dev store."""
+    """What training reads: the tokenizer, a store per training corpus (per direction with
+    data.pairs), and a dev store per direction, named as `sources` and `valid_sources`."""
 
     tokenizer: Tokenizer
     train: list[TokenStore]
     weights: list[float]
-    valid: TokenStore
+    valid: list[TokenStore]
+    sources: list[Source]
+    valid_sources: list[Source]
 
 
 def cache_dir(cfg: Config, run_dir: Path) -> Path:
@@ -336,8 +395,14 @@ def prepare(cfg: Config, run_dir: Path, build: bool = True, log: bool = True) ->
         open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect)
         for s in sources
     ]
-    valid_source = split_source(d, d.valid)
-    valid = open_or_build(
-        valid_source, tok, cache, None, d.max_valid_examples, build, log, d.protect
-    )
-    return Prepared(tok, train, [s.weight for s in sources], valid)
+    valid_sources = split_sources(d, d.valid)
+    valid = [
+        open_or_build(v, tok, cache, None, d.max_valid_examples, build, log, d.protect)
+        for v in valid_sources
+    ]
+    weights = [s.weight for s in sources]
+    if d.pairs:
+        weights = pair_weights([len(s) for s in train], d.sampling_temperature)
+        vocab = target_vocabularies(tok, train, sources)
+        tok.languages = Languages(directions(d), d.lang_token, vocab)
+    return Prepared(tok, train, weights, valid, sources, valid_sources)

@@ -15,7 +15,7 @@ from typing import Any
 
 from mt.errors import MtError
 
-KEYS = ("src", "prefix", "constraints")
+KEYS = ("src", "prefix", "constraints", "to")
 
 
 @dataclass
@@ -23,6 +23,7 @@ class Request:
     src: str
     prefix: str = ""  # target text the translation must start with
     constraints: list[str] = field(default_factory=list)  # target phrases it must contain
+    to: str | None = None  # target language (a multilingual model; None: the translator's)
 
 
 def parse_jsonl_line(line: str, where: str) -> Request:
@@ -54,7 +55,10 @@ def request_from_object(obj: Any, where: str) -> Request:
     phrases = [c.strip() for c in constraints]
     if any(not c for c in phrases):
         raise MtError(f"{where}: a constraint is empty")
-    return Request(src.replace("\n", " "), prefix.strip(), phrases)
+    to = obj.get("to")
+    if to is not None and not isinstance(to, str):
+        raise MtError(f"{where}: 'to' must be a language code string")
+    return Request(src.replace("\n", " "), prefix.strip(), phrases, to)
 
 
 def read_requests(lines: Iterable[str], fmt: str, name: str) -> Iterator[Request]:

@@ -31,6 +31,7 @@ from mt.data.corpus import line_chunks
 from mt.decode.int8 import quantize_linears
 from mt.decode.protect import placeholders_for
 from mt.decode.steps import length_penalty
+from mt.decode.target import Target
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.spans import mask_pair
@@ -71,6 +72,7 @@ class Scorer:
         cfg: DecodeConfig,
         device: torch.device,
         protect: bool = False,
+        target: Target | None = None,
     ) -> None:
         # int8 as the translator does it, so a checkpoint with decode.int8 scores what it decodes.
         self.model = quantize_linears(model) if cfg.int8 else model.eval()
@@ -82,6 +84,9 @@ class Scorer:
         self.truncated = 0  # sources cut to the model's longest input, as translate cuts them
         # A model trained with data.protect saw spans as placeholders: score them as such.
         self.mask = protect and placeholders_for(tokenizer).reserved
+        # A multilingual model's target language: its token before the source, or forced
+        # first on the target side and left out of the score (mt.decode.target).
+        self.target = target or Target(None, [], [], None)
 
     def score_lines(self, src: list[str], tgt: list[str]) -> list[PairScore]:
         """Scores of pairs of raw text lines, in their order."""
@@ -98,7 +103,9 @@ class Scorer:
         for i, t in enumerate(tgt_ids):
             if len(t) > self.max_tgt:
                 raise TargetTooLong(i, len(t), self.max_tgt)
-        src_ids = [self._fit_source(s) for s in src_ids]
+        mark, forced = self.target.src_mark, self.target.tgt_mark
+        src_ids = [mark + self._fit_source(s, len(mark)) for s in src_ids]
+        tgt_ids = [forced + t for t in tgt_ids] if forced else tgt_ids
         sizes = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids)]
         results: list[PairScore | None] = [None] * len(src_ids)
         for batch in token_batches(sizes, self.cfg.max_tokens):
@@ -107,7 +114,7 @@ class Scorer:
                 self.model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
             )
             for r, lp in zip(rows, lps):
-                results[r] = self._pair_score(tgt_ids[r], lp)
+                results[r] = self._pair_score(tgt_ids[r][len(forced) :], lp[len(forced) :])
         return [r for r in results if r is not None]
 
     def score_stream(self, pairs: Iterable[tuple[list[str], list[str]]]) -> Iterator[PairScore]:
@@ -115,11 +122,11 @@ class Scorer:
         for src, tgt in pairs:
             yield from self.score_lines(src, tgt)
 
-    def _fit_source(self, ids: list[int]) -> list[int]:
-        if len(ids) <= self.max_src:
+    def _fit_source(self, ids: list[int], room: int = 0) -> list[int]:
+        if len(ids) + room <= self.max_src:
             return ids
         self.truncated += 1
-        return ids[: self.max_src - 1] + [EOS]
+        return ids[: self.max_src - 1 - room] + [EOS]
 
     def _pair_score(self, tgt: list[int], lp: list[float]) -> PairScore:
         total = sum(lp)

@@ -28,9 +28,11 @@ from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import DecodeConfig, to_dict, validate_decode
 from mt.decode.ensemble import Ensemble
 from mt.decode.score import Scorer
+from mt.decode.target import Targets
 from mt.decode.translator import Translator
 from mt.device import resolve_device
 from mt.errors import MtError
+from mt.languages import Languages
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
 
@@ -117,28 +119,64 @@ class Session:
             raise MtError(f"int8 decoding ({n('decode.int8')}) runs on CPU only; use the CPU")
         return dcfg
 
+    @property
+    def languages(self) -> Languages | None:
+        """A multilingual model's languages (None: one pair, `cfg.data.src_lang/tgt_lang`)."""
+        return self.tokenizer.languages
+
+    def targets(
+        self, to: str | None = None, frm: str | None = None, target_vocab: bool = True
+    ) -> Targets:
+        """The target-language choice for a decode (mt.decode.target), checked once: an
+        unknown language is one line naming the model's languages. A bilingual model takes
+        no `to` but its own target language."""
+        if self.languages is None:
+            d = self.cfg.data
+            for given, own, what in ((to, d.tgt_lang, "writes"), (frm, d.src_lang, "reads")):
+                if given is not None and given != own:
+                    raise MtError(
+                        f"this model translates {d.src_lang}-{d.tgt_lang} only: it {what} "
+                        f"{own!r}, not {given!r}"
+                    )
+            to = frm = None
+        return Targets(self.tokenizer, self.device, to, frm, target_vocab, self.name("data.to"))
+
     def translator(
         self,
         options: DecodeOptions | None = None,
         alignment: bool = False,
         with_scores: bool = False,
         protect: bool = True,
+        targets: Targets | None = None,
     ) -> Translator:
         """A Translator with these options; `alignment` and `with_scores` shape its output,
-        `protect` keeps placeholders, tags, URLs... exactly as written (mt/spans.py)."""
+        `protect` keeps placeholders, tags, URLs... exactly as written (mt/spans.py);
+        `targets` (from `targets()`) says which language to write."""
         dcfg = self.decode_config(options)
+        targets = targets or self.targets()
         try:
             return Translator(
-                self.model, self.tokenizer, dcfg, self.device, alignment, with_scores, protect
+                self.model,
+                self.tokenizer,
+                dcfg,
+                self.device,
+                alignment,
+                with_scores,
+                protect,
+                targets,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do
             raise MtError(f"{self.paths[0]}: {err}") from None
 
-    def scorer(self, options: DecodeOptions | None = None, protect: bool = True) -> Scorer:
+    def scorer(
+        self, options: DecodeOptions | None = None, protect: bool = True, to: str | None = None
+    ) -> Scorer:
         """A Scorer; with `protect` a model trained with data.protect scores spans as the
-        placeholders it learned."""
+        placeholders it learned; `to`: the target language of a multilingual model."""
         dcfg = self.decode_config(options)
-        return Scorer(self.model, self.tokenizer, dcfg, self.device, protect=protect)
+        targets = self.targets(to, target_vocab=False)
+        target = targets.of(targets.default)
+        return Scorer(self.model, self.tokenizer, dcfg, self.device, protect, target)
 
     def single_model(self, what: str) -> Transformer:
         """The model, for views of one model's internals; an ensemble is refused."""
@@ -161,10 +199,18 @@ class Session:
         """What a client may want to know of the model: languages, size, settings."""
         params = sum(p.numel() for p in self.model.parameters())
         cfg = to_dict(self.cfg)
+        langs = self.languages
+        pairs = (
+            [list(p) for p in langs.pairs]
+            if langs
+            else [[self.cfg.data.src_lang, self.cfg.data.tgt_lang]]
+        )
         return {
             "checkpoints": [str(p) for p in self.paths],
-            "source_language": self.cfg.data.src_lang,
-            "target_language": self.cfg.data.tgt_lang,
+            "source_language": pairs[0][0],
+            "target_language": pairs[0][1],
+            "directions": pairs,
+            "languages": langs.languages if langs else pairs[0],
             "parameters": params,
             "ensemble": len(self.loaded),
             "config": {k: cfg[k] for k in ("model", "tokenizer", "decode")},

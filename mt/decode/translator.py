@@ -24,6 +24,7 @@ from mt.decode.int8 import quantize_linears
 from mt.decode.requests import Request, translation_record
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Hypothesis, Sampling
+from mt.decode.target import Target, Targets, model_for, strip_mark
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
@@ -47,6 +48,7 @@ class Translator:
         alignment: bool = False,
         with_scores: bool = False,
         protect: bool = False,
+        targets: Targets | None = None,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
         # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
@@ -76,6 +78,8 @@ class Translator:
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
         self.protect = protect  # keep placeholders, markup, URLs (mt.decode.protect)
+        # The target language of each line (a multilingual model): mt.decode.target.
+        self.targets = targets or Targets(tokenizer, device)
 
     def _search(
         self,
@@ -83,15 +87,24 @@ class Translator:
         prefixes: list[list[int]] | None,
         constraints: list[list[list[int]]] | None = None,
         alignment: bool = False,
+        target: Target | None = None,
     ) -> list[list[Hypothesis]]:
         c = self.cfg
+        model = self.model if target is None else model_for(self.model, target)
+        if target is not None and target.tgt_mark:
+            prefixes = [target.tgt_mark + p for p in prefixes or [[] for _ in range(len(src))]]
         if constraints is not None and any(constraints):
+            if target is not None and target.tgt_mark:
+                raise MtError(
+                    "constraints cannot be combined with a model that reads its target "
+                    "language as the first output token (data.lang_token: target)"
+                )
             return constrained_beam_search(
-                self.model, src, constraints, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest
+                model, src, constraints, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest
             )
         if self.greedy or self.sampling is not None:
             hyps = greedy_search(
-                self.model,
+                model,
                 src,
                 c.max_len_a,
                 c.max_len_b,
@@ -103,7 +116,7 @@ class Translator:
             )
             return [[h] for h in hyps]
         return beam_search(
-            self.model,
+            model,
             src,
             c.beam,
             c.alpha,
@@ -116,9 +129,9 @@ class Translator:
             no_repeat_ngram=c.no_repeat_ngram,
         )
 
-    def translate_lines(self, lines: list[str]) -> list[Translation]:
-        """Translations of `lines`, in their order."""
-        return self.translate_requests([Request(line) for line in lines])
+    def translate_lines(self, lines: list[str], to: str | None = None) -> list[Translation]:
+        """Translations of `lines` (into `to`, for a multilingual model), in their order."""
+        return self.translate_requests([Request(line, to=to) for line in lines])
 
     def translate_requests(
         self, requests: list[Request], alignment: bool | None = None
@@ -131,19 +144,26 @@ class Translator:
         constraint_ids = self._constraint_ids(requests)
         results: list[list[Hypothesis]] = [[] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
+        langs = [self.targets.resolve(r.to) for r in requests]
         for i in todo:
-            if len(ids[i]) > self.max_src:
-                ids[i] = ids[i][: self.max_src - 1] + [EOS]
+            mark = self.targets.of(langs[i]).src_mark
+            if len(ids[i]) + len(mark) > self.max_src:
+                ids[i] = ids[i][: self.max_src - 1 - len(mark)] + [EOS]
                 self.truncated += 1
-        sizes = [len(ids[i]) for i in todo]
-        for batch in token_batches(sizes, self.cfg.max_tokens):
-            rows = [todo[j] for j in batch]
-            src = pad([ids[r] for r in rows]).to(self.device)
-            prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
-            terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
-            align = self.alignment if alignment is None else alignment
-            for r, hyps in zip(rows, self._search(src, prefixes, terms, align)):
-                results[r] = hyps
+            ids[i] = mark + ids[i]
+        align = self.alignment if alignment is None else alignment
+        # One target language per batch: the guard and the language token are per batch.
+        for lang in dict.fromkeys(langs[i] for i in todo):
+            target = self.targets.of(lang)
+            group = [i for i in todo if langs[i] == lang]
+            for batch in token_batches([len(ids[i]) for i in group], self.cfg.max_tokens):
+                rows = [group[j] for j in batch]
+                src = pad([ids[r] for r in rows]).to(self.device)
+                prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
+                terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
+                found = self._search(src, prefixes, terms, align, target)
+                for r, hyps in zip(rows, found):
+                    results[r] = strip_mark(hyps, target)
         out = []
         for hyps in results:
             texts = [self.tokenizer.decode_tgt(h.tokens) for h in hyps]

@@ -1,7 +1,9 @@
 """Evaluation during training: teacher-forced validation loss and greedy dev BLEU.
 
 Dev BLEU needs a decoder, so this is where training uses `mt.decode` and `mt.metrics`. The
-greedy translations are returned with the scores, for sinks that show a few of them.
+greedy translations are returned with the scores, for sinks that show a few of them. A
+multilingual model has a dev set per direction: each gets `dev_bleu/de-en` (and chrF), and
+`dev_bleu` is their mean, which picks `best.pt`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import torch
 
 from mt.batching import token_batches
 from mt.config import Config, DecodeConfig
+from mt.data.corpus import read_pairs
 from mt.data.loader import collate_store
+from mt.data.prepare import Prepared
 from mt.data.store import TokenStore
 from mt.decode.attention import AttentionView, sentence_attention
 from mt.decode.translator import Translator
@@ -31,27 +35,48 @@ from mt.train.loss import label_smoothed_loss
 @dataclass
 class Evaluation:
     metrics: dict[str, float]  # valid_loss, valid_nll, valid_ppl; (eval_bleu) dev_bleu, dev_chrf
-    hypotheses: list[str] = field(default_factory=list)  # greedy, one per dev source line
+    hypotheses: list[str] = field(default_factory=list)  # greedy, one per line of the first set
+
+
+@dataclass
+class DevSet:
+    """One direction's dev set: its token store for the loss, raw text for BLEU."""
+
+    store: TokenStore
+    sources: list[str]
+    references: list[str]
+    to: str | None = None  # the target language of a multilingual model's direction
+    name: str = ""  # "de-en" with several directions ("" alone: the plain metric names)
+
+
+def dev_sets_of(prepared: Prepared, limit: int) -> list[DevSet]:
+    """The dev set of each direction `prepare` made a store for (named and with a target
+    language when the model is multilingual)."""
+    multi = prepared.tokenizer.languages is not None
+    out = []
+    for store, source in zip(prepared.valid, prepared.valid_sources):
+        src, ref = read_pairs(source, limit)
+        name = f"{source.src_lang}-{source.tgt_lang}" if multi else ""
+        out.append(DevSet(store, src, ref, source.tgt_lang if multi else None, name))
+    return out
 
 
 class Evaluator:
-    """Scores the model on the dev set: `valid_data` (token store) for the loss, the raw
-    `sources`/`references` for BLEU."""
+    """Scores the model on its dev sets (one per direction)."""
 
     def __init__(
         self,
         cfg: Config,
         model: Transformer,
         tokenizer: Tokenizer,
-        valid_data: TokenStore,
-        sources: list[str],
-        references: list[str],
+        sets: list[DevSet],
         device: torch.device,
         precision: str,
     ) -> None:
         self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
-        self.valid_data = valid_data
-        self.sources, self.references = sources, references
+        self.sets = sets
+        # The examples and the attention picture show the first direction.
+        self.sources, self.references = sets[0].sources, sets[0].references
         self.device, self.precision = device, precision
 
     @torch.no_grad()
@@ -60,29 +85,37 @@ class Evaluator:
         mode."""
         self.model.eval()
         out = self._loss()
-        hyps: list[str] = []
+        first: list[str] = []
         if self.cfg.train.eval_bleu:
-            hyps = self.translate(self.sources)
-            out["dev_bleu"] = bleu(hyps, self.references)
-            out["dev_chrf"] = chrf(hyps, self.references)
+            scores: list[tuple[float, float]] = []
+            for k, dev in enumerate(self.sets):
+                hyps = self.translate(dev.sources, dev.to)
+                first = hyps if k == 0 else first
+                scores.append((bleu(hyps, dev.references), chrf(hyps, dev.references)))
+                if dev.name:
+                    out[f"dev_bleu/{dev.name}"], out[f"dev_chrf/{dev.name}"] = scores[-1]
+            out["dev_bleu"] = float(np.mean([b for b, _ in scores]))
+            out["dev_chrf"] = float(np.mean([c for _, c in scores]))
         self.model.train()
-        return Evaluation(out, hyps)
+        return Evaluation(out, first)
 
     def _loss(self) -> dict[str, float]:
         cfg = self.cfg
         loss_sum = nll_sum = 0.0
         ntok = 0
-        data = self.valid_data
-        sizes = data.sizes  # per pair: longer side + EOS
-        fits = np.nonzero(sizes <= cfg.model.max_positions)[0]  # longer: no positions
-        for idx in token_batches(sizes, cfg.train.max_tokens, items=fits):
-            b = collate_store(data, idx).to(self.device)
-            with autocast(self.device, self.precision):
-                logits = self.model(b.src, b.tgt_in)
-            loss, nll = label_smoothed_loss(logits, b.tgt_out, cfg.train.label_smoothing, PAD)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            ntok += b.tgt_tokens
+        placement = cfg.data.lang_token
+        for dev in self.sets:
+            lang = None if dev.to is None else self.tokenizer.lang_id(dev.to)
+            sizes = dev.store.sizes.astype(np.int64) + (lang is not None)  # + language token
+            fits = np.nonzero(sizes <= cfg.model.max_positions)[0]  # longer: no positions
+            for idx in token_batches(sizes, cfg.train.max_tokens, items=fits):
+                b = collate_store(dev.store, idx, lang, placement).to(self.device)
+                with autocast(self.device, self.precision):
+                    logits = self.model(b.src, b.tgt_in)
+                loss, nll = label_smoothed_loss(logits, b.tgt_out, cfg.train.label_smoothing, PAD)
+                loss_sum += float(loss)
+                nll_sum += float(nll)
+                ntok += b.tgt_tokens
         return {
             "valid_loss": loss_sum / ntok,
             "valid_nll": nll_sum / ntok,
@@ -90,8 +123,9 @@ class Evaluator:
         }
 
     @torch.no_grad()
-    def translate(self, lines: list[str]) -> list[str]:
-        """Greedy translations with the decode section's length limits."""
+    def translate(self, lines: list[str], to: str | None = None) -> list[str]:
+        """Greedy translations (into `to`, for a multilingual model) with the decode section's
+        length limits."""
         d = self.cfg.decode
         dcfg = DecodeConfig(
             beam=1, nbest=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b, max_tokens=d.max_tokens
@@ -106,7 +140,7 @@ class Evaluator:
             protect=self.cfg.data.protect,  # a model that learned placeholders uses them
         )
         with autocast(self.device, self.precision):
-            hyps = [t.text for t in translator.translate_lines(lines)]
+            hyps = [t.text for t in translator.translate_lines(lines, to)]
         self.model.train(was_training)
         return hyps
 
@@ -114,7 +148,7 @@ class Evaluator:
         """The first `n` dev pairs with their translation: the evaluation's greedy output, or
         (without dev BLEU) a greedy translation of just these."""
         sources, references = self.sources[:n], self.references[:n]
-        hyps = hypotheses[:n] if hypotheses else self.translate(sources)
+        hyps = hypotheses[:n] if hypotheses else self.translate(sources, self.sets[0].to)
         return list(zip(sources, references, hyps))
 
     def attention_views(self, sentence: str, step: int) -> tuple[str, list[AttentionView]]:

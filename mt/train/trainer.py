@@ -33,7 +33,6 @@ from mt import checkpoint
 from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
-from mt.data.corpus import read_parallel
 from mt.data.loader import TrainingSet, iterate
 from mt.data.prepare import prepare
 from mt.device import autocast, resolve_device, resolve_precision
@@ -41,7 +40,7 @@ from mt.errors import MtError
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
 from mt.train import distributed, finetune, tensorboard
-from mt.train.evaluation import Evaluator
+from mt.train.evaluation import Evaluator, dev_sets_of
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.loss import label_smoothed_loss
 from mt.train.metrics_log import JsonlSink, MetricsLog
@@ -80,8 +79,14 @@ class Trainer:
                 prepared = prepare(cfg, run_dir, build=turn, log=turn)
             distributed.barrier(self.dist)
         self.tokenizer = prepared.tokenizer
-        self.train_set = TrainingSet(prepared.train, prepared.weights)
-        valid_src, valid_ref = read_parallel(d, d.valid, d.max_valid_examples)
+        langs = self.tokenizer.languages
+        self.train_set = TrainingSet(
+            prepared.train,
+            prepared.weights,
+            [self.tokenizer.lang_id(s.tgt_lang) for s in prepared.sources] if langs else None,
+            d.lang_token,
+        )
+        dev_sets = dev_sets_of(prepared, d.max_valid_examples)
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
         finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
@@ -117,14 +122,7 @@ class Trainer:
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
         self.evaluate = Evaluator(
-            cfg,
-            self.model,
-            self.tokenizer,
-            prepared.valid,
-            valid_src,
-            valid_ref,
-            self.device,
-            self.precision,
+            cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
         )
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
         self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])

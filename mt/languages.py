@@ -1,0 +1,103 @@
+"""The languages of a multilingual model: its directions, its language tokens, and the pieces
+each target language is allowed to write.
+
+One model for many directions is the bilingual model plus one reserved piece per language,
+`<2fr>`, that says which language to write (Johnson et al. 2017): before the source
+(`data.lang_token: source`, as Marian) or as the decoder's first token (`target`, as M2M and
+NLLB). The pieces are sentencepiece control symbols, so no text can produce them and they are
+never split. A bilingual model has no `Languages`; its pair is `data.src_lang`/`data.tgt_lang`.
+
+Zero-shot directions (de->fr from a model trained on de<->en and en<->fr) drift into the wrong
+language. `vocab` records, for each target language, which pieces occur in its training text;
+decoding for that language emits only those (mt/decode/target.py), which keeps the output in
+the language asked for whatever the model prefers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mt.errors import MtError
+
+
+def lang_piece(lang: str) -> str:
+    """The reserved piece that asks for output in `lang`."""
+    return f"<2{lang}>"
+
+
+@dataclass
+class Languages:
+    pairs: list[tuple[str, str]]  # the trained directions, as in data.pairs
+    placement: str  # "source" or "target" (data.lang_token)
+    vocab: dict[str, bytes]  # target language -> np.packbits of its allowed pieces
+
+    @property
+    def languages(self) -> list[str]:
+        """Every language the model reads or writes, in the order data.pairs names them."""
+        seen: dict[str, None] = {}
+        for s, t in self.pairs:
+            seen.setdefault(s)
+            seen.setdefault(t)
+        return list(seen)
+
+    @property
+    def sources(self) -> list[str]:
+        return list(dict.fromkeys(s for s, _ in self.pairs))
+
+    @property
+    def targets(self) -> list[str]:
+        return list(dict.fromkeys(t for _, t in self.pairs))
+
+    def allowed(self, lang: str, size: int) -> np.ndarray:
+        """(size,) bool: the pieces `lang`'s training text holds (with EOS and reserved
+        spans, which prepare adds)."""
+        return np.unpackbits(np.frombuffer(self.vocab[lang], np.uint8), count=size).astype(bool)
+
+    def zero_shot(self, src: str, tgt: str) -> bool:
+        return (src, tgt) not in self.pairs
+
+    def check(self, to: str | None, frm: str | None, where: str = "--to") -> str:
+        """The target language for a request (`to`, or the only one the model writes), with
+        `frm` (optional) checked against the languages the model reads; one line otherwise."""
+        names = ", ".join(self.languages)
+        if frm is not None and frm not in self.sources:
+            if frm in self.languages:
+                # A language seen only as a target is still readable text for the encoder
+                # (the joint vocabulary covers it): allowed, as a zero-shot source.
+                pass
+            else:
+                raise MtError(f"the model does not read {frm!r} (its languages: {names})")
+        if to is None:
+            if len(self.targets) == 1:
+                return self.targets[0]
+            raise MtError(
+                f"this model writes {', '.join(self.targets)}: say which with {where} "
+                f"(its directions: {self.describe_pairs()})"
+            )
+        if to not in self.targets:
+            raise MtError(f"the model does not write {to!r} (it writes {', '.join(self.targets)})")
+        if frm is not None and frm == to:
+            raise MtError(f"source and target language are both {to!r}")
+        return to
+
+    def describe_pairs(self) -> str:
+        return ", ".join(f"{s}-{t}" for s, t in self.pairs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pairs": [f"{s}-{t}" for s, t in self.pairs],
+            "placement": self.placement,
+            "vocab": dict(self.vocab),
+        }
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Languages:
+        pairs = [tuple(p.split("-")) for p in data["pairs"]]
+        return Languages(pairs, data["placement"], dict(data["vocab"]))  # type: ignore[arg-type]
+
+
+def pack(mask: np.ndarray) -> bytes:
+    return np.packbits(mask.astype(bool)).tobytes()
