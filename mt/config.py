@@ -64,10 +64,11 @@ class DataConfig:
     # How often each pair is drawn: probability ~ (pairs in it / all pairs) ** (1 / T);
     # 1 is proportional to size, larger values lift the small pairs (fairseq, M2M).
     sampling_temperature: float = 1.0
-    # Where a multilingual model reads which language to write: "source" puts the token
-    # `<2xx>` before the source (Johnson et al. 2017, Marian), "target" makes it the decoder's
-    # first token (M2M, NLLB).
-    lang_token: Literal["source", "target"] = "source"
+    # Where a multilingual model reads which language to write: "target" makes the token
+    # `<2xx>` the decoder's first input in place of BOS (M2M, NLLB), "source" puts it before
+    # the source (Johnson et al. 2017, Marian). "target" kept zero-shot output in its language
+    # more often (README: Many languages).
+    lang_token: Literal["source", "target"] = "target"
 
 
 @dataclass
@@ -164,6 +165,10 @@ class DecodeConfig:
     topp: float = 1.0  # sample: nucleus, the most probable tokens with mass p (1: all)
     temperature: float = 1.0  # sample: > 1 flattens the distribution, < 1 sharpens it
     seed: int = 1  # sample: the draws are reproducible for the same input and batch settings
+    # A multilingual model writes only its target language's pieces (mt/languages.py): those
+    # seen in that language's text at a rate >= this times their highest rate in another
+    # language (0: every piece seen). Off with `--no-target-vocab`.
+    target_vocab_ratio: float = 0.1
 
 
 @dataclass
@@ -228,6 +233,7 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
         (0 < d.topp <= 1, f"{n('decode.topp')} must be in (0, 1], got {d.topp}"),
         (0 < d.temperature, f"{n('decode.temperature')} must be > 0, got {d.temperature}"),
         in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
+        in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
         (
             d.dtype in ("fp32", "bf16", "fp16"),
             f"{n('decode.dtype')} must be one of fp32, bf16, fp16, got {d.dtype!r}",

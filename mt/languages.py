@@ -8,9 +8,10 @@ NLLB). The pieces are sentencepiece control symbols, so no text can produce them
 never split. A bilingual model has no `Languages`; its pair is `data.src_lang`/`data.tgt_lang`.
 
 Zero-shot directions (de->fr from a model trained on de<->en and en<->fr) drift into the wrong
-language. `vocab` records, for each target language, which pieces occur in its training text;
-decoding for that language emits only those (mt/decode/target.py), which keeps the output in
-the language asked for whatever the model prefers.
+language. `counts` records, for each language, how often each piece occurs in its training
+text; decoding for a language emits only the pieces that are its own (mt/decode/target.py):
+seen in its text, and not far more frequent in another language's text than in its own. A
+French caption that names a "house" once must not license `▁house` for every French output.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def lang_piece(lang: str) -> str:
 class Languages:
     pairs: list[tuple[str, str]]  # the trained directions, as in data.pairs
     placement: str  # "source" or "target" (data.lang_token)
-    vocab: dict[str, bytes]  # target language -> np.packbits of its allowed pieces
+    counts: dict[str, bytes]  # language -> int64 occurrences of each piece in its text
+    always: list[int]  # pieces allowed in every language: EOS and reserved span pieces
 
     @property
     def languages(self) -> list[str]:
@@ -51,10 +53,18 @@ class Languages:
     def targets(self) -> list[str]:
         return list(dict.fromkeys(t for _, t in self.pairs))
 
-    def allowed(self, lang: str, size: int) -> np.ndarray:
-        """(size,) bool: the pieces `lang`'s training text holds (with EOS and reserved
-        spans, which prepare adds)."""
-        return np.unpackbits(np.frombuffer(self.vocab[lang], np.uint8), count=size).astype(bool)
+    def allowed(self, lang: str, ratio: float) -> np.ndarray:
+        """(V,) bool: the pieces `lang` may write. A piece is `lang`'s when its text holds it
+        and its rate there is at least `ratio` times its highest rate in another language
+        (0: every piece seen), plus EOS and the reserved span pieces."""
+        rates = {k: np.frombuffer(v, np.int64) for k, v in self.counts.items()}
+        own = rates[lang]
+        mask = own > 0
+        others = [r / max(r.sum(), 1) for k, r in rates.items() if k != lang]
+        if ratio > 0 and others:
+            mask &= own / max(own.sum(), 1) >= ratio * np.max(others, axis=0)
+        mask[self.always] = True
+        return mask
 
     def zero_shot(self, src: str, tgt: str) -> bool:
         return (src, tgt) not in self.pairs
@@ -90,14 +100,16 @@ class Languages:
         return {
             "pairs": [f"{s}-{t}" for s, t in self.pairs],
             "placement": self.placement,
-            "vocab": dict(self.vocab),
+            "counts": dict(self.counts),
+            "always": list(self.always),
         }
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Languages:
         pairs = [tuple(p.split("-")) for p in data["pairs"]]
-        return Languages(pairs, data["placement"], dict(data["vocab"]))  # type: ignore[arg-type]
-
-
-def pack(mask: np.ndarray) -> bytes:
-    return np.packbits(mask.astype(bool)).tobytes()
+        return Languages(
+            pairs,  # type: ignore[arg-type]
+            data["placement"],
+            dict(data["counts"]),
+            list(data["always"]),
+        )

@@ -51,20 +51,19 @@ def collate_store(
     """The batch of pairs `idx`: source + EOS, BOS + target, target + EOS; right-padded.
 
     With a language token `lang` (a multilingual model, mt/languages.py): placement "source"
-    puts it before the source; "target" makes it the decoder's first input after BOS, its
-    prediction left out of the loss (PAD in `tgt_out`: which language to write is the
-    request's, not something to learn from the source)."""
+    puts it before the source; "target" makes it the decoder's first input in place of BOS
+    (so nothing has to learn to predict it: which language to write is the request's)."""
     s0, s1 = store.src_idx[idx], store.src_idx[idx + 1]
     t0, t1 = store.tgt_idx[idx], store.tgt_idx[idx + 1]
     ls, lt = s1 - s0, t1 - t0
     src_mark = (lang,) if lang is not None and placement == "source" else ()
-    tgt_mark = (lang,) if lang is not None and placement == "target" else ()
+    start = lang if lang is not None and placement == "target" else BOS
     width_s = int(ls.max()) + 1 + len(src_mark)
-    width_t = int(lt.max()) + 1 + len(tgt_mark)
+    width_t = int(lt.max()) + 1
     return Batch(
         src=_gather(store.src, s0, ls, width_s, src_mark, EOS),
-        tgt_in=_gather(store.tgt, t0, lt, width_t, (BOS, *tgt_mark), None),
-        tgt_out=_gather(store.tgt, t0, lt, width_t, (PAD,) * len(tgt_mark), EOS),
+        tgt_in=_gather(store.tgt, t0, lt, width_t, (start,), None),
+        tgt_out=_gather(store.tgt, t0, lt, width_t, (), EOS),
         src_tokens=int(ls.sum()) + len(idx) * (1 + len(src_mark)),
         tgt_tokens=int(lt.sum()) + len(idx),
     )
@@ -91,7 +90,7 @@ class TrainingSet(torch.utils.data.Dataset):
         self.sizes = (
             stores[0].sizes if len(stores) == 1 else np.concatenate([s.sizes for s in stores])
         )
-        if langs is not None:  # the language token takes a position on one side
+        if langs is not None and placement == "source":  # the token takes a source position
             self.sizes = self.sizes.astype(np.int64) + 1
 
     def __len__(self) -> int:

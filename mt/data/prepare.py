@@ -27,7 +27,7 @@ from mt.config import Config, DataConfig
 from mt.data.corpus import Chunk, Source, directions, pair_chunks, split_sources, train_sources
 from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
 from mt.errors import MtError
-from mt.languages import Languages, pack
+from mt.languages import Languages
 from mt.progress import Progress
 from mt.spans import mask_pair, reserved_symbols
 from mt.tokenizer import EOS, UNK, Tokenizer, train_tokenizer
@@ -335,22 +335,23 @@ def pair_weights(sizes: list[int], temperature: float) -> list[float]:
     return [float(x) for x in p * n.sum() / np.maximum(n, 1)]
 
 
-def target_vocabularies(
+def piece_counts(
     tok: Tokenizer, stores: list[TokenStore], sources: list[Source]
 ) -> dict[str, bytes]:
-    """Per target language, the pieces its training text holds, plus EOS and the reserved
-    span pieces (a protected span may be written in any language)."""
+    """Per language, how often each piece occurs in its training text (both sides of every
+    pair that holds the language), as int64 bytes for the checkpoint."""
     size = tok.tgt_vocab_size
     out: dict[str, np.ndarray] = {}
     for store, source in zip(stores, sources):
-        seen = np.bincount(np.asarray(store.tgt), minlength=size)[:size] > 0
-        lang = source.tgt_lang
-        out[lang] = out[lang] | seen if lang in out else seen
-    spans = [i for p in reserved_symbols() if (i := tok.tgt.piece_to_id(p)) != UNK]
-    for mask in out.values():
-        mask[EOS] = True
-        mask[spans] = True
-    return {lang: pack(mask) for lang, mask in out.items()}
+        for side, lang in ((store.src, source.src_lang), (store.tgt, source.tgt_lang)):
+            n = np.bincount(np.asarray(side), minlength=size)[:size].astype(np.int64)
+            out[lang] = out[lang] + n if lang in out else n
+    return {lang: n.tobytes() for lang, n in out.items()}
+
+
+def always_allowed(tok: Tokenizer) -> list[int]:
+    """EOS and the reserved span pieces: any language may write them."""
+    return [EOS] + [i for p in reserved_symbols() if (i := tok.tgt.piece_to_id(p)) != UNK]
 
 
 @dataclass
@@ -403,6 +404,6 @@ def prepare(cfg: Config, run_dir: Path, build: bool = True, log: bool = True) ->
     weights = [s.weight for s in sources]
     if d.pairs:
         weights = pair_weights([len(s) for s in train], d.sampling_temperature)
-        vocab = target_vocabularies(tok, train, sources)
-        tok.languages = Languages(directions(d), d.lang_token, vocab)
+        counts = piece_counts(tok, train, sources)
+        tok.languages = Languages(directions(d), d.lang_token, counts, always_allowed(tok))
     return Prepared(tok, train, weights, valid, sources, valid_sources)

@@ -31,7 +31,7 @@ from mt.data.corpus import line_chunks
 from mt.decode.int8 import quantize_linears
 from mt.decode.protect import placeholders_for
 from mt.decode.steps import length_penalty
-from mt.decode.target import Target
+from mt.decode.target import Target, model_for
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.spans import mask_pair
@@ -84,9 +84,9 @@ class Scorer:
         self.truncated = 0  # sources cut to the model's longest input, as translate cuts them
         # A model trained with data.protect saw spans as placeholders: score them as such.
         self.mask = protect and placeholders_for(tokenizer).reserved
-        # A multilingual model's target language: its token before the source, or forced
-        # first on the target side and left out of the score (mt.decode.target).
-        self.target = target or Target(None, [], [], None)
+        # A multilingual model's target language: its token before the source, or the
+        # decoder's first input (mt.decode.target).
+        self.target = target or Target(None, [], None, None)
 
     def score_lines(self, src: list[str], tgt: list[str]) -> list[PairScore]:
         """Scores of pairs of raw text lines, in their order."""
@@ -103,18 +103,18 @@ class Scorer:
         for i, t in enumerate(tgt_ids):
             if len(t) > self.max_tgt:
                 raise TargetTooLong(i, len(t), self.max_tgt)
-        mark, forced = self.target.src_mark, self.target.tgt_mark
+        mark = self.target.src_mark
         src_ids = [mark + self._fit_source(s, len(mark)) for s in src_ids]
-        tgt_ids = [forced + t for t in tgt_ids] if forced else tgt_ids
+        model = model_for(self.model, self.target)
         sizes = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids)]
         results: list[PairScore | None] = [None] * len(src_ids)
         for batch in token_batches(sizes, self.cfg.max_tokens):
             rows = batch.tolist()
             lps = forced_logprobs(
-                self.model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
+                model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
             )
             for r, lp in zip(rows, lps):
-                results[r] = self._pair_score(tgt_ids[r][len(forced) :], lp[len(forced) :])
+                results[r] = self._pair_score(tgt_ids[r], lp)
         return [r for r in results if r is not None]
 
     def score_stream(self, pairs: Iterable[tuple[list[str], list[str]]]) -> Iterator[PairScore]:

@@ -125,7 +125,11 @@ class Session:
         return self.tokenizer.languages
 
     def targets(
-        self, to: str | None = None, frm: str | None = None, target_vocab: bool = True
+        self,
+        to: str | None = None,
+        frm: str | None = None,
+        target_vocab: bool = True,
+        ratio: float | None = None,
     ) -> Targets:
         """The target-language choice for a decode (mt.decode.target), checked once: an
         unknown language is one line naming the model's languages. A bilingual model takes
@@ -139,7 +143,11 @@ class Session:
                         f"{own!r}, not {given!r}"
                     )
             to = frm = None
-        return Targets(self.tokenizer, self.device, to, frm, target_vocab, self.name("data.to"))
+        if ratio is None:
+            ratio = self.cfg.decode.target_vocab_ratio
+        return Targets(
+            self.tokenizer, self.device, to, frm, target_vocab, self.name("data.to"), ratio
+        )
 
     def translator(
         self,
@@ -175,7 +183,7 @@ class Session:
         placeholders it learned; `to`: the target language of a multilingual model."""
         dcfg = self.decode_config(options)
         targets = self.targets(to, target_vocab=False)
-        target = targets.of(targets.default)
+        target = targets.of(targets.resolve(None))
         return Scorer(self.model, self.tokenizer, dcfg, self.device, protect, target)
 
     def single_model(self, what: str) -> Transformer:

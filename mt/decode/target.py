@@ -3,12 +3,13 @@ told, and the guard that keeps the output in it.
 
 This is the one place decoding decides the target language. A request names it (`to`, from
 `--to`, a JSONL line's `"to"` or a server request); a model that writes one language needs no
-name. The model is told with its language token (mt/languages.py): before the source, or forced
-as the first output token, which is then taken off the hypothesis. The guard
-(`TargetVocabulary`) lets the search score only the pieces that the language's training text
-holds, so a zero-shot direction cannot drift into English; it sits between the search and the
-model's output layer, so greedy, beam, constrained search, sampling and ensembles all pass
-through it without knowing of languages.
+name. The model is told with its language token (mt/languages.py): before the source ids
+(`data.lang_token: source`), or as the decoder's first input in place of BOS (`target`). Both
+the second and the guard live in `TargetLanguage`, the model seen from one target language: it
+feeds the token wherever a search or scorer feeds BOS, and lets the search score only the
+pieces that are the language's own, so a zero-shot direction cannot drift into English. It
+sits between the search and the model, so greedy, beam and constrained search, sampling,
+scoring and ensembles all pass through it without knowing of languages.
 """
 
 from __future__ import annotations
@@ -19,19 +20,37 @@ import torch
 
 from mt.decode.steps import Hypothesis
 from mt.languages import Languages
-from mt.tokenizer import Tokenizer
+from mt.tokenizer import BOS, Tokenizer
 
 
-class TargetVocabulary:
-    """A model seen through one language's vocabulary: the logits of every piece outside it
-    are -inf. Everything but `project` is the model's own."""
+class TargetLanguage:
+    """A model seen from one target language: BOS fed to the decoder becomes `start` (None:
+    unchanged), and the logits of every piece outside `allowed` are -inf (None: all pass).
+    Everything else is the model's own."""
 
-    def __init__(self, model: torch.nn.Module, allowed: torch.Tensor) -> None:
-        self.model = model
-        self.banned = ~allowed  # (V,) bool on the model's device
+    def __init__(
+        self, model: torch.nn.Module, start: int | None, allowed: torch.Tensor | None
+    ) -> None:
+        self.model, self.start = model, start
+        self.banned = None if allowed is None else ~allowed  # (V,) bool on the model's device
+
+    def _first(self, tokens: torch.Tensor) -> torch.Tensor:
+        return tokens if self.start is None else tokens.masked_fill(tokens.eq(BOS), self.start)
+
+    def step_hidden(self, prev: torch.Tensor, state, **kwargs):
+        return self.model.step_hidden(self._first(prev), state, **kwargs)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return self.model(src, self._first(tgt_in))
+
+    __call__ = forward
+
+    def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor):
+        return self.model.attention_maps(src, self._first(tgt_in))
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.project(hidden).masked_fill(self.banned, float("-inf"))
+        logits = self.model.project(hidden)
+        return logits if self.banned is None else logits.masked_fill(self.banned, float("-inf"))
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -43,7 +62,7 @@ class Target:
 
     lang: str | None  # None: a bilingual model
     src_mark: list[int]  # ids put before the source ids
-    tgt_mark: list[int]  # ids forced first in the output, then taken off
+    start: int | None  # the decoder's first input instead of BOS
     guard: torch.Tensor | None  # (V,) allowed pieces, or None (no guard)
 
 
@@ -58,10 +77,11 @@ class Targets:
         frm: str | None = None,
         guard: bool = True,
         where: str = "--to",
+        ratio: float = 0.1,
     ) -> None:
         self.languages: Languages | None = tokenizer.languages
         self.tokenizer, self.device, self.guard, self.where = tokenizer, device, guard, where
-        self.frm = frm
+        self.frm, self.ratio = frm, ratio
         self.default: str | None = None
         self._cache: dict[str, Target] = {}
         if self.languages is not None and (to is not None or len(self.languages.targets) == 1):
@@ -77,35 +97,31 @@ class Targets:
 
     def of(self, lang: str | None) -> Target:
         if lang is None or self.languages is None:
-            return Target(None, [], [], None)
+            return Target(None, [], None, None)
         if lang not in self._cache:
-            tok, langs = self.tokenizer, self.languages
-            mark = [tok.lang_id(lang)]
+            token = self.tokenizer.lang_id(lang)
             allowed = None
             if self.guard:
-                mask = torch.from_numpy(langs.allowed(lang, tok.tgt_vocab_size))
-                if langs.placement == "target":
-                    mask[mark[0]] = True  # forced first, then taken off
-                allowed = mask.to(self.device)
-            source = langs.placement == "source"
+                allowed = torch.from_numpy(self.languages.allowed(lang, self.ratio))
+                allowed = allowed.to(self.device)
+            source = self.languages.placement == "source"
             self._cache[lang] = Target(
-                lang, mark if source else [], [] if source else mark, allowed
+                lang, [token] if source else [], None if source else token, allowed
             )
         return self._cache[lang]
 
 
 def model_for(model: torch.nn.Module, target: Target) -> torch.nn.Module:
-    return model if target.guard is None else TargetVocabulary(model, target.guard)
+    """`model` as the search should see it for `target` (itself for a bilingual model)."""
+    if target.start is None and target.guard is None:
+        return model
+    return TargetLanguage(model, target.start, target.guard)  # type: ignore[return-value]
 
 
 def strip_mark(hyps: list[Hypothesis], target: Target) -> list[Hypothesis]:
-    """Hypotheses as if no language token had been there: without the forced first token
-    (target placement), and with alignments counted in the source's own pieces (source
-    placement: the token took position 0)."""
-    n, shift = len(target.tgt_mark), len(target.src_mark)
-    if not n and not shift:
+    """Hypotheses with alignments counted in the source's own pieces (source placement: the
+    language token took position 0)."""
+    shift = len(target.src_mark)
+    if not shift:
         return hyps
-    return [
-        Hypothesis(h.tokens[n:], h.score, [max(a - shift, 0) for a in h.alignment[n:]])
-        for h in hyps
-    ]
+    return [Hypothesis(h.tokens, h.score, [max(a - shift, 0) for a in h.alignment]) for h in hyps]

@@ -91,14 +91,7 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         c = self.cfg
         model = self.model if target is None else model_for(self.model, target)
-        if target is not None and target.tgt_mark:
-            prefixes = [target.tgt_mark + p for p in prefixes or [[] for _ in range(len(src))]]
         if constraints is not None and any(constraints):
-            if target is not None and target.tgt_mark:
-                raise MtError(
-                    "constraints cannot be combined with a model that reads its target "
-                    "language as the first output token (data.lang_token: target)"
-                )
             return constrained_beam_search(
                 model, src, constraints, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest
             )

@@ -106,7 +106,8 @@ class Evaluator:
         placement = cfg.data.lang_token
         for dev in self.sets:
             lang = None if dev.to is None else self.tokenizer.lang_id(dev.to)
-            sizes = dev.store.sizes.astype(np.int64) + (lang is not None)  # + language token
+            mark = lang is not None and placement == "source"
+            sizes = dev.store.sizes.astype(np.int64) + mark  # + the source's language token
             fits = np.nonzero(sizes <= cfg.model.max_positions)[0]  # longer: no positions
             for idx in token_batches(sizes, cfg.train.max_tokens, items=fits):
                 b = collate_store(dev.store, idx, lang, placement).to(self.device)
