@@ -90,7 +90,7 @@ class Languages:
         if to not in self.targets:
             raise MtError(f"the model does not write {to!r} (it writes {', '.join(self.targets)})")
         if frm is not None and frm == to:
-            raise MtError(f"source and target language are both {to!r}")
+            raise MtError(f"source and target language are both {to!r} (its languages: {names})")
         return to
 
     def describe_pairs(self) -> str:
