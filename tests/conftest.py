@@ -116,6 +116,37 @@ def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return run_dir
 
 
+MULTI_PAIRS = ["de-en", "en-de", "en-fr", "fr-en"]
+
+
+@pytest.fixture(scope="session")
+def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model trained on four directions of a Multi30k slice (de-fr is zero-shot)."""
+    run_dir = tmp_path_factory.mktemp("multi") / "run"
+    sets = {
+        "data.pairs": "[" + ",".join(MULTI_PAIRS) + "]",
+        "data.max_train_examples": 1500,
+        "data.max_valid_examples": 20,
+        "tokenizer.vocab_size": 1000,
+        "train.max_steps": 120,
+        "train.eval_every": 60,
+        "train.log_every": 20,
+        "train.threads": 1,
+        "train.tensorboard": "false",
+    }
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    result = _run_mt(
+        "train",
+        REPO / "configs" / "tiny.yaml",
+        "--run-dir",
+        run_dir,
+        *args,
+        env={"MT_DATA": str(multi30k_dir.resolve())},
+    )
+    assert result.rc == 0, result.err
+    return run_dir
+
+
 # -- a small synthetic task for tests that train repeatedly (resume, crashes, DDP) ----------------
 
 

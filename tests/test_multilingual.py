@@ -10,40 +10,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import MULTI_PAIRS as PAIRS
 from conftest import REPO, TIMES, run_in_process
 
 from mt.data.prepare import pair_weights
 from mt.languages import lang_piece
-
-PAIRS = ["de-en", "en-de", "en-fr", "fr-en"]
-
-
-@pytest.fixture(scope="module")
-def multi_run(multi30k_dir: Path, tmp_path_factory, mt_cli) -> Path:
-    """A tiny model trained on four directions of a Multi30k slice (de-fr is zero-shot)."""
-    run_dir = tmp_path_factory.mktemp("multi") / "run"
-    sets = {
-        "data.pairs": "[" + ",".join(PAIRS) + "]",
-        "data.max_train_examples": 1500,
-        "data.max_valid_examples": 20,
-        "tokenizer.vocab_size": 1000,
-        "train.max_steps": 120,
-        "train.eval_every": 60,
-        "train.log_every": 20,
-        "train.threads": 1,
-        "train.tensorboard": "false",
-    }
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    result = mt_cli(
-        "train",
-        REPO / "configs" / "tiny.yaml",
-        "--run-dir",
-        run_dir,
-        *args,
-        env={"MT_DATA": str(multi30k_dir.resolve())},
-    )
-    assert result.rc == 0, result.err
-    return run_dir
 
 
 def test_each_direction_has_its_dev_scores_and_best_is_their_mean(multi_run: Path):

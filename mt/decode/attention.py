@@ -13,6 +13,7 @@ import torch
 from mt.batching import pad
 from mt.config import DecodeConfig
 from mt.decode.search import beam_search
+from mt.decode.target import Target, model_for
 from mt.model import AttentionMaps, Transformer
 from mt.tokenizer import BOS, EOS, Tokenizer
 
@@ -66,31 +67,45 @@ KIND_NAMES = {
 
 @torch.inference_mode()
 def translate_with_attention(
-    model: Transformer, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentence: str,
+    cfg: DecodeConfig,
+    target: Target | None = None,
 ) -> SentenceAttention:
-    """Translate `sentence` with beam search, then run the model teacher-forced on its output
-    to read every attention weight it computes for that translation."""
+    """Translate `sentence` with beam search (into `target`'s language, for a multilingual
+    model), then run the model teacher-forced on its output to read every attention weight it
+    computes for that translation. The language token shows where the model reads it."""
     model.eval()
     device = next(model.parameters()).device
-    src = pad(tokenizer.encode_src([sentence])).to(device)
+    target = target or Target(None, [], None, None)
+    model = model_for(model, target)  # type: ignore[assignment]
+    src = pad([target.src_mark + tokenizer.encode_src([sentence])[0]]).to(device)
     hyp = beam_search(model, src, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b)[0][0]
     tgt_in = torch.tensor([[BOS] + hyp.tokens], device=device)
+    marks = [tokenizer.src.id_to_piece(i) for i in target.src_mark]
+    first = "<s>" if target.start is None else tokenizer.tgt.id_to_piece(target.start)
     return SentenceAttention(
         source=sentence,
         translation=tokenizer.decode_tgt(hyp.tokens),
-        src_tokens=tokenizer.src_pieces(sentence),
-        tgt_in_tokens=["<s>"] + tokenizer.tgt_pieces(hyp.tokens),
+        src_tokens=marks + tokenizer.src_pieces(sentence),
+        tgt_in_tokens=[first] + tokenizer.tgt_pieces(hyp.tokens),
         tgt_out_tokens=tokenizer.tgt_pieces(hyp.tokens + [EOS]),
         maps=model.attention_maps(src, tgt_in),
     )
 
 
 def sentence_attention(
-    model: Transformer, tokenizer: Tokenizer, sentence: str, cfg: DecodeConfig, layer: int
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentence: str,
+    cfg: DecodeConfig,
+    layer: int,
+    target: Target | None = None,
 ) -> tuple[str, list[AttentionView]]:
     """Translate `sentence` and return the translation with its attention in layer `layer`
     (negative counts from the top): encoder self, decoder self and encoder-decoder."""
-    att = translate_with_attention(model, tokenizer, sentence, cfg)
+    att = translate_with_attention(model, tokenizer, sentence, cfg, target)
     return att.translation, att.views(layer)
 
 

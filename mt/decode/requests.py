@@ -15,7 +15,7 @@ from typing import Any
 
 from mt.errors import MtError
 
-KEYS = ("src", "prefix", "constraints", "to")
+KEYS = ("src", "prefix", "constraints", "to", "from")
 
 
 @dataclass
@@ -24,6 +24,7 @@ class Request:
     prefix: str = ""  # target text the translation must start with
     constraints: list[str] = field(default_factory=list)  # target phrases it must contain
     to: str | None = None  # target language (a multilingual model; None: the translator's)
+    frm: str | None = None  # source language, checked against the model's ("from" in JSON)
 
 
 def parse_jsonl_line(line: str, where: str) -> Request:
@@ -55,10 +56,11 @@ def request_from_object(obj: Any, where: str) -> Request:
     phrases = [c.strip() for c in constraints]
     if any(not c for c in phrases):
         raise MtError(f"{where}: a constraint is empty")
-    to = obj.get("to")
-    if to is not None and not isinstance(to, str):
-        raise MtError(f"{where}: 'to' must be a language code string")
-    return Request(src.replace("\n", " "), prefix.strip(), phrases, to)
+    to, frm = obj.get("to"), obj.get("from")
+    for key, value in (("to", to), ("from", frm)):
+        if value is not None and not isinstance(value, str):
+            raise MtError(f"{where}: '{key}' must be a language code string")
+    return Request(src.replace("\n", " "), prefix.strip(), phrases, to, frm)
 
 
 def read_requests(lines: Iterable[str], fmt: str, name: str) -> Iterator[Request]:

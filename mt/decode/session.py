@@ -192,16 +192,19 @@ class Session:
             raise MtError(f"{what} shows one model's internals: give one checkpoint")
         return self.model
 
-    def attention(self, sentence: str, options: DecodeOptions | None = None):
-        """`sentence` translated with these options, with every attention weight the model
-        computed for that translation (mt.decode.attention.SentenceAttention)."""
+    def attention(self, sentence: str, options: DecodeOptions | None = None, to: str | None = None):
+        """`sentence` translated with these options (into `to`, for a multilingual model),
+        with every attention weight the model computed for that translation
+        (mt.decode.attention.SentenceAttention)."""
         from mt.decode.attention import translate_with_attention
 
         model = self.single_model("attention")
         if not sentence.strip():
             raise MtError("the sentence is empty")
         dcfg = self.decode_config(options)
-        return translate_with_attention(model, self.tokenizer, sentence.strip(), dcfg)
+        targets = self.targets(to)
+        target = targets.of(targets.resolve(None))
+        return translate_with_attention(model, self.tokenizer, sentence.strip(), dcfg, target)
 
     def describe(self) -> dict[str, Any]:
         """What a client may want to know of the model: languages, size, settings."""

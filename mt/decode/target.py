@@ -87,13 +87,13 @@ class Targets:
         if self.languages is not None and (to is not None or len(self.languages.targets) == 1):
             self.default = self.languages.check(to, frm, where)
 
-    def resolve(self, to: str | None) -> str | None:
+    def resolve(self, to: str | None, frm: str | None = None) -> str | None:
         """The language a request writes: its own `to`, the translator's, or the only one;
         none of these is one line naming the model's languages. A bilingual model writes its
         one language (the session has checked any `to` given)."""
         if self.languages is None:
             return None
-        return self.languages.check(to or self.default, self.frm, self.where)
+        return self.languages.check(to or self.default, frm or self.frm, self.where)
 
     def of(self, lang: str | None) -> Target:
         if lang is None or self.languages is None:

@@ -24,7 +24,7 @@ from mt.decode.requests import translation_record
 from mt.decode.score import TargetTooLong
 from mt.decode.session import DecodeOptions, Session
 from mt.errors import MtError
-from mt.serve import bodies
+from mt.serve import bodies, languages
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, key_of
@@ -41,10 +41,6 @@ STATIC = {  # file -> (package, content type)
     "viewer.js": ("mt.viewer", "text/javascript"),
     "viewer.css": ("mt.viewer", "text/css"),
 }
-LANGUAGE_NAMES = {
-    "de": "German", "en": "English", "fr": "French", "cs": "Czech", "es": "Spanish",
-    "it": "Italian", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian", "zh": "Chinese",
-}  # fmt: skip
 
 
 @dataclass
@@ -151,9 +147,11 @@ def create_app(config: ServeConfig) -> FastAPI:
 
         def run(session: Session) -> list[dict[str, Any]]:
             try:
-                scores = session.scorer().score_lines(body.src, body.tgt)
+                scores = session.scorer(to=body.to).score_lines(body.src, body.tgt)
             except TargetTooLong as err:
                 raise ApiError(422, f"items[{err.index}].tgt: {err}") from None
+            except MtError as err:
+                raise ApiError(422, str(err)) from None
             return [
                 {"score": s.score, "logprob": s.logprob, "tokens": s.tokens,
                  "token_logprobs": s.token_logprobs}
@@ -175,7 +173,7 @@ def create_app(config: ServeConfig) -> FastAPI:
 
         def run(session: Session) -> dict[str, Any]:
             try:
-                return attention_json(session.attention(body.src, body.options))
+                return attention_json(session.attention(body.src, body.options, body.to))
             except MtError as err:
                 raise ApiError(422, str(err)) from None
 
@@ -215,13 +213,29 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     # -- LibreTranslate's API, so the applications that speak it work unchanged ------------
 
-    def pick(source: str, target: str) -> tuple[ModelWorker, str]:
+    def served() -> list[Session]:
+        return [w.session for w in workers.values() if w.session is not None]
+
+    def known_languages() -> list[str]:
+        return sorted(
+            {c for s in served() for c in languages.directions(s)}
+            | {t for s in served() for ts in languages.directions(s).values() for t in ts}
+        )
+
+    def pick(source: str, target: str, text: str) -> tuple[ModelWorker, str]:
+        """The model that translates `source` (or, for `auto`, the language identified in
+        `text`) into `target`, and that source language."""
+        if source == "auto":
+            sources = sorted({c for s in served() for c in languages.directions(s)})
+            source = languages.detect(text, sources)[0]["language"]
         for worker in workers.values():
-            session = worker.loaded()
-            pair = (session.cfg.data.src_lang, session.cfg.data.tgt_lang)
-            if pair[1] == target and source in ("auto", pair[0]):
-                return worker, pair[0]
-        raise ApiError(400, f"no model translates {source!r} into {target!r} (see /languages)")
+            if target in languages.directions(worker.loaded()).get(source, []):
+                return worker, source
+        raise ApiError(
+            400,
+            f"no model translates {source!r} into {target!r} (languages served: "
+            f"{', '.join(known_languages())}; see /languages)",
+        )
 
     @app.post("/translate")
     async def libre_translate(request: Request) -> dict[str, Any]:
@@ -247,8 +261,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_count(len(texts), limits)
         for i, text in enumerate(texts):
             check_text(text, f"q[{i}]", limits)
-        worker, detected = pick(source, target)
-        items = [Item(t.replace("\n", " ")) for t in texts]
+        worker, detected = await asyncio.to_thread(pick, source, target, " ".join(texts))
+        items = [Item(t.replace("\n", " "), to=target, frm=detected) for t in texts]
         done = await answer(request, worker.translate(items, DecodeOptions(), False))
         out: dict[str, Any] = {
             "translatedText": done[0].text if isinstance(q, str) else [t.text for t in done]
@@ -258,17 +272,27 @@ def create_app(config: ServeConfig) -> FastAPI:
         return out
 
     @app.get("/languages")
-    async def languages() -> list[dict[str, Any]]:
+    async def languages_() -> list[dict[str, Any]]:
         """LibreTranslate's `/languages`: each source language and the targets it has."""
-        targets: dict[str, list[str]] = {}
-        for worker in workers.values():
-            if worker.session is not None:
-                data = worker.session.cfg.data
-                targets.setdefault(data.src_lang, []).append(data.tgt_lang)
-        return [
-            {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": sorted(set(t))}
-            for code, t in targets.items()
-        ]
+        return languages.listing(served())
+
+    @app.post("/detect")
+    async def detect(request: Request) -> list[dict[str, Any]]:
+        """LibreTranslate's `/detect`: field `q` (JSON or form); the languages served, most
+        likely first, with a confidence in percent."""
+        raw = await _read_body(request, limits.max_body_bytes)
+        if request.headers.get("content-type", "").startswith("application/json"):
+            obj = bodies.parse_json(raw)
+            obj = obj if isinstance(obj, dict) else {}
+        else:
+            obj = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+        check_key(config.api_keys, key_of(request.headers, _str(obj.get("api_key"))))
+        q = obj.get("q")
+        if not isinstance(q, str) or not q.strip():
+            raise ApiError(400, "'q' must be a non-empty string")
+        check_text(q, "q", limits)
+        sources = sorted({c for s in served() for c in languages.directions(s)})
+        return await asyncio.to_thread(languages.detect, q, sources)
 
     # -- the page -----------------------------------------------------------------------------
 

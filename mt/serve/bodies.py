@@ -41,6 +41,7 @@ class ScoreBody:
     src: list[str]
     tgt: list[str]
     model: str | None
+    to: str | None = None  # target language of a multilingual model
 
 
 @dataclass
@@ -48,6 +49,7 @@ class AttentionBody:
     src: str
     options: DecodeOptions
     model: str | None
+    to: str | None = None  # target language of a multilingual model
 
 
 def parse_json(raw: bytes) -> Any:
@@ -120,16 +122,26 @@ def parse_options(raw: Any, allowed: tuple[str, ...] | None = None) -> tuple[Dec
     return DecodeOptions(**given), alignment
 
 
+def _lang(obj: dict[str, Any], key: str) -> str | None:
+    """A language code field (a multilingual model's target), or None."""
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(422, f"'{key}' must be a language code, got {_kind(value)}")
+    return value
+
+
 def _type_name(t: type) -> str:
     return {bool: "true or false", int: "an integer", float: "a number"}.get(t, t.__name__)
 
 
 def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
-    obj = _object(obj, ("items", "options", "model"))
+    obj = _object(obj, ("items", "options", "model", "to", "from"))
     items = _items(obj, limits)
+    defaults = {k: obj[k] for k in ("to", "from") if obj.get(k) is not None}
     requests = []
     for i, item in enumerate(items):
-        try:
+        try:  # the body's "to"/"from" hold for every item that names none
+            item = {**defaults, **item} if isinstance(item, dict) else item
             request = request_from_object(item, f"items[{i}]")
         except MtError as err:
             raise ApiError(422, str(err)) from None
@@ -142,7 +154,7 @@ def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
 
 
 def parse_score(obj: Any, limits: Limits) -> ScoreBody:
-    obj = _object(obj, ("items", "model"))
+    obj = _object(obj, ("items", "model", "to"))
     src, tgt = [], []
     for i, item in enumerate(_items(obj, limits)):
         item = _object(item, ("src", "tgt"), f"items[{i}]")
@@ -152,11 +164,11 @@ def parse_score(obj: Any, limits: Limits) -> ScoreBody:
                 raise ApiError(422, f"items[{i}].{key} must be a string, got {_kind(value)}")
             check_text(value, f"items[{i}].{key}", limits)
             out.append(value.replace("\n", " "))
-    return ScoreBody(src, tgt, _model(obj))
+    return ScoreBody(src, tgt, _model(obj), _lang(obj, "to"))
 
 
 def parse_attention(obj: Any, limits: Limits) -> AttentionBody:
-    obj = _object(obj, ("src", "options", "model"))
+    obj = _object(obj, ("src", "options", "model", "to"))
     src = obj.get("src")
     if not isinstance(src, str):
         raise ApiError(422, f"'src' must be a string, got {_kind(src)}")
@@ -164,7 +176,7 @@ def parse_attention(obj: Any, limits: Limits) -> AttentionBody:
         raise ApiError(422, "'src' is empty")
     check_text(src, "src", limits)
     options, _ = parse_options(obj.get("options"), allowed=("beam",))
-    return AttentionBody(src.replace("\n", " "), options, _model(obj))
+    return AttentionBody(src.replace("\n", " "), options, _model(obj), _lang(obj, "to"))
 
 
 # -- JSON schemas for the OpenAPI page (the parsers above are what is enforced) -----------------
@@ -194,11 +206,15 @@ TRANSLATE_SCHEMA = {
                     "src": {"type": "string"},
                     "prefix": {"type": "string"},
                     "constraints": {"type": "array", "items": {"type": "string"}},
+                    "to": {"type": "string", "description": "target language"},
+                    "from": {"type": "string", "description": "source language (checked)"},
                 },
             },
         },
         "options": _OPTIONS_SCHEMA,
         "model": {"type": "string"},
+        "to": {"type": "string", "description": "target language of items that name none"},
+        "from": {"type": "string"},
     },
     "example": {"items": [{"src": "Ein Hund rennt im Park."}], "options": {"beam": 5}},
 }

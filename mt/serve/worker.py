@@ -38,7 +38,10 @@ GAP = 20
 
 
 def option_name(key: str) -> str:
-    """`decode.beam` -> `options.beam`: how the API names a decoding setting in errors."""
+    """`decode.beam` -> `options.beam`: how the API names a decoding setting in errors (the
+    target language is a field of the body or the item: 'to')."""
+    if key == "data.to":
+        return "'to'"
     return "options." + key.split(".")[-1]
 
 

@@ -24,6 +24,7 @@ from mt.data.loader import collate_store
 from mt.data.prepare import Prepared
 from mt.data.store import TokenStore
 from mt.decode.attention import AttentionView, sentence_attention
+from mt.decode.target import Targets
 from mt.decode.translator import Translator
 from mt.device import autocast
 from mt.metrics import bleu, chrf
@@ -157,7 +158,9 @@ class Evaluator:
         translation of `sentence` (the one the examples show), for `attention_picture`. This
         part runs the model, so it is done before training goes on."""
         greedy = dataclasses.replace(self.cfg.decode, beam=1, nbest=1)
-        text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1)
+        to = self.sets[0].to
+        target = Targets(self.tokenizer, self.device).of(to) if to else None
+        text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1, target)
         self.model.train()
         cross = [v for v in views if v.name == "encoder-decoder attention"]
         return f"{sentence}  ->  {text}   (step {step})", cross

@@ -4,7 +4,9 @@
  * translation's attention drawn by the shared viewer (MtViewer.render on POST /v1/attention).
  * Only this server is ever asked for anything. A server started with --api-key-file answers
  * 401 without a key: the page then asks for one, keeps it for this tab only (sessionStorage)
- * and sends it as `Authorization: Bearer KEY` on every call.
+ * and sends it as `Authorization: Bearer KEY` on every call. A model that translates several
+ * directions gets From and To selectors (its languages, from /v1/models) and a swap button;
+ * every call then names the target language (`to`).
  */
 (function () {
   "use strict";
@@ -19,7 +21,10 @@
   var keyForm = document.getElementById("key-form");
   var keyInput = document.getElementById("api-key");
   var KEY_ITEM = "mt-api-key";
-  var nbestSize = 1, timer = null, seq = 0;
+  var langs = document.getElementById("langs");
+  var fromSel = document.getElementById("from");
+  var toSel = document.getElementById("to");
+  var nbestSize = 1, timer = null, seq = 0, multilingual = false;
 
   function NeedsKey(message) { this.message = message; }
 
@@ -117,7 +122,10 @@
     }
     status.textContent = "Translating…";
     var t0 = performance.now();
-    post("/v1/translate", { items: [{ src: text }], options: { nbest: nbestSize } })
+    var item0 = { src: text };
+    var to = multilingual ? toSel.value : undefined;
+    if (multilingual) { item0.to = to; item0.from = fromSel.value; }
+    post("/v1/translate", { items: [item0], options: { nbest: nbestSize } })
       .then(function (res) {
         if (mine !== seq) return null;
         var item = res.items[0];
@@ -125,8 +133,8 @@
         showNbest(item);
         status.textContent = "Translated in " + Math.round(performance.now() - t0) + " ms.";
         return Promise.all([
-          post("/v1/score", { items: [{ src: text, tgt: item.translation }] }),
-          post("/v1/attention", { src: text })
+          post("/v1/score", { items: [{ src: text, tgt: item.translation }], to: to }),
+          post("/v1/attention", { src: text, to: to })
         ]);
       })
       .then(function (both) {
@@ -148,6 +156,33 @@
     timer = setTimeout(run, DEBOUNCE_MS);
   });
 
+  function fill(select, codes, chosen) {
+    clear(select);
+    codes.forEach(function (c) {
+      var o = document.createElement("option");
+      o.value = c; o.textContent = c;
+      select.appendChild(o);
+    });
+    if (codes.indexOf(chosen) >= 0) select.value = chosen;
+  }
+
+  // From -> To: the target may not be the source; changing either translates again.
+  function showPair() {
+    document.getElementById("pair").textContent = fromSel.value + " → " + toSel.value;
+    document.getElementById("src-label").textContent = "Source sentence (" + fromSel.value + ")";
+    out.lang = toSel.value;
+  }
+
+  function changed() { showPair(); if (src.value.trim()) run(); }
+  fromSel.addEventListener("change", changed);
+  toSel.addEventListener("change", changed);
+  document.getElementById("swap").addEventListener("click", function () {
+    var a = fromSel.value, b = toSel.value;
+    fromSel.value = b; toSel.value = a;
+    if (out.textContent) src.value = out.textContent;  // the translation becomes the source
+    changed();
+  });
+
   function loadModel() {
     call("GET", "/v1/models").then(showModel, function (err) {
       if (!(err instanceof NeedsKey)) status.textContent = "Error: " + err.message;
@@ -160,9 +195,22 @@
       status.textContent = "The model is loading; reload in a moment.";
       return;
     }
-    document.getElementById("pair").textContent = m.source_language + " → " + m.target_language;
-    document.getElementById("src-label").textContent =
-      "Source sentence (" + m.source_language + ")";
+    var targets = [];
+    (m.directions || []).forEach(function (d) {
+      if (targets.indexOf(d[1]) < 0) targets.push(d[1]);
+    });
+    multilingual = targets.length > 1;
+    if (multilingual) {
+      fill(fromSel, m.languages, m.source_language);
+      fill(toSel, m.languages, m.target_language);
+      langs.hidden = false;
+      showPair();
+    } else {
+      document.getElementById("pair").textContent =
+        m.source_language + " → " + m.target_language;
+      document.getElementById("src-label").textContent =
+        "Source sentence (" + m.source_language + ")";
+    }
     document.getElementById("model-info").textContent = "model " + m.name + ", " +
       (m.parameters / 1e6).toFixed(1) + "M parameters";
     nbestSize = Math.min(5, m.config.decode.beam || 1);
