@@ -8,7 +8,8 @@ its extremes, and the rule that rejects it is quoted, so the page says what the 
 `cli_reference()` lists every `mt` command with its arguments and flags from the Typer app.
 
 MkDocs runs this file as a hook (mkdocs.yml: `hooks`), adding `reference/config.md` and
-`reference/cli.md` to the build; `python scripts/docs_reference.py config|cli` prints a page.
+`reference/cli.md` to the build, and `reference/errors.md`, every one-line error the code can
+raise; `python scripts/docs_reference.py config|cli|errors` prints a page.
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ from mt.config import Config
 from mt.errors import MtError
 
 CONFIG_PY = Path(config_module.__file__)
-PAGES = {"reference/config.md": "config", "reference/cli.md": "cli"}
+PAGES = {
+    "reference/config.md": "config",
+    "reference/cli.md": "cli",
+    "reference/errors.md": "errors",
+}
 
 
 @dataclass
@@ -263,6 +268,85 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
+# -- the one-line errors -------------------------------------------------------------------------
+
+
+@dataclass
+class ErrorMessage:
+    """One `MtError` the code can raise: its message with the variable parts named."""
+
+    module: str  # "mt/cli/decoding.py"
+    line: int
+    text: str  # "‹ref› is empty: no reference lines to score against"
+
+
+def message_text(node: ast.expr) -> str | None:
+    """The message of `MtError(<node>)`, its f-string fields written as ‹field›; None when
+    the message is built elsewhere (a variable)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            else:
+                assert isinstance(value, ast.FormattedValue)
+                parts.append(f"‹{ast.unparse(value.value)}›")
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = (message_text(n) or f"‹{ast.unparse(n)}›" for n in (node.left, node.right))
+        return left + right
+    return None
+
+
+def error_messages(root: Path | None = None) -> list[ErrorMessage]:
+    """Every `MtError("...")` written in mt/, in file order."""
+    package = root or CONFIG_PY.parent
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "MtError"
+                and node.args
+            ):
+                text = message_text(node.args[0])
+                if text is not None:
+                    where = f"mt/{path.relative_to(package).as_posix()}"
+                    found.append(ErrorMessage(where, node.lineno, " ".join(text.split())))
+    return sorted(found, key=lambda e: (e.module, e.line))
+
+
+def errors_reference() -> str:
+    """The page of every one-line error, by the module that raises it."""
+    out = [
+        "# Errors",
+        "",
+        "Every one-line error `mt` can print (`mt: error: ...`, exit 2 unless the table of "
+        "[Troubleshooting](../troubleshooting.md) says otherwise), generated from the "
+        "`MtError` calls in `mt/` at every build of this manual (`scripts/docs_reference.py`). "
+        "‹name› stands for what the message fills in: a file, a key, a value. The rules a config "
+        "value must meet are on [Config keys](config.md) (column *allowed*); their messages "
+        "name the key, e.g. `train.warmup must be > 0`. Causes and fixes of the ones met most "
+        "are on [Troubleshooting](../troubleshooting.md).",
+        "",
+    ]
+    lines: dict[tuple[str, str], list[str]] = {}  # one row per message, all its lines
+    for e in error_messages():
+        lines.setdefault((e.module, e.text), []).append(str(e.line))
+    module = ""
+    for (where, text), at in lines.items():
+        if where != module:
+            module = where
+            out += ["", f"## `{module}`", "", "| message | line |", "| --- | --- |"]
+        out.append(f"| {cell(text).replace('`', '')} | {', '.join(at)} |")
+    out.append("")
+    return "\n".join(out)
+
+
 # -- the MkDocs hook -----------------------------------------------------------------------------
 
 
@@ -271,13 +355,14 @@ def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     for uri, page in PAGES.items():
-        text = config_reference() if page == "config" else cli_reference()
-        files.append(File.generated(config, uri, content=text))
+        files.append(File.generated(config, uri, content=GENERATORS[page]()))
     return files
 
 
+GENERATORS = {"config": config_reference, "cli": cli_reference, "errors": errors_reference}
+
 if __name__ == "__main__":
     which = sys.argv[1] if len(sys.argv) > 1 else ""
-    if which not in ("config", "cli"):
-        sys.exit("usage: python scripts/docs_reference.py config|cli")
-    print(config_reference() if which == "config" else cli_reference())
+    if which not in GENERATORS:
+        sys.exit(f"usage: python scripts/docs_reference.py {'|'.join(GENERATORS)}")
+    print(GENERATORS[which]())

@@ -92,6 +92,24 @@ def test_cli_reference_lists_every_command_and_flag():
                     assert re.search(rf"`[^`]*{re.escape(flag)}\b", page), (name, flag)
 
 
+def test_errors_reference_holds_every_message():
+    gen = load_generator()
+    found = gen.error_messages()
+    texts = {e.text for e in found}
+    assert "‹ref› is empty: no reference lines to score against" in texts  # an f-string
+    assert "mt eval needs --ref" in texts  # a plain string
+    assert "average: no checkpoints given" in texts
+    # As many as the source has MtError calls with a written message (a few pass one built
+    # elsewhere, a variable).
+    calls = sum(
+        len(re.findall(r"MtError\(\s*(?:f?\"|\(?\s*f?\")", p.read_text(encoding="utf-8")))
+        for p in (REPO / "mt").rglob("*.py")
+    )
+    assert len(found) >= calls > 100
+    page = gen.errors_reference()
+    assert page.count("\n| ") >= len(texts)
+
+
 def test_mkdocs_build_is_strict_clean_and_fetches_nothing(tmp_path):
     pytest.importorskip(
         "mkdocs", reason="the docs extra (mkdocs, mkdocs-material) is not installed"
@@ -111,6 +129,9 @@ def test_mkdocs_build_is_strict_clean_and_fetches_nothing(tmp_path):
     config_page = (site / "reference" / "config" / "index.html").read_text(encoding="utf-8")
     assert "train.max_steps" in config_page and "decode.beam" in config_page
     assert "mt translate" in (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "is empty: no reference lines" in (
+        site / "reference" / "errors" / "index.html"
+    ).read_text(encoding="utf-8")
     # Nothing a page loads comes from elsewhere: no web fonts, scripts or stylesheets.
     fetched = re.compile(r'<(?:script|link|img)\b[^>]*(?:src|href)="(?:https?:)?//', re.I)
     for page in site.rglob("*.html"):
