@@ -21,14 +21,11 @@ import argparse
 import json
 import os
 import re
-import time
 from pathlib import Path
 
-import torch
+from common import describe_machine, load_checkpoint, markdown_table, read_lines, timed
 
 from mt.batching import pad, token_batches
-from mt.checkpoint import load_model
-from mt.data.corpus import read_lines
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.search import beam_search
 from mt.decode.steps import Hypothesis
@@ -53,8 +50,13 @@ def decode(
 ) -> tuple[list[Hypothesis], float]:
     """Best hypothesis per sentence (input order) and the seconds it took, batched as the
     translator batches (length-sorted token-budget batches)."""
+    return timed(search_all, model, ids, cons, args)
+
+
+def search_all(
+    model, ids: list[list[int]], cons: list[list[list[int]]] | None, args: argparse.Namespace
+) -> list[Hypothesis]:
     out: list[Hypothesis | None] = [None] * len(ids)
-    start = time.perf_counter()
     for batch in token_batches([len(x) for x in ids], args.max_tokens):
         rows = batch.tolist()
         src = pad([ids[r] for r in rows])
@@ -67,7 +69,19 @@ def decode(
             )
         for r, hyps in zip(rows, res):
             out[r] = hyps[0]
-    return [h for h in out if h is not None], time.perf_counter() - start
+    return [h for h in out if h is not None]
+
+
+def percent(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def table_row(r: dict) -> tuple:
+    return (
+        r["search"], r["constraints"], percent(r["met_tokens"]), percent(r["met_text"]),
+        f"{r['bleu']:.2f}", f"{r['sent_per_s']:.1f}", f"{r['sent_per_s_slowest']:.1f}",
+        f"{r['slowdown']:.2f}x", f"{r['mean_len']:.2f}",
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -82,9 +96,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=0, help="0: the checkpoint's decode setting")
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
-    loaded = load_model(args.checkpoint, "cpu")
+    loaded = load_checkpoint(args.checkpoint, args.threads)
     tok, model, dcfg = loaded.tokenizer, loaded.model, loaded.cfg.decode
     args.alpha, args.max_len_a, args.max_len_b = dcfg.alpha, dcfg.max_len_a, dcfg.max_len_b
     args.max_tokens = args.max_tokens or dcfg.max_tokens
@@ -142,18 +155,12 @@ def main() -> None:
         )
 
     print(f"{n} sentences, beam {args.beam}, {args.threads} threads, {args.rounds} rounds")
+    print(f"machine: {describe_machine()}")
     print(
         f"load average (1 min): {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
     )
-    head = f"{'search':8} {'constr':>6} {'met':>7} {'in text':>7} {'BLEU':>6} {'sent/s':>7}"
-    print(head + f" {'slowest':>7} {'x plain':>7} {'len':>6}")
-    for r in rows:
-        met = f"{100 * r['met_tokens']:6.1f}%" if r["met_tokens"] is not None else f"{'-':>7}"
-        met += f" {100 * r['met_text']:6.1f}%" if r["met_text"] is not None else f" {'-':>7}"
-        print(
-            f"{r['search']:8} {r['constraints']:6d} {met} {r['bleu']:6.2f} {r['sent_per_s']:7.1f}"
-            f" {r['sent_per_s_slowest']:7.1f} {r['slowdown']:6.2f}x {r['mean_len']:6.2f}"
-        )
+    header = ("search", "constraints", "met", "in text", "BLEU", "sent/s", "slowest", "x plain")
+    print(markdown_table((*header, "len"), [table_row(r) for r in rows]))
     for r in rows[1:]:
         print(
             f"{r['search']}: unconstrained sentences as plain: {r['unconstrained_same_as_plain']}"
