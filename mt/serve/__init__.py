@@ -47,16 +47,14 @@ def parse_models(specs: list[str]) -> dict[str, list[Path]]:
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here rather than by uvicorn, so a port in use is one line
     naming it (uvicorn logs several lines and exits 3) and no model is loaded for nothing."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as err:
-        raise MtError(f"--host {host}: {err.strerror}") from None
-    sock = socket.socket(family, kind, proto)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn chooses
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
     try:
-        sock.bind(address)
+        sock.bind((host, port))
+    except socket.gaierror as err:
+        sock.close()
+        raise MtError(f"--host {host}: {err.strerror}") from None
     except OSError as err:
         sock.close()
         if err.errno == errno.EADDRINUSE:
