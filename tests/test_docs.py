@@ -110,6 +110,17 @@ def test_errors_reference_holds_every_message():
     assert page.count("\n| ") >= len(texts)
 
 
+def test_readme_is_a_front_page_whose_test_command_ci_runs():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv")]
+    assert len(commands) == 2  # the main job and the tests
+    assert "bash scripts/demo.sh" in commands[0]
+    assert commands[1].endswith("pytest -q")
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert commands[1] in ci  # CI runs it to the letter
+
+
 def test_mkdocs_build_is_strict_clean_and_fetches_nothing(tmp_path):
     pytest.importorskip(
         "mkdocs", reason="the docs extra (mkdocs, mkdocs-material) is not installed"
