@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import re
 import sys
 import tokenize
 import typing
@@ -251,7 +252,10 @@ def cli_reference() -> str:
     for name, command in group.commands.items():
         ctx = context(command, info_name=name, parent=root)
         out += [f"## `mt {name}`", "", " ".join((command.help or "").split()), ""]
-        out += ["```", command.get_usage(ctx).removeprefix("Usage: "), "```", ""]
+        usage = command.get_usage(ctx).removeprefix("Usage: ")
+        usage = re.sub(r"\{([^{}]+)\}", lambda m: m.group(1).upper(), usage)  # {config}: CONFIG
+        usage = usage.replace("......", "...")  # {CHECKPOINT...}...: CHECKPOINT...
+        out += ["```", usage, "```", ""]
         out += ["| argument or flag | default | what it does |", "| --- | --- | --- |"]
         for param in command.params:
             record = param.get_help_record(ctx)
