@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from common import describe_machine, load_checkpoint, markdown_table, read_lines, timed
+from common import alternate, describe_machine, load_checkpoint, markdown_table, read_lines
 
 from mt.batching import pad, token_batches
 from mt.decode.constrained import constrained_beam_search, phrase_ids
@@ -45,17 +45,11 @@ def contains(seq: list[int], part: list[int]) -> bool:
     return any(seq[i : i + len(part)] == part for i in range(len(seq) - len(part) + 1))
 
 
-def decode(
-    model, ids: list[list[int]], cons: list[list[list[int]]] | None, args: argparse.Namespace
-) -> tuple[list[Hypothesis], float]:
-    """Best hypothesis per sentence (input order) and the seconds it took, batched as the
-    translator batches (length-sorted token-budget batches)."""
-    return timed(search_all, model, ids, cons, args)
-
-
 def search_all(
     model, ids: list[list[int]], cons: list[list[list[int]]] | None, args: argparse.Namespace
 ) -> list[Hypothesis]:
+    """Best hypothesis per sentence (input order), batched as the translator batches
+    (length-sorted token-budget batches)."""
     out: list[Hypothesis | None] = [None] * len(ids)
     for batch in token_batches([len(x) for x in ids], args.max_tokens):
         rows = batch.tolist()
@@ -106,20 +100,15 @@ def main() -> None:
     ids = tok.encode_src(src_lines)
 
     # Untimed first pass (also the warm-up): the plain output the constraints are chosen against.
-    plain, _ = decode(model, ids, None, args)
+    plain = search_all(model, ids, None, args)
     plain_text = [tok.decode_tgt(h.tokens) for h in plain]
     words = {n: [missing_words(r, h, n) for r, h in zip(refs, plain_text)] for n in (1, 2)}
     cons = {n: [[phrase_ids(tok, w) for w in ws] for ws in words[n]] for n in (1, 2)}
 
     modes: dict[str, list[list[list[int]]] | None] = {"plain": None, "1 term": cons[1]}
     modes["2 terms"] = cons[2]
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    outputs: dict[str, list[Hypothesis]] = {}
-    for _ in range(args.rounds):
-        for name, c in modes.items():
-            hyps, secs = decode(model, ids, c, args)
-            times[name].append(secs)
-            outputs[name] = hyps
+    runs = {name: (lambda c=c: search_all(model, ids, c, args)) for name, c in modes.items()}
+    outputs, times = alternate(args.rounds, runs)
 
     n = len(ids)
     rows = []

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
-from common import read_lines
+from common import alternate, read_lines
 
 
 def main() -> None:
@@ -44,16 +43,14 @@ def main() -> None:
             str(args.model_dir), device="cpu", intra_threads=cores
         ),
     }
-    best = {name: float("inf") for name in engines}
-    outputs = {}
-    for _ in range(args.rounds):
-        for name, translator in engines.items():
-            start = time.perf_counter()
-            results = translator.translate_batch(
-                pieces, beam_size=args.beam, max_decoding_length=limit
-            )
-            best[name] = min(best[name], time.perf_counter() - start)
-            outputs[name] = [sp.decode(r.hypotheses[0]) for r in results]
+
+    def run(translator) -> list[str]:
+        results = translator.translate_batch(pieces, beam_size=args.beam, max_decoding_length=limit)
+        return [sp.decode(r.hypotheses[0]) for r in results]
+
+    runs = {name: (lambda t=translator: run(t)) for name, translator in engines.items()}
+    outputs, times = alternate(args.rounds, runs)
+    best = {name: min(seconds) for name, seconds in times.items()}
     reference = read_lines(args.mt_output)[: args.limit] if args.mt_output else None
     print(f"{len(lines)} lines, beam {args.beam}, {cores} cores, best of {args.rounds} rounds")
     for name, seconds in best.items():

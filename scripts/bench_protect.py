@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 import torch
-from common import describe_machine, load_checkpoint, read_lines, timed
+from common import alternate, describe_machine, load_checkpoint, read_lines, timed
 
 from mt.decode.markup import parse_fragment, translate_html
 from mt.decode.translator import Translator
@@ -151,18 +151,16 @@ def main() -> None:
     rng = random.Random(args.seed)
     injected = [inject_text(s, k, rng) for k, s in enumerate(src)]
     inj_src = [s for s, _ in injected]
-    times: dict[str, list[float]] = {}
-    outs: dict[str, list[str]] = {}
-    runs = {
+    settings = {
         "clean, --no-protect": (off, src),
         "clean, --protect": (on, src),
         "injected, --no-protect": (off, inj_src),
         "injected, --protect": (on, inj_src),
     }
-    for _ in range(args.rounds):
-        for name, (tr, lines) in runs.items():
-            outs[name], seconds = timed(translate_all, tr, lines)
-            times.setdefault(name, []).append(seconds)
+    runs = {
+        name: (lambda t=tr, x=lines: translate_all(t, x)) for name, (tr, lines) in settings.items()
+    }
+    outs, times = alternate(args.rounds, runs)
     print(f"{len(src):,} sentences of {args.src.name}, beam {loaded.cfg.decode.beam}, "
           f"{args.threads} threads, best of {args.rounds} rounds")  # fmt: skip
     print(f"machine: {describe_machine()}")

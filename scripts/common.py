@@ -6,8 +6,8 @@
   only the report.
 - `load_checkpoint()`: a trained model for a benchmark, on the CPU, with the thread count set
   before torch starts its pool.
-- `timed()` and `best_of()`: one timed call, and the best of several rounds (the machines are
-  shared and noisy: the best round is the one least disturbed).
+- `timed()` and `alternate()`: one timed call, and several settings timed in turn over several
+  rounds (the machines are shared and noisy: the best round is the one least disturbed).
 - `markdown_table()`: the tables that go into docs/benchmarks.md.
 - `read_lines()`, `write_text()`: a corpus file (`.gz` too) in, a result file out atomically.
 - `worktree()`: an older commit checked out beside the working tree, to measure both.
@@ -96,16 +96,22 @@ def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
     return result, time.perf_counter() - start
 
 
-def best_of(rounds: int, fn: Callable[[], T]) -> tuple[T, float, list[float]]:
-    """`fn()` run `rounds` times: the last result, the best round's seconds, every round's."""
+def alternate(
+    rounds: int, runs: dict[str, Callable[[], T]]
+) -> tuple[dict[str, T], dict[str, list[float]]]:
+    """Every run once per round, in turn, for `rounds` rounds: the settings alternate, so a burst
+    of load on a shared machine falls on all of them alike rather than on one. Returns each
+    run's last output and the seconds of each of its rounds (report the best: the round least
+    disturbed)."""
     if rounds < 1:
         raise ValueError("rounds must be >= 1")
-    seconds: list[float] = []
-    result: Any = None
+    outputs: dict[str, T] = {}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
-        result, s = timed(fn)
-        seconds.append(s)
-    return result, min(seconds), seconds
+        for name, run in runs.items():
+            outputs[name], s = timed(run)
+            seconds[name].append(s)
+    return outputs, seconds
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
