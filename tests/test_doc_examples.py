@@ -125,6 +125,7 @@ def sandbox(tiny_run: Path, multi30k_dir: Path, tmp_path_factory: pytest.TempPat
     """A working folder where the manual's paths name the tiny model's files (linked one by
     one, so nothing an example writes lands in the shared run directory)."""
     home = tmp_path_factory.mktemp("examples")
+    tiny_run, multi30k_dir = tiny_run.resolve(), multi30k_dir.resolve()  # MT_DATA may be relative
     for name in ("configs", "docs", "scripts"):
         (home / name).symlink_to(REPO / name)
     for run in ("multi30k_de_en", "tiny", "multi30k_en_de"):
