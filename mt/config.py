@@ -26,11 +26,11 @@ class CorpusConfig:
     pair twice. Empty `root` and `format` take the values of the `data` section.
     """
 
-    name: str = ""
-    root: str = ""
-    format: Literal["", "text", "tsv", "jsonl", "hf"] = ""
-    hf_subset: str = ""
-    weight: float = 1.0
+    name: str = ""  # the corpus, as `data.train` names one (a file stem, a file, a split)
+    root: str = ""  # its folder or `datasets` name; empty: `data.root`
+    format: Literal["", "text", "tsv", "jsonl", "hf"] = ""  # empty: `data.format`
+    hf_subset: str = ""  # format hf: the dataset's configuration; empty: `data.hf_subset`
+    weight: float = 1.0  # times each pair is seen per epoch on average (0.3: a random 30%)
 
 
 @dataclass
@@ -43,19 +43,19 @@ class DataConfig:
     and the names are its splits. `corpora`, when given, replaces `train` with several corpora.
     """
 
-    root: str = "${MT_DATA:-data/multi30k}"
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    format: Literal["text", "tsv", "jsonl", "hf"] = "text"
-    hf_subset: str = ""
-    train: str = "train"
-    corpora: list[CorpusConfig] = field(default_factory=list)
-    valid: str = "val"
-    test: str = "test_2016_flickr"
+    root: str = "${MT_DATA:-data/multi30k}"  # the corpus folder (or `datasets` name, format hf)
+    src_lang: str = "de"  # source language code: the file suffix, the TSV/JSONL column name
+    tgt_lang: str = "en"  # target language code, as `src_lang`
+    format: Literal["text", "tsv", "jsonl", "hf"] = "text"  # how the files are read (above)
+    hf_subset: str = ""  # format hf: the dataset's configuration (`de-en` for `wmt14`)
+    train: str = "train"  # the training corpus: `{root}/{train}.{lang}` for format text
+    corpora: list[CorpusConfig] = field(default_factory=list)  # several corpora, replaces `train`
+    valid: str = "val"  # the dev set: evaluation during training, dev BLEU, `best.pt`
+    test: str = "test_2016_flickr"  # the test set's name, for scripts that score a run
     max_len: int = 128  # training pairs with more tokens on either side are dropped
     max_len_ratio: float = 3.0  # ... and pairs whose token-length ratio exceeds this
     max_train_examples: int = 0  # 0 keeps all; tests and demos take a slice
-    max_valid_examples: int = 0
+    max_valid_examples: int = 0  # 0 keeps all of the dev set; else its first N pairs
     cache_dir: str = ""  # prepared token stores; empty means `{run_dir}/cache`
     protect: bool = False  # spans (%s, {0}, tags, URLs) as reserved pieces on both sides
     # One model for several directions (mt/languages.py): "src-tgt" items, each read as
@@ -75,58 +75,60 @@ class DataConfig:
 class TokenizerConfig:
     """sentencepiece settings; one joint model by default so embeddings can be tied."""
 
-    type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = 8000
-    joint: bool = True
-    character_coverage: float = 1.0
-    input_sentence_size: int = 1_000_000
+    type: Literal["unigram", "bpe"] = "unigram"  # sentencepiece's model type
+    vocab_size: int = 8000  # pieces in the vocabulary (each side's, when not joint)
+    joint: bool = True  # one vocabulary for both languages (needed by model.tie_embeddings)
+    character_coverage: float = 1.0  # share of characters covered; rarer ones map to <unk>
+    input_sentence_size: int = 1_000_000  # sentences sampled from the corpus to train it on
 
 
 @dataclass
 class ModelConfig:
     """Shape of the encoder-decoder Transformer; defaults are the paper's base model."""
 
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    encoder_layers: int = 6
-    decoder_layers: int = 6
+    d_model: int = 512  # width of embeddings and every layer's output
+    n_heads: int = 8  # attention heads per layer; must divide d_model
+    d_ff: int = 2048  # inner width of each feed-forward block
+    encoder_layers: int = 6  # encoder layers
+    decoder_layers: int = 6  # decoder layers
     dropout: float = 0.1  # on embeddings+positions and on every residual branch
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    norm: Literal["post", "pre"] = "post"
+    attention_dropout: float = 0.0  # on the attention weights
+    activation_dropout: float = 0.0  # inside the feed-forward block, after its activation
+    norm: Literal["post", "pre"] = "post"  # layer norm after each residual add (paper) or before
     tie_embeddings: bool = True  # needs a joint vocabulary
-    max_positions: int = 1024
+    max_positions: int = 1024  # longest sequence in tokens the sinusoidal positions cover
 
 
 @dataclass
 class TrainConfig:
     """The optimisation loop, its stopping rules and where it writes."""
 
-    run_dir: str = "runs/default"
-    seed: int = 1
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    run_dir: str = "runs/default"  # where the run writes (also `--run-dir`)
+    seed: int = 1  # weights, data order and dropout are reproducible for the same seed
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
+    # auto: bf16 autocast on CUDA (fp16 with a scaler where bf16 is missing); on CPU bf16 only
+    # where the CPU has AMX, else fp32 (AVX2/AVX-512 CPUs run bf16 far slower than fp32)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     threads: int = 0  # CPU threads; 0 = all cores
     loader_workers: int = 1  # processes that collate batches ahead of the step; 0 = in-process
     max_tokens: int = 4096  # per batch, counting padding
-    accum_steps: int = 1
-    optimizer_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    optimizer_eps: float = 1e-9
-    weight_decay: float = 0.0
-    schedule: Literal["noam", "inverse_sqrt"] = "noam"
+    accum_steps: int = 1  # batches whose gradients are summed into one update
+    optimizer_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam's betas
+    optimizer_eps: float = 1e-9  # Adam's epsilon
+    weight_decay: float = 0.0  # L2 penalty added to the gradient (torch Adam's); 0: none
+    schedule: Literal["noam", "inverse_sqrt"] = "noam"  # the learning-rate schedule
     lr_scale: float = 1.0  # noam: lr = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     lr: float = 5e-4  # inverse_sqrt: peak lr reached at `warmup`
-    warmup: int = 4000
-    label_smoothing: float = 0.1
+    warmup: int = 4000  # updates over which the learning rate rises
+    label_smoothing: float = 0.1  # probability mass spread over the vocabulary in the loss
     clip_norm: float = 0.0  # 0 disables gradient clipping
     max_bad_updates: int = 20  # updates in a row with a non-finite gradient before the run stops
-    max_steps: int = 100_000
+    max_steps: int = 100_000  # updates before the run stops
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
     patience: int = 0  # evaluations without a better dev BLEU before stopping; 0 = never
-    log_every: int = 100
-    eval_every: int = 1000
+    log_every: int = 100  # updates between log lines and metrics.jsonl records
+    eval_every: int = 1000  # updates between evaluations on the dev set (and checkpoints)
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
@@ -140,6 +142,8 @@ class TrainConfig:
     # False: a fresh optimizer, step 1 and a new warmup. True: keep the checkpoint's optimizer
     # state (Adam's moments) and step, so the LR schedule continues where the base run stopped.
     init_keep_optimizer: bool = False
+    # Parts that keep their weights while fine-tuning; with tied embeddings, "embeddings"
+    # freezes the output projection too.
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
 
 
@@ -147,17 +151,18 @@ class TrainConfig:
 class DecodeConfig:
     """Search settings used by `mt translate`, `mt eval` and dev BLEU."""
 
-    beam: int = 5
-    nbest: int = 1
+    beam: int = 5  # beam size
+    nbest: int = 1  # hypotheses written per input line (at most the beam)
     alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
     no_repeat_ngram: int = 0  # > 0: no n-gram of this many tokens occurs twice in an output
     int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
     dtype: Literal["fp32", "bf16", "fp16"] = "fp32"  # CUDA weights; CPU always decodes in fp32
     max_len_a: float = 1.2  # output length limit a * src_len + b
-    max_len_b: int = 10
-    max_tokens: int = 4096  # tokens per batch; a row counts its longest known side (the source
-    # when translating, source or target+EOS when scoring)
+    max_len_b: int = 10  # ... the b of that limit
+    # Tokens per batch; a row counts its longest known side (the source when translating,
+    # source or target+EOS when scoring).
+    max_tokens: int = 4096
     buffer_lines: int = 2000  # lines read ahead, sorted by length, then written in order
     greedy: bool = False  # greedy search instead of beam search (as is beam 1 with nbest 1)
     sample: bool = False  # draw each token (back-translation) instead of searching

@@ -21,14 +21,11 @@ import argparse
 import json
 import os
 import re
-import time
 from pathlib import Path
 
-import torch
+from common import alternate, describe_machine, load_checkpoint, markdown_table, read_lines
 
 from mt.batching import pad, token_batches
-from mt.checkpoint import load_model
-from mt.data.corpus import read_lines
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.search import beam_search
 from mt.decode.steps import Hypothesis
@@ -48,13 +45,12 @@ def contains(seq: list[int], part: list[int]) -> bool:
     return any(seq[i : i + len(part)] == part for i in range(len(seq) - len(part) + 1))
 
 
-def decode(
+def search_all(
     model, ids: list[list[int]], cons: list[list[list[int]]] | None, args: argparse.Namespace
-) -> tuple[list[Hypothesis], float]:
-    """Best hypothesis per sentence (input order) and the seconds it took, batched as the
-    translator batches (length-sorted token-budget batches)."""
+) -> list[Hypothesis]:
+    """Best hypothesis per sentence (input order), batched as the translator batches
+    (length-sorted token-budget batches)."""
     out: list[Hypothesis | None] = [None] * len(ids)
-    start = time.perf_counter()
     for batch in token_batches([len(x) for x in ids], args.max_tokens):
         rows = batch.tolist()
         src = pad([ids[r] for r in rows])
@@ -67,7 +63,19 @@ def decode(
             )
         for r, hyps in zip(rows, res):
             out[r] = hyps[0]
-    return [h for h in out if h is not None], time.perf_counter() - start
+    return [h for h in out if h is not None]
+
+
+def percent(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def table_row(r: dict) -> tuple:
+    return (
+        r["search"], r["constraints"], percent(r["met_tokens"]), percent(r["met_text"]),
+        f"{r['bleu']:.2f}", f"{r['sent_per_s']:.1f}", f"{r['sent_per_s_slowest']:.1f}",
+        f"{r['slowdown']:.2f}x", f"{r['mean_len']:.2f}",
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -82,9 +90,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=0, help="0: the checkpoint's decode setting")
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
-    loaded = load_model(args.checkpoint, "cpu")
+    loaded = load_checkpoint(args.checkpoint, args.threads)
     tok, model, dcfg = loaded.tokenizer, loaded.model, loaded.cfg.decode
     args.alpha, args.max_len_a, args.max_len_b = dcfg.alpha, dcfg.max_len_a, dcfg.max_len_b
     args.max_tokens = args.max_tokens or dcfg.max_tokens
@@ -93,20 +100,15 @@ def main() -> None:
     ids = tok.encode_src(src_lines)
 
     # Untimed first pass (also the warm-up): the plain output the constraints are chosen against.
-    plain, _ = decode(model, ids, None, args)
+    plain = search_all(model, ids, None, args)
     plain_text = [tok.decode_tgt(h.tokens) for h in plain]
     words = {n: [missing_words(r, h, n) for r, h in zip(refs, plain_text)] for n in (1, 2)}
     cons = {n: [[phrase_ids(tok, w) for w in ws] for ws in words[n]] for n in (1, 2)}
 
     modes: dict[str, list[list[list[int]]] | None] = {"plain": None, "1 term": cons[1]}
     modes["2 terms"] = cons[2]
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    outputs: dict[str, list[Hypothesis]] = {}
-    for _ in range(args.rounds):
-        for name, c in modes.items():
-            hyps, secs = decode(model, ids, c, args)
-            times[name].append(secs)
-            outputs[name] = hyps
+    runs = {name: (lambda c=c: search_all(model, ids, c, args)) for name, c in modes.items()}
+    outputs, times = alternate(args.rounds, runs)
 
     n = len(ids)
     rows = []
@@ -142,18 +144,12 @@ def main() -> None:
         )
 
     print(f"{n} sentences, beam {args.beam}, {args.threads} threads, {args.rounds} rounds")
+    print(f"machine: {describe_machine()}")
     print(
         f"load average (1 min): {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
     )
-    head = f"{'search':8} {'constr':>6} {'met':>7} {'in text':>7} {'BLEU':>6} {'sent/s':>7}"
-    print(head + f" {'slowest':>7} {'x plain':>7} {'len':>6}")
-    for r in rows:
-        met = f"{100 * r['met_tokens']:6.1f}%" if r["met_tokens"] is not None else f"{'-':>7}"
-        met += f" {100 * r['met_text']:6.1f}%" if r["met_text"] is not None else f" {'-':>7}"
-        print(
-            f"{r['search']:8} {r['constraints']:6d} {met} {r['bleu']:6.2f} {r['sent_per_s']:7.1f}"
-            f" {r['sent_per_s_slowest']:7.1f} {r['slowdown']:6.2f}x {r['mean_len']:6.2f}"
-        )
+    header = ("search", "constraints", "met", "in text", "BLEU", "sent/s", "slowest", "x plain")
+    print(markdown_table((*header, "len"), [table_row(r) for r in rows]))
     for r in rows[1:]:
         print(
             f"{r['search']}: unconstrained sentences as plain: {r['unconstrained_same_as_plain']}"

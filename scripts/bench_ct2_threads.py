@@ -13,16 +13,10 @@ that file.
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
-import time
 from pathlib import Path
 
-
-def read(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+from common import alternate, read_lines
 
 
 def main() -> None:
@@ -40,7 +34,7 @@ def main() -> None:
 
     cores = len(os.sched_getaffinity(0))
     sp = sentencepiece.SentencePieceProcessor(model_file=str(args.model_dir / "spm.model"))
-    lines = read(args.src)[: args.limit]
+    lines = read_lines(args.src)[: args.limit]
     pieces = [sp.encode(line, out_type=str) for line in lines]
     limit = int(1.2 * (max(map(len, pieces)) + 1) + 10)
     engines = {
@@ -49,17 +43,15 @@ def main() -> None:
             str(args.model_dir), device="cpu", intra_threads=cores
         ),
     }
-    best = {name: float("inf") for name in engines}
-    outputs = {}
-    for _ in range(args.rounds):
-        for name, translator in engines.items():
-            start = time.perf_counter()
-            results = translator.translate_batch(
-                pieces, beam_size=args.beam, max_decoding_length=limit
-            )
-            best[name] = min(best[name], time.perf_counter() - start)
-            outputs[name] = [sp.decode(r.hypotheses[0]) for r in results]
-    reference = read(args.mt_output)[: args.limit] if args.mt_output else None
+
+    def run(translator) -> list[str]:
+        results = translator.translate_batch(pieces, beam_size=args.beam, max_decoding_length=limit)
+        return [sp.decode(r.hypotheses[0]) for r in results]
+
+    runs = {name: (lambda t=translator: run(t)) for name, translator in engines.items()}
+    outputs, times = alternate(args.rounds, runs)
+    best = {name: min(seconds) for name, seconds in times.items()}
+    reference = read_lines(args.mt_output)[: args.limit] if args.mt_output else None
     print(f"{len(lines)} lines, beam {args.beam}, {cores} cores, best of {args.rounds} rounds")
     for name, seconds in best.items():
         agree = ""

@@ -39,7 +39,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,28 +46,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_data_report import derive, get, table
+from child_processes import (
+    MIB,
+    Child,
+    MeasureError,
+    process_memory,
+    process_tree,
+    summarize,
+)
+from common import REPO, git, machine, read_lines, say, worktree, write_text
 
-REPO = Path(__file__).resolve().parent.parent
 CONFIG = "configs/multi30k_de_en.yaml"
-MIB = 2**20
-T0 = time.perf_counter()
-
-
-def say(message: str) -> None:
-    """Progress on stderr, so that stdout holds only the report."""
-    print(f"[{time.perf_counter() - T0:7.1f} s] {message}", file=sys.stderr, flush=True)
-
-
-class MeasureError(Exception):
-    """A measured command failed or timed out; the report shows the reason instead of a number."""
 
 
 # -- the synthetic corpus ----------------------------------------------------------------------
-
-
-def read_gz_lines(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().rstrip("\n").split("\n")
 
 
 def make_corpus(multi30k: Path, work: Path, pairs: int, seed: int, chunk: int = 100_000) -> Path:
@@ -82,8 +74,8 @@ def make_corpus(multi30k: Path, work: Path, pairs: int, seed: int, chunk: int = 
     if (folder / "corpus.json").is_file():
         say(f"corpus: reusing {folder}")
         return folder
-    de = read_gz_lines(multi30k / "train.de.gz")
-    en = read_gz_lines(multi30k / "train.en.gz")
+    de = read_lines(multi30k / "train.de.gz")
+    en = read_lines(multi30k / "train.en.gz")
     if len(de) != len(en):
         raise SystemExit(f"{multi30k}: train.de.gz and train.en.gz differ in length")
     work.mkdir(parents=True, exist_ok=True)
@@ -118,205 +110,6 @@ def make_corpus(multi30k: Path, work: Path, pairs: int, seed: int, chunk: int = 
     os.replace(tmp, folder)
     say(f"corpus: {pairs:,} pairs in {time.perf_counter() - start:.1f} s")
     return folder
-
-
-# -- child processes ---------------------------------------------------------------------------
-
-
-def process_tree() -> dict[int, list[int]]:
-    """Parent pid -> child pids, for every process on the machine (from /proc/*/stat)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "(comm) STATE"
-        children.setdefault(ppid, []).append(int(name))
-    return children
-
-
-def descendants(pid: int) -> list[int]:
-    tree = process_tree()
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        kids = tree.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-class Child:
-    """A command in its own session, logged to a file, waited for with `os.wait4`.
-
-    `wait4` returns the rusage of this child (and of the children it reaped) only, which is
-    what a per-measurement peak RSS needs.
-    """
-
-    live: set[Child] = set()  # killed on the way out: a child in its own session outlives us
-
-    def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
-        self.cmd, self.log_path = cmd, log
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self.log = log.open("wb")
-        self.start = time.perf_counter()
-        self.proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.pid = self.proc.pid
-        Child.live.add(self)
-        self.exit: int | None = None
-        self.seconds = 0.0
-        self.maxrss_kib = 0
-        self.first_step_s = 0.0
-
-    def poll(self) -> bool:
-        """True once the child has ended (its exit code, time and peak RSS are then set)."""
-        if self.exit is not None:
-            return True
-        pid, status, usage = os.wait4(self.pid, os.WNOHANG)
-        if pid == 0:
-            return False
-        self._ended(status, usage)
-        return True
-
-    def _ended(self, status: int, usage: Any) -> None:
-        self.seconds = time.perf_counter() - self.start
-        self.exit = os.waitstatus_to_exitcode(status)
-        self.proc.returncode = self.exit  # Popen must not wait for it again
-        self.maxrss_kib = usage.ru_maxrss
-        self.log.close()
-        Child.live.discard(self)
-
-    def wait(self, timeout: float) -> None:
-        while not self.poll():
-            if time.perf_counter() > self.start + timeout:
-                self.kill()
-                raise MeasureError(f"timed out after {timeout:.0f} s: {self.describe()}")
-            time.sleep(0.05)
-        if self.exit != 0:
-            raise MeasureError(f"exit {self.exit}: {self.describe()}")
-
-    def wait_first_step(self, metrics: Path, timeout: float) -> float:
-        """Seconds from launch until `metrics.jsonl` holds its first complete line."""
-        while True:
-            try:
-                if b"\n" in metrics.read_bytes():
-                    return time.perf_counter() - self.start
-            except FileNotFoundError:
-                pass
-            if self.poll():
-                raise MeasureError(f"ended before step 1, exit {self.exit}: {self.describe()}")
-            if time.perf_counter() > self.start + timeout:
-                self.kill()
-                raise MeasureError(f"no first step within {timeout:.0f} s: {self.describe()}")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL the whole tree. torchrun starts each worker in a session of its own, so the
-        child's process group alone would leave the workers running; and SIGKILL, not SIGTERM,
-        because `mt train` answers SIGTERM by finishing the step and saving last.pt."""
-        if self.exit is not None:
-            return
-        tree = [self.pid, *descendants(self.pid)]
-        for pid in tree:
-            try:
-                if os.getpgid(pid) == pid:
-                    os.killpg(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        _, status, usage = os.wait4(self.pid, 0)
-        self._ended(status, usage)
-        deadline = time.perf_counter() + 30
-        while any(alive(p) for p in tree) and time.perf_counter() < deadline:
-            time.sleep(0.05)  # let memory and cores free up before the next measurement
-
-    def describe(self) -> str:
-        tail = self.log_path.read_text(errors="replace").strip().splitlines()[-3:]
-        return f"{' '.join(self.cmd[1:])} (log {self.log_path}: {' | '.join(tail)})"
-
-
-# -- memory from /proc -------------------------------------------------------------------------
-
-
-def _kib(line: str) -> int:
-    return int(line.split()[1])
-
-
-def process_memory(pid: int, store: Path) -> dict[str, float]:
-    """RSS, PSS and anonymous memory of `pid` in MiB, in total and for files under `store`.
-
-    PSS divides each shared page by the number of processes mapping it, so the store PSS of all
-    processes adds up to the store pages resident once, however many processes map them.
-    Anonymous memory is what no other process could share by mapping a file: heap, Python
-    objects, tensors (and pages a forked loader worker still shares copy-on-write).
-    """
-    prefix = str(store.resolve()) + "/"
-    total: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith(("Rss:", "Pss:", "Anonymous:")):
-            total[line.split(":")[0]] = _kib(line)
-    store_rss = store_pss = 0
-    in_store = False
-    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
-        head = line.split(maxsplit=5)
-        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head[0]):  # a mapping's header line
-            in_store = len(head) == 6 and head[5].startswith(prefix)
-        elif in_store and line.startswith("Rss:"):
-            store_rss += _kib(line)
-        elif in_store and line.startswith("Pss:"):
-            store_pss += _kib(line)
-    rss, pss = total.get("Rss", 0), total.get("Pss", 0)
-    return {
-        "pid": pid,
-        "rss": rss / 1024,
-        "pss": pss / 1024,
-        "anon": total.get("Anonymous", 0) / 1024,
-        "store_rss": store_rss / 1024,
-        "store_pss": store_pss / 1024,
-        "rss_excl_store": (rss - store_rss) / 1024,
-    }
-
-
-def summarize(trainers: list[dict], loaders: list[dict], store_bytes: int) -> dict[str, Any]:
-    """Per-trainer means and sums over all processes; loader workers are kept apart."""
-
-    def mean(rows: list[dict], key: str) -> float:
-        return sum(r[key] for r in rows) / len(rows) if rows else 0.0
-
-    def total(rows: list[dict], key: str) -> float:
-        return sum(r[key] for r in rows)
-
-    everyone = trainers + loaders
-    return {
-        "trainers": len(trainers),
-        "loader_workers": len(loaders),
-        "trainer_rss_mib": mean(trainers, "rss"),
-        "trainer_rss_excl_store_mib": mean(trainers, "rss_excl_store"),
-        "trainer_anon_mib": mean(trainers, "anon"),
-        "trainer_store_rss_mib": mean(trainers, "store_rss"),
-        "trainer_pss_mib": mean(trainers, "pss"),
-        "store_pss_trainers_mib": total(trainers, "store_pss"),
-        "loader_rss_excl_store_mib": mean(loaders, "rss_excl_store"),
-        "loader_anon_mib": mean(loaders, "anon"),
-        "loader_pss_mib": total(loaders, "pss"),
-        "store_pss_all_mib": total(everyone, "store_pss"),
-        "total_pss_mib": total(everyone, "pss"),
-        "store_on_disk_mib": store_bytes / MIB,
-    }
 
 
 # -- one checkout ------------------------------------------------------------------------------
@@ -613,29 +406,6 @@ def tokenizer_once(
     return folder / "spm.model", info
 
 
-def machine() -> dict[str, Any]:
-    model = "unknown"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-    }
-
-
-def git(*args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=120
-    ).stdout.strip()
-
-
 def current_revision() -> str:
     head = git("rev-parse", "--short=12", "HEAD")
     dirty = git("status", "--porcelain", "--", "mt")
@@ -655,108 +425,6 @@ def default_multi30k() -> Path:
         if (folder / "train.de.gz").is_file():
             return folder
     return REPO / "data" / "multi30k"
-
-
-# -- report ------------------------------------------------------------------------------------
-
-
-def get(results: dict[str, Any], path: str) -> float | None:
-    value: Any = results
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def derive(results: dict[str, Any], pairs: int, nproc: int) -> None:
-    """Figures computed from others, so that the table and the JSON show the same numbers."""
-    cold, warm = get(results, "cold.seconds"), get(results, "warm_1.first_step_s")
-    if cold is not None and warm is not None:
-        net = cold - warm
-        results["cold"]["minus_warm_start_s"] = net
-        results["cold"]["net_pairs_per_s"] = pairs / net if net > 0 else None
-    multi = results.get(f"warm_{nproc}", {})
-    pss = get(results, f"warm_{nproc}.summary.store_pss_all_mib")
-    if pss is not None:
-        disk = multi["summary"]["store_on_disk_mib"]
-        one = get(results, "warm_1.summary.store_pss_all_mib")
-        multi["store_pss_over_disk"] = pss / disk if disk else None
-        multi["store_pss_over_1proc"] = pss / one if one else None
-
-
-def rows(nproc: int) -> list[tuple[str, str, str, bool]]:
-    """(label, result path, format, show current/baseline)."""
-    one, many = "warm_1.summary.", f"warm_{nproc}.summary."
-    n = f"{nproc} procs:"
-    return [
-        ("prepare: seconds", "prepare.seconds", ".1f", True),
-        ("prepare: pairs/s", "prepare.pairs_per_s", ",.0f", True),
-        ("prepare: peak RSS MiB", "prepare.peak_rss_mib", ",.0f", True),
-        ("prepare: store build s (its own log)", "prepare.store_build_s_logged", ".1f", False),
-        ("cold train to step 1: seconds", "cold.seconds", ".1f", True),
-        ("cold train to step 1: peak RSS MiB", "cold.peak_rss_mib", ",.0f", True),
-        ("cold minus warm start: seconds", "cold.minus_warm_start_s", ".1f", True),
-        ("cold minus warm start: pairs/s", "cold.net_pairs_per_s", ",.0f", True),
-        ("train store: MiB on disk", "store.bytes_mib", ",.1f", True),
-        ("train store: bytes/token", "store.bytes_per_token", ".2f", True),
-        ("train store: bytes/pair", "store.bytes_per_pair", ".1f", True),
-        ("1 proc: warm start to step 1 s", "warm_1.first_step_s", ".1f", True),
-        ("1 proc: trainer RSS MiB", one + "trainer_rss_mib", ",.0f", True),
-        ("1 proc: trainer RSS excl. store", one + "trainer_rss_excl_store_mib", ",.0f", True),
-        ("1 proc: trainer anonymous MiB", one + "trainer_anon_mib", ",.0f", True),
-        ("1 proc: trainer store RSS MiB", one + "trainer_store_rss_mib", ",.1f", False),
-        ("1 proc: loader workers", one + "loader_workers", "d", False),
-        ("1 proc: loader RSS excl. store (each)", one + "loader_rss_excl_store_mib", ",.0f", False),
-        ("1 proc: loader PSS MiB (sum)", one + "loader_pss_mib", ",.0f", False),
-        ("1 proc: store PSS, all procs", one + "store_pss_all_mib", ",.1f", False),
-        ("1 proc: total PSS, all procs", one + "total_pss_mib", ",.0f", True),
-        (f"{n} warm start to step 1 s", f"warm_{nproc}.first_step_s", ".1f", True),
-        (f"{n} trainer RSS MiB (mean)", many + "trainer_rss_mib", ",.0f", True),
-        (f"{n} trainer RSS excl. store (mean)", many + "trainer_rss_excl_store_mib", ",.0f", True),
-        (f"{n} trainer anonymous MiB (mean)", many + "trainer_anon_mib", ",.0f", True),
-        (f"{n} trainer store RSS (mean)", many + "trainer_store_rss_mib", ",.1f", False),
-        (f"{n} store PSS, trainers summed", many + "store_pss_trainers_mib", ",.1f", False),
-        (f"{n} store PSS, all procs summed", many + "store_pss_all_mib", ",.1f", False),
-        (f"{n} store PSS sum / store on disk", f"warm_{nproc}.store_pss_over_disk", ".2f", False),
-        (
-            f"{n} store PSS sum / 1-proc store PSS",
-            f"warm_{nproc}.store_pss_over_1proc",
-            ".2f",
-            False,
-        ),
-        (f"{n} loader PSS MiB (sum)", many + "loader_pss_mib", ",.0f", False),
-        (f"{n} total PSS, all procs", many + "total_pss_mib", ",.0f", True),
-    ]
-
-
-def fmt(value: float | None, spec: str) -> str:
-    if value is None:
-        return "-"
-    return format(int(value) if spec == "d" else value, spec)
-
-
-def table(checkouts: list[Checkout], nproc: int) -> tuple[str, dict[str, float]]:
-    """The report's table and the current/baseline ratios it shows."""
-    cur = checkouts[0]
-    base = checkouts[1] if len(checkouts) > 1 else None
-    width = 42
-    head = f"{'':{width}} {'current':>11}" + (f" {'baseline':>11} {'cur/base':>9}" if base else "")
-    lines = [head]
-    ratios: dict[str, float] = {}
-    for label, path, spec, want_ratio in rows(nproc):
-        a = get(cur.results, path)
-        if a is None and (base is None or get(base.results, path) is None):
-            continue  # not measured (skipped, or failed: the reason is printed below)
-        line = f"{label:{width}} {fmt(a, spec):>11}"
-        if base:
-            b = get(base.results, path)
-            r = a / b if want_ratio and a is not None and b else None
-            if r is not None:
-                ratios[path] = r
-            line += f" {fmt(b, spec):>11} {fmt(r, '.2f') if r is not None else '':>9}"
-        lines.append(line)
-    return "\n".join(lines), ratios
 
 
 def main() -> None:
@@ -810,8 +478,8 @@ def main() -> None:
         raise SystemExit(f"{args.multi30k}: no train.de.gz (set --multi30k or MT_DATA)")
 
     info = machine()
-    info["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
-    say(f"machine: {info['cpu']}, {info['cores']} cores; N = {args.pairs:,} pairs")
+    info["loadavg_start"] = info.pop("loadavg")
+    say(f"machine: {info['cpu']}, {info['cpus']} cores; N = {args.pairs:,} pairs")
     work = args.work.resolve()
     corpus = make_corpus(args.multi30k, work, args.pairs, args.seed)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below
@@ -821,32 +489,31 @@ def main() -> None:
     spm_model, tok_info = tokenizer_once(current, work, corpus, limit, args.timeout)
     bench = Bench(work, corpus, spm_model, args)
     checkouts = [current]
-    worktree: Path | None = None
     try:
         say(f"current: {current.revision}")
         measure(current, bench)
         if args.baseline:
             rev = git("rev-parse", "--verify", f"{args.baseline}^{{commit}}")
-            worktree = Path(tempfile.mkdtemp(prefix="bench_data_baseline_"))
-            git("worktree", "add", "--detach", str(worktree), rev)
-            legacy = not has_prepare(worktree)
-            base = Checkout("baseline", worktree, rev[:12], legacy, args.baseline_set)
-            checkouts.append(base)
-            say(f"baseline: {rev[:12]} in {worktree} (has mt prepare: {not base.legacy})")
-            tokens = get(current.results, "store.tokens")
-            bench.tokens_hint = int(tokens) if tokens is not None else None
-            measure(base, bench)
+            with worktree(rev) as tree:
+                legacy = not has_prepare(tree)
+                base = Checkout("baseline", tree, rev[:12], legacy, args.baseline_set)
+                checkouts.append(base)
+                say(f"baseline: {rev[:12]} in {tree} (has mt prepare: {not base.legacy})")
+                tokens = get(current.results, "store.tokens")
+                bench.tokens_hint = int(tokens) if tokens is not None else None
+                try:
+                    measure(base, bench)
+                finally:
+                    for child in list(Child.live):  # before its tree goes
+                        child.kill()
     finally:
         for child in list(Child.live):
             child.kill()
-        if worktree is not None:
-            git("worktree", "remove", "--force", str(worktree))
-            shutil.rmtree(worktree, ignore_errors=True)
     info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
     for c in checkouts:
         derive(c.results, args.pairs, args.nproc)
-    text, ratios = table(checkouts, args.nproc)
+    text, ratios = table([c.results for c in checkouts], args.nproc)
     print(text)
     print(
         f"\nN = {args.pairs:,} synthetic pairs ({corpus}). Tokenizer trained once, outside the "
@@ -855,7 +522,7 @@ def main() -> None:
         "directory got that spm.model."
     )
     print(
-        f"machine: {info['cpu']}, {info['cores']} cores, {info['memory_gib']} GiB; load average "
+        f"machine: {info['cpu']}, {info['cpus']} cores, {info['memory_gib']} GiB; load average "
         f"{info['loadavg_start'][0]} at start, {info['loadavg_end'][0]} at end"
     )
     for c in checkouts:
@@ -884,9 +551,7 @@ def main() -> None:
             "ratios_current_over_baseline": ratios,
             "settings": {k: str(v) for k, v in vars(args).items()},
         }
-        tmp = args.json.with_name(args.json.name + ".tmp")
-        tmp.write_text(json.dumps(out, indent=1) + "\n")
-        os.replace(tmp, args.json)
+        write_text(args.json, json.dumps(out, indent=1) + "\n")
         say(f"wrote {args.json}")
 
 

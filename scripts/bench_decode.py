@@ -38,9 +38,8 @@ import time
 from pathlib import Path
 
 import torch
+from common import load_checkpoint, machine, read_lines
 
-from mt.checkpoint import load_model
-from mt.data.corpus import read_lines
 from mt.export import to_ctranslate2, to_marian
 from mt.tokenizer import PAD
 
@@ -50,8 +49,7 @@ CT2_TYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 def run_engine(args: argparse.Namespace) -> dict:
     """Translate in this process with one engine; returns timing, output and peak memory."""
-    torch.set_num_threads(args.threads)
-    loaded = load_model(args.checkpoint, "cpu")
+    loaded = load_checkpoint(args.checkpoint, args.threads)
     device = torch.device(args.device)
     tok = loaded.tokenizer
     lines = read_lines(Path(args.src))[: args.limit or None]
@@ -165,12 +163,10 @@ def main() -> None:
     if args.engine:  # child mode: one engine, one JSON line
         print(json.dumps(run_engine(args)))
         return
-    from peer_marian import machine_info
-
     from mt.metrics import bleu
 
     engines = [e for e in ENGINES if e in args.engines.split(",")]
-    loaded = load_model(args.checkpoint, "cpu")
+    loaded = load_checkpoint(args.checkpoint, 0)
     refs = read_lines(Path(args.ref))[: args.limit or None] if args.ref else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +217,7 @@ def main() -> None:
                     if e != "mt" and e in outputs
                 }
                 print(json.dumps({"greedy_identical_to_mt": same}))
-    info = machine_info()
+    info = machine()
     print()
     print(
         f"{'engine':14} {'beam':>4} {'sent/s':>8} {'slowest':>8} {'tok/s':>8} {'peak MB':>8} "

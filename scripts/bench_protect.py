@@ -23,13 +23,11 @@ import argparse
 import os
 import random
 import re
-import time
 from pathlib import Path
 
 import torch
+from common import alternate, describe_machine, load_checkpoint, read_lines, timed
 
-from mt.checkpoint import load_model
-from mt.data.corpus import read_lines
 from mt.decode.markup import parse_fragment, translate_html
 from mt.decode.translator import Translator
 from mt.errors import MtError
@@ -126,10 +124,8 @@ def tag_list(fragment: str) -> list[str]:
     return sorted(re.findall(r"<[^<>]+>", fragment))
 
 
-def timed(tr: Translator, lines: list[str]) -> tuple[list[str], float]:
-    start = time.perf_counter()
-    out = [t.text for t in tr.translate_stream(lines)]
-    return out, time.perf_counter() - start
+def translate_all(tr: Translator, lines: list[str]) -> list[str]:
+    return [t.text for t in tr.translate_stream(lines)]
 
 
 def main() -> None:
@@ -143,8 +139,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    loaded = load_model(args.checkpoint, "cpu")
+    loaded = load_checkpoint(args.checkpoint, args.threads)
     src = read_lines(args.src)[: args.limit or None]
     ref = read_lines(args.ref)[: len(src)]
 
@@ -156,20 +151,19 @@ def main() -> None:
     rng = random.Random(args.seed)
     injected = [inject_text(s, k, rng) for k, s in enumerate(src)]
     inj_src = [s for s, _ in injected]
-    times: dict[str, list[float]] = {}
-    outs: dict[str, list[str]] = {}
-    runs = {
+    settings = {
         "clean, --no-protect": (off, src),
         "clean, --protect": (on, src),
         "injected, --no-protect": (off, inj_src),
         "injected, --protect": (on, inj_src),
     }
-    for _ in range(args.rounds):
-        for name, (tr, lines) in runs.items():
-            outs[name], seconds = timed(tr, lines)
-            times.setdefault(name, []).append(seconds)
+    runs = {
+        name: (lambda t=tr, x=lines: translate_all(t, x)) for name, (tr, lines) in settings.items()
+    }
+    outs, times = alternate(args.rounds, runs)
     print(f"{len(src):,} sentences of {args.src.name}, beam {loaded.cfg.decode.beam}, "
           f"{args.threads} threads, best of {args.rounds} rounds")  # fmt: skip
+    print(f"machine: {describe_machine()}")
     print()
     print("| measure | --no-protect | --protect |")
     print("|---|---:|---:|")
@@ -212,9 +206,9 @@ def main() -> None:
     # HTML
     hrng = random.Random(args.seed)
     frags = [inject_html(s, r, k, hrng) for k, (s, r) in enumerate(zip(src, ref))]
-    start = time.perf_counter()
-    html_out = [t.text for t in translate_html(on, [f for f, _, _ in frags], "bench")]
-    html_s = time.perf_counter() - start
+    html_out, html_s = timed(
+        lambda: [t.text for t in translate_html(on, [f for f, _, _ in frags], "bench")]
+    )
     ok = same_tags = placed = placeable = 0
     for (frag, target, tag), out in zip(frags, html_out):
         try:

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,21 +35,10 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+from common import describe_machine, read_lines  # noqa: E402
 from serve_helpers import start_server  # noqa: E402
 
-from mt.data.corpus import read_lines  # noqa: E402
 from mt.decode.session import Session  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(
-            line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line
-        )
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -224,7 +212,7 @@ def main() -> None:
         return statistics.median(times), same
 
     print(f"# bench_serve: {len(lines)} sentences of {args.src.name}, {args.checkpoint}")
-    print(f"machine: {cpu_name()}; torch threads {torch.get_num_threads()}; "
+    print(f"machine: {describe_machine()}; torch threads {torch.get_num_threads()}; "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; the 1-client round "
           f"and one-sentence timing use the first {len(short)} sentences")  # fmt: skip
     server = start_server(

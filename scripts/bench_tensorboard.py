@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_marian import machine_info  # noqa: E402
+from common import machine  # noqa: E402
 
 from mt.config_file import load_config  # noqa: E402
 from mt.train import tensorboard  # noqa: E402
@@ -113,7 +113,7 @@ def main() -> None:
         ],
     )
     trainer = Trainer(cfg, folder / "run")
-    info = {**machine_info(), "threads": torch.get_num_threads(), "config": str(args.config)}
+    info = {**machine(), "threads": torch.get_num_threads(), "config": str(args.config)}
     print(json.dumps({"machine": info}), flush=True)
     plan = trainer.train_set.epoch_batches(cfg.train.max_tokens, cfg.train.seed, 0)
     groups = [[trainer.train_set[plan[i % len(plan)]]] for i in range(args.steps + 2)]

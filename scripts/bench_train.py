@@ -28,8 +28,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
 from peer_marian import logits as marian_logits  # noqa: E402
-from peer_marian import machine_info, marian_config  # noqa: E402
+from peer_marian import marian_config  # noqa: E402
 
 from mt.batching import Batch, collate, token_batches  # noqa: E402
 from mt.config import Config, ModelConfig  # noqa: E402
@@ -217,7 +218,7 @@ def main() -> None:
     precisions = ["fp32"]
     if args.bf16 or device.type == "cuda" or has_amx():
         precisions.append("bf16")
-    info = {**machine_info(), "threads": torch.get_num_threads(), "device": str(device)}
+    info = {**machine(), "threads": torch.get_num_threads(), "device": str(device)}
     peaks = {
         p_: matmul_peak(device, torch.float32 if p_ == "fp32" else torch.bfloat16)
         for p_ in precisions

@@ -18,7 +18,7 @@ Exit status 1 when any output differs.
 from __future__ import annotations
 
 import argparse
-import gzip
+import contextlib
 import hashlib
 import json
 import os
@@ -28,13 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import read_lines, worktree
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def read_text(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def jsonl_inputs(src: list[str], ref: list[str]) -> tuple[str, str]:
@@ -126,7 +122,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="mt-compare-") as tmp:
         root = Path(tmp)
-        src, ref = read_text(args.src), read_text(args.ref)
+        src, ref = read_lines(args.src), read_lines(args.ref)
         if args.limit:
             src, ref = src[: args.limit], ref[: args.limit]
         files = {"src": root / "src.txt", "ref": root / "ref.txt"}
@@ -138,15 +134,11 @@ def main() -> None:
         files["prefix"].write_text(prefixed, encoding="utf-8")
         files["constraints"].write_text(constrained, encoding="utf-8")
 
-        trees = {}
-        for label, commit in (("base", args.base), ("new", args.new)):
-            trees[label] = root / label
-            subprocess.run(
-                ["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(trees[label]),
-                 commit],
-                check=True,
-            )  # fmt: skip
-        try:
+        with contextlib.ExitStack() as stack:
+            trees = {
+                label: stack.enter_context(worktree(commit))
+                for label, commit in (("base", args.base), ("new", args.new))
+            }
             table = settings(args.checkpoint.resolve(), args.checkpoint2, files)
             if args.only:
                 keep = {s.strip() for s in args.only.split(",")}
@@ -179,12 +171,6 @@ def main() -> None:
                     f"bench_train (mt, tgt tok/s, best of {args.rounds}): base "
                     f"{speed['base']:,.0f}, new {speed['new']:,.0f} "
                     f"(new/base {speed['new'] / speed['base']:.3f})"
-                )
-        finally:
-            for tree in trees.values():
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                    check=False,
                 )
     sys.exit(1 if differ else 0)
 

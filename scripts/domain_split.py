@@ -23,11 +23,12 @@ The folder is the user's (e.g. outside the repository): nothing here is meant to
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import random
 import re
 from pathlib import Path
+
+from common import read_lines, write_text
 
 # Whole-word, case-insensitive patterns on the English side. Each has a few thousand pairs in
 # Multi30k train (see --count); `animals` includes `dogs`.
@@ -45,16 +46,8 @@ TOPICS = {
 }
 
 
-def read_gz(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
-def write_text(path: Path, lines: list[str]) -> None:
-    """Atomically, so an interrupted run never leaves a half-written corpus behind."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+def write_lines(path: Path, lines: list[str]) -> None:
+    write_text(path, "".join(line + "\n" for line in lines), "corpus")
 
 
 def split(src: list[str], tgt: list[str], pattern: re.Pattern[str]) -> tuple[list[int], list[int]]:
@@ -77,8 +70,8 @@ def main() -> None:
     parser.add_argument("--count", action="store_true", help="print each topic's size and exit")
     args = parser.parse_args()
 
-    src = read_gz(args.data / f"train.{args.src}.gz")
-    tgt = read_gz(args.data / f"train.{args.tgt}.gz")
+    src = read_lines(args.data / f"train.{args.src}.gz")
+    tgt = read_lines(args.data / f"train.{args.tgt}.gz")
     if len(src) != len(tgt):
         raise SystemExit(f"domain_split: {args.data}/train.*.gz differ in line count")
     if args.count:
@@ -102,17 +95,17 @@ def main() -> None:
         "in_train": sorted(inside[args.test + args.dev :]),
         "ood_train": outside,
     }
-    val_src = read_gz(args.data / f"val.{args.src}.gz")
-    val_tgt = read_gz(args.data / f"val.{args.tgt}.gz")
+    val_src = read_lines(args.data / f"val.{args.src}.gz")
+    val_tgt = read_lines(args.data / f"val.{args.tgt}.gz")
     _, val_outside = split(val_src, val_tgt, pattern)
 
     args.out.mkdir(parents=True, exist_ok=True)
     for name, idx in parts.items():
-        write_text(args.out / f"{name}.{args.src}", [src[i] for i in idx])
-        write_text(args.out / f"{name}.{args.tgt}", [tgt[i] for i in idx])
+        write_lines(args.out / f"{name}.{args.src}", [src[i] for i in idx])
+        write_lines(args.out / f"{name}.{args.tgt}", [tgt[i] for i in idx])
         print(f"{args.out}/{name}.{{{args.src},{args.tgt}}}: {len(idx):,} pairs")
-    write_text(args.out / f"ood_dev.{args.src}", [val_src[i] for i in val_outside])
-    write_text(args.out / f"ood_dev.{args.tgt}", [val_tgt[i] for i in val_outside])
+    write_lines(args.out / f"ood_dev.{args.src}", [val_src[i] for i in val_outside])
+    write_lines(args.out / f"ood_dev.{args.tgt}", [val_tgt[i] for i in val_outside])
     print(f"{args.out}/ood_dev.{{{args.src},{args.tgt}}}: {len(val_outside):,} pairs")
 
 

@@ -24,13 +24,13 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from common import machine, write_text
 from tqdm import tqdm
 
 from mt.batching import Batch, pad, token_batches
@@ -46,28 +46,6 @@ from mt.metrics import score
 from mt.tokenizer import EOS, PAD, Tokenizer
 from mt.train.loss import label_smoothed_loss
 from mt.train.schedule import learning_rate
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU model and the instruction sets that decide CPU speed (AVX-512, AMX for bf16)."""
-    fields: dict[str, str] = {}
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    flags = set(fields.get("Flags", "").split())
-    info: dict[str, Any] = {
-        "cpu": fields.get("Model name", "unknown"),
-        "cpus": os.cpu_count(),
-        "avx512f": "avx512f" in flags,
-        "amx_bf16": "amx_bf16" in flags,
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 def logits(model: torch.nn.Module, b: Batch) -> torch.Tensor:
@@ -90,12 +68,6 @@ def save_weights(model: torch.nn.Module, step: int, path: Path) -> None:
     torch.save(
         {"marian_config": model.config.to_dict(), "model": model.state_dict(), "step": step}, tmp
     )
-    os.replace(tmp, path)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -267,7 +239,7 @@ def evaluate(
         model, tok, src, beam, cfg.decode, cfg.model.max_positions, length_penalty, device
     )
     seconds = time.perf_counter() - tick
-    write_atomic(hyp_path, "".join(h + "\n" for h in hyps))
+    write_text(hyp_path, "".join(h + "\n" for h in hyps), "translations")
     s = score(hyps, refs)
     return {
         "beam": beam,
@@ -391,7 +363,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "machine": machine_info(),
+        "machine": machine(),
     }
     if args.greedy:
         greedy = evaluate(
@@ -399,7 +371,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         summary["greedy"] = {k: greedy[k] for k in ("bleu", "bleu_lc", "chrf", "decode_seconds")}
     out = args.out or run_dir / "peer_marian.json"
-    write_atomic(out, json.dumps(summary, indent=2) + "\n")
+    write_text(out, json.dumps(summary, indent=2) + "\n")
     return summary
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pictures and numbers of the README's "Seeing inside" section, from one checkpoint:
+# The pictures and numbers of docs/seeing-inside.md, from one checkpoint:
 #   bash scripts/seeing_inside.sh runs/multi30k_de_en/best.pt [OUT_DIR]   (default docs/)
 # Needs the [plot] extra; the viewer screenshots also need chromium and selenium ([test]).
 set -euo pipefail

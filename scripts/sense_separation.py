@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from common import markdown_table
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -46,7 +47,7 @@ def main() -> None:
     meaning, rest = tuple(range(k)), tuple(range(k, n))
     others = [c for c in itertools.combinations(range(n), k) if c not in (meaning, rest)]
     header = ("depth", "cos within", "cos across", "separation", "other splits")
-    print(f"{header[0]:<10} {header[1]:>10} {header[2]:>10} {header[3]:>10} {header[4]:>12}")
+    rows = []
     for d, name in enumerate(data["depths"]):
         a, b = vectors[:k, d], vectors[k:, d]
         within = [cosine(x, y) for g in (a, b) for x, y in itertools.combinations(g, 2)]
@@ -56,10 +57,10 @@ def main() -> None:
             for c in others
         ]
         sep, other = separation(a, b), float(np.mean(control))
-        print(
-            f"{name:<10} {np.mean(within):>10.3f} {np.mean(across):>10.3f} "
-            f"{_num(sep):>10} {_num(other):>12}"
+        rows.append(
+            (name, f"{np.mean(within):.3f}", f"{np.mean(across):.3f}", _num(sep), _num(other))
         )
+    print(markdown_table(header, rows))
 
 
 def _num(x: float) -> str:

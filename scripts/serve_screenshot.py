@@ -1,4 +1,4 @@
-"""A PNG of `mt serve`'s page after typing a sentence, in headless Chromium (for the README).
+"""A PNG of `mt serve`'s page after typing a sentence, in headless Chromium (README, docs).
 
     python scripts/serve_screenshot.py runs/multi30k_de_en/best.pt docs/serve_page.png \
         [--src "Ein Hund rennt im Park."] [--select Attention=cross]

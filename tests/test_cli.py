@@ -192,6 +192,17 @@ def test_eval_of_the_reference_is_100_and_gates(mt_cli, tmp_path):
     assert below.rc == 0, below.err
 
 
+def test_eval_of_empty_files_is_one_line_exit_2(tiny_run, mt_cli, tmp_path):
+    """Exit 1 is the --min-bleu gate's "below the bar"; nothing to score is a usage error."""
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    for args in (("--hyp", empty), (tiny_run / "best.pt", "--src", empty)):
+        result = mt_cli("eval", *args, "--ref", empty, "--min-bleu", "10")
+        assert result.rc == 2, result.err
+        assert result.err == f"mt: error: {empty} is empty: no reference lines to score against\n"
+        assert result.out == ""
+
+
 def test_eval_checkpoint_and_min_bleu_gate(tiny_run, mt_cli, multi30k_dir, tmp_path):
     for lang in ("de", "en"):
         with gzip.open(multi30k_dir / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:

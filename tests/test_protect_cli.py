@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _bench():
     """scripts/bench_protect.py, whose injectors the benchmark and these tests share."""
+    if str(REPO / "scripts") not in sys.path:  # it imports scripts/common.py, as scripts do
+        sys.path.insert(0, str(REPO / "scripts"))
     spec = importlib.util.spec_from_file_location(
         "bench_protect", REPO / "scripts/bench_protect.py"
     )

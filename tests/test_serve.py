@@ -373,3 +373,15 @@ def test_missing_checkpoint_is_one_line(mt_cli, tmp_path):
         result.rc == 2
         and result.err == f"mt: error: {tmp_path / 'none.pt'}: checkpoint not found\n"
     )
+
+
+def test_a_port_in_use_is_one_line_naming_it(tiny_run, mt_cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = mt_cli("serve", tiny_run / "best.pt", "--port", port)
+    assert result.rc == 2
+    assert result.err == (
+        f"mt: error: port {port} on 127.0.0.1 is in use: choose another with --port\n"
+    )

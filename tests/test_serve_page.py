@@ -55,6 +55,25 @@ def drawn(driver, rows: int, cols: int) -> torch.Tensor:
     return torch.tensor([float(c.get_attribute("data-weight")) for c in cells]).view(rows, cols)
 
 
+def focus_colours(driver, element) -> list[tuple[int, int, int]]:
+    """The outline and border colours the browser draws around `element`, as RGB."""
+    style = driver.execute_script(
+        "var s = getComputedStyle(arguments[0]);"
+        "return [s.outlineStyle === 'none' ? '' : s.outlineColor, s.borderTopColor];",
+        element,
+    )
+    found = []
+    for css in filter(None, style):
+        parts = css[css.index("(") + 1 : css.index(")")].replace(",", " ").split()
+        found.append(tuple(int(float(p)) for p in parts[:3]))
+    return found
+
+
+def looks_red(rgb: tuple[int, int, int]) -> bool:
+    r, g, b = rgb
+    return r > 150 and r > 2 * g and r > 2 * b
+
+
 def test_typing_shows_translation_tokens_and_attention(server, browser, tmp_path):
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -64,6 +83,8 @@ def test_typing_shows_translation_tokens_and_attention(server, browser, tmp_path
     )  # the page asked /v1/models
     box = browser.find_element("id", "src")
     assert browser.switch_to.active_element == box  # the cursor starts in the box
+    for colour in focus_colours(browser, box):  # its focus frame must not read as an error
+        assert not looks_red(colour), colour
     box.send_keys(SENTENCE)
     WebDriverWait(browser, 60).until(
         lambda d: d.find_element("tag name", "body").get_attribute("data-ready")
@@ -87,13 +108,16 @@ def test_typing_shows_translation_tokens_and_attention(server, browser, tmp_path
     data = httpx.post(server.url + "/v1/attention", json={"src": SENTENCE}, timeout=60).json()
     enc, _, cross = data["kinds"]
     n_src, n_out = len(enc["rows"]), len(cross["rows"])
-    # Default view: encoder self-attention, last layer, mean over heads.
-    mean = torch.tensor(enc["weights"][-1]).mean(0)
-    torch.testing.assert_close(drawn(browser, n_src, n_src), mean, atol=1e-6, rtol=0)
+    # Default view: the translation's encoder-decoder attention, last layer, mean over heads.
+    mean = torch.tensor(cross["weights"][-1]).mean(0)
+    torch.testing.assert_close(drawn(browser, n_out, n_src), mean, atol=1e-6, rtol=0)
     # Choosing a kind, layer and head redraws with exactly that head's weights.
-    choose(browser, "Attention", "cross")
+    choose(browser, "Attention", "encoder")
     choose(browser, "Layer", "0")
     choose(browser, "Head", "1")
+    want_w = torch.tensor(enc["weights"][0][1])
+    torch.testing.assert_close(drawn(browser, n_src, n_src), want_w, atol=1e-7, rtol=0)
+    choose(browser, "Attention", "cross")
     want_w = torch.tensor(cross["weights"][0][1])
     torch.testing.assert_close(drawn(browser, n_out, n_src), want_w, atol=1e-7, rtol=0)
     lines = browser.find_elements("css selector", "#attention svg line.mtv-link")

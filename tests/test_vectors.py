@@ -172,6 +172,7 @@ def test_json_output_holds_every_number(tiny_run, mt_cli, tmp_path, capsys, monk
     page = tmp_path / "v.html"
     rc, _, err = run_in_process([*args, "-o", png, "--html", page], capsys, monkeypatch)
     assert rc == 0, err
+    assert f"wrote {png}\n" in err and f"wrote {page}\n" in err  # as mt plot says
     assert png.read_bytes().startswith(b"\x89PNG") and "MtViewer" in page.read_text()
 
 

@@ -81,22 +81,24 @@ def test_attention_page_shows_the_models_weights(browser, loaded, tmp_path):
 
     n_src, n_out = len(att.src_tokens), len(att.tgt_out_tokens)
     n_layers, n_heads = len(att.maps.encoder), loaded.cfg.model.n_heads
-    # Default: encoder self-attention, last layer, mean of heads; one cell per weight.
+    # Default: encoder-decoder attention, last layer, mean of heads; one cell per weight.
     drawn = cells(browser)
-    assert len(drawn) == n_src * n_src
-    mean = att.maps.encoder[-1][0].mean(0)
-    got = torch.tensor([float(c.get_attribute("data-weight")) for c in drawn]).view(n_src, n_src)
+    assert len(drawn) == n_out * n_src
+    mean = att.maps.cross[-1][0].mean(0)
+    got = torch.tensor([float(c.get_attribute("data-weight")) for c in drawn]).view(n_out, n_src)
     torch.testing.assert_close(got, mean, atol=1e-6, rtol=0)
 
     # Switching kind, layer and head redraws with that head's weights.
-    choose(browser, "Attention", "cross")
+    choose(browser, "Attention", "encoder")
     choose(browser, "Layer", "0")
     choose(browser, "Head", "1")
     drawn = cells(browser)
-    assert len(drawn) == n_out * n_src
-    want = att.maps.cross[0][0, 1]
-    got = torch.tensor([float(c.get_attribute("data-weight")) for c in drawn]).view(n_out, n_src)
+    assert len(drawn) == n_src * n_src
+    want = att.maps.encoder[0][0, 1]
+    got = torch.tensor([float(c.get_attribute("data-weight")) for c in drawn]).view(n_src, n_src)
     torch.testing.assert_close(got, want, atol=1e-7, rtol=0)
+    choose(browser, "Attention", "cross")  # layer 1, head 2 stay chosen
+    want = att.maps.cross[0][0, 1]
     assert "layer 1 of" in browser.find_element("css selector", "caption").text
 
     # Hovering a cell shows the weight the model computed and both tokens.

@@ -176,6 +176,8 @@ def evaluate(
     if ref is None:
         raise MtError("mt eval needs --ref")
     refs = read_lines(ref)
+    if not refs:  # sacrebleu fails deep inside on no sentences; exit 1 would read as the gate
+        raise MtError(f"{ref} is empty: no reference lines to score against")
     if hyp is not None:
         if checkpoints or src is not None:
             raise MtError("mt eval: give either --hyp or CHECKPOINT with --src, not both")

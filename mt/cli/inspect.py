@@ -49,12 +49,14 @@ def attention(
         from mt.viewer import write_html
 
         write_html(html, attention_json(att), f"attention: {att.source}")
+        typer.echo(f"wrote {html}", err=True)
     if output is not None or html is None:
         from mt.plot import attention_figure, save_figure
 
         where = layer_label(layer, len(att.maps.encoder))
         title = f"{att.source}  ->  {att.translation}   ({where})"
         save_figure(attention_figure(views, title, head), output or Path("attn.png"))
+        typer.echo(f"wrote {output or Path('attn.png')}", err=True)
     typer.echo(att.translation)
 
 
@@ -91,8 +93,10 @@ def vectors(
         from mt.plot import save_figure, vectors_figure
 
         save_figure(vectors_figure(found), output)
+        typer.echo(f"wrote {output}", err=True)
     if html is not None:
         from mt.viewer import write_html
 
         write_html(html, found.to_json(), f"vectors: {word}")
+        typer.echo(f"wrote {html}", err=True)
     typer.echo(json.dumps(found.to_json(), ensure_ascii=False) if json_ else summary(found))

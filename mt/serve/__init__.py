@@ -7,7 +7,9 @@ what they queued, and returns, so the process exits 0.
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 from pathlib import Path
 
 from mt.errors import MtError
@@ -42,6 +44,26 @@ def parse_models(specs: list[str]) -> dict[str, list[Path]]:
     return models
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here rather than by uvicorn, so a port in use is one line
+    naming it (uvicorn logs several lines and exits 3) and no model is loaded for nothing."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn chooses
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind((host, port))
+    except socket.gaierror as err:
+        sock.close()
+        raise MtError(f"--host {host}: {err.strerror}") from None
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise MtError(f"port {port} on {host} is in use: choose another with --port") from None
+        raise MtError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(
     checkpoints: list[str],
     host: str = "127.0.0.1",
@@ -73,6 +95,7 @@ def serve(
         raise MtError(f"--port must be between 0 and 65535, got {port}")
     keys = read_keys(api_key_file) if api_key_file is not None else None
     config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [])
+    listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)
 
     class Server(uvicorn.Server):
@@ -95,8 +118,9 @@ def serve(
     # our own in place for SIGTERM, that is a no-op and the process exits 0.
     previous = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        listener.close()
     if not server.started:
         raise MtError(f"could not listen on {host}:{port} (is the port in use?)")

@@ -131,6 +131,8 @@
     root.appendChild(el("h2", {}, data.source + "  \u2192  " + data.translation));
     var controls = el("div", { "class": "mtv-controls" });
     var kindSel = select("Attention", kinds.map(function (k) { return [k.id, k.label]; }), redraw);
+    // Open on what a reader asks first: which source words each output word came from.
+    if (kinds.some(function (k) { return k.id === "cross"; })) kindSel.select.value = "cross";
     var layerOptions = [];
     for (var l = 0; l < nLayers; l++) {
       layerOptions.push([String(l), "layer " + (l + 1) + " of " + nLayers + (l === nLayers - 1 ? " (last)" : "")]);
