@@ -323,6 +323,13 @@ def export(
     from mt.decode.session import Session
 
     loaded = Session([checkpoint], "cpu").loaded[0]  # one model: an ensemble has no one file
+    if loaded.tokenizer.languages is not None:
+        # Their decoders would start from BOS, not from the language token: a wrong model.
+        pairs = loaded.tokenizer.languages.describe_pairs()
+        raise MtError(
+            f"{checkpoint}: exporting a multilingual model ({pairs}) is not supported yet; "
+            "export a bilingual one"
+        )
     if target == "marian":
         _check_marian(loaded)  # before any folder is made
     parent = out_dir.absolute().parent
