@@ -152,6 +152,18 @@ def test_whole_words_only(loaded):
     assert ms[1].pieces != ms[2].pieces  # the two occurrences in line 3 are different pieces
 
 
+def test_several_words_are_followed_together(loaded):
+    """One word in several languages (`--word` repeated): each whole-word occurrence of any."""
+    tok = loaded.tokenizer
+    lines = ["Ein Hund läuft.", "Un chien court.", "A dog runs.", "Ein Hundefutter."]
+    found = find_word(tok, lines, ["Hund", "chien", "dog"])
+    assert [m.sentence_index for m in found] == [0, 1, 2]  # "Hundefutter" is another word
+    res = word_vectors(loaded.model, tok, lines, ["Hund", "chien", "dog"])
+    assert res.word == "Hund / chien / dog" and len(res.occurrences) == 3
+    alone = word_vectors(loaded.model, tok, lines[:1], "Hund").occurrences[0].vectors
+    np.testing.assert_allclose(res.occurrences[0].vectors, alone, rtol=1e-5, atol=1e-5)
+
+
 def test_json_output_holds_every_number(tiny_run, mt_cli, tmp_path, capsys, monkeypatch):
     args = ("vectors", tiny_run / "best.pt", "--word", "Bank", "--src", SENTENCES[0])
     first = mt_cli(*args, "--src", SENTENCES[1], "--json")

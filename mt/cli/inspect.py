@@ -63,7 +63,13 @@ def attention(
 @app.command()
 def vectors(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
-    word: Annotated[str, typer.Option(help="The word to follow (a whole word, case as given).")],
+    word: Annotated[
+        list[str],
+        typer.Option(
+            help="The word to follow (a whole word, case as given); repeat it to follow "
+            "several together, e.g. one word in several languages."
+        ),
+    ],
     src: Annotated[list[str] | None, typer.Option("--src", help="A sentence (repeatable).")] = None,
     input: Annotated[
         Path | None, typer.Option("--input", "-i", help="Sentences, one per line.")
@@ -88,7 +94,7 @@ def vectors(
     model = session.single_model("mt vectors")
     found = word_vectors(model, session.tokenizer, sentences, word, centre)
     if any(len(o.tokens) > 1 for o in found.occurrences):
-        typer.echo(f"note: '{word}' is several pieces; their vectors are averaged", err=True)
+        typer.echo(f"note: '{found.word}' is several pieces; their vectors are averaged", err=True)
     if output is not None:
         from mt.plot import save_figure, vectors_figure
 
@@ -97,6 +103,6 @@ def vectors(
     if html is not None:
         from mt.viewer import write_html
 
-        write_html(html, found.to_json(), f"vectors: {word}")
+        write_html(html, found.to_json(), f"vectors: {found.word}")
         typer.echo(f"wrote {html}", err=True)
     typer.echo(json.dumps(found.to_json(), ensure_ascii=False) if json_ else summary(found))

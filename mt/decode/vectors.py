@@ -119,9 +119,12 @@ def piece_spans(tokenizer: Tokenizer, sentence: str) -> list[tuple[int, int]]:
     return [(p.begin, p.end) for p in proto.pieces]
 
 
-def find_word(tokenizer: Tokenizer, sentences: list[str], word: str) -> list[Match]:
-    """Every occurrence of `word` as a whole word (case as given), with the pieces that cover it."""
-    pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)")
+def find_word(tokenizer: Tokenizer, sentences: list[str], word: str | list[str]) -> list[Match]:
+    """Every occurrence of `word` as a whole word (case as given), with the pieces that cover it.
+    Several words (one word in several languages: Hund, chien, dog) are followed together."""
+    words = [word] if isinstance(word, str) else word
+    alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
     matches = []
     for i, sentence in enumerate(sentences):
         spans = piece_spans(tokenizer, sentence)
@@ -236,10 +239,12 @@ def word_vectors(
     model: Transformer,
     tokenizer: Tokenizer,
     sentences: list[str],
-    word: str,
+    word: str | list[str],
     centre: bool = False,
 ) -> WordVectors:
     """The vectors of `word` in every sentence where it occurs, with a shared 2-D projection.
+    A list follows several words together (translations of one word, in a multilingual
+    model: does the encoder bring them together, layer by layer?).
 
     Every occurrence drifts the same long way from layer to layer, and that common drift can
     take the first axes of the PCA. `centre` removes each depth's mean over the occurrences
@@ -248,8 +253,10 @@ def word_vectors(
     """
     if not sentences:
         raise MtError("no sentences given")
-    if not word.strip():
+    words = [word] if isinstance(word, str) else word
+    if not words or not all(w.strip() for w in words):
         raise MtError("--word is empty")
+    word = " / ".join(words)
     limit = model.cfg.max_positions
     ids = tokenizer.encode_src(sentences)
     for i, row in enumerate(ids):
@@ -257,7 +264,7 @@ def word_vectors(
             raise MtError(
                 f"sentence {i + 1} has {len(row)} tokens; the model has positions for {limit}"
             )
-    matches = find_word(tokenizer, sentences, word)
+    matches = find_word(tokenizer, sentences, words)
     if not matches:
         raise MtError(f"'{word}' is not a whole word of any of the {len(sentences)} sentences")
     device = next(model.parameters()).device
