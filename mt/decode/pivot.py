@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 from mt.decode.requests import Request
 from mt.decode.translator import Translation, Translator
@@ -30,11 +31,9 @@ def translate_via(
             return
         ends = [targets.resolve(r.to) for r in chunk]
         middle = translator.translate(
-            [Request(r.src, to=pivot) if r.src.strip() else r for r in chunk]
+            [replace(r, to=pivot, prefix="", constraints=[]) if r.src.strip() else r for r in chunk]
         )
+        # The second leg keeps what the request asked for (prefix, constraints, formats).
         yield from translator.translate(
-            [
-                Request(m.text, r.prefix, r.constraints, end)
-                for m, r, end in zip(middle, chunk, ends)
-            ]
+            [replace(r, src=m.text, to=end, frm=None) for m, r, end in zip(middle, chunk, ends)]
         )
