@@ -13,7 +13,7 @@ import yaml
 from conftest import MULTI_PAIRS as PAIRS
 from conftest import REPO, TIMES, run_in_process
 
-from mt.data.prepare import pair_weights
+from mt.data.mixing import pair_weights
 from mt.languages import lang_piece
 
 
