@@ -41,6 +41,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "data.max_train_examples": ("WEW",),
     "data.max_valid_examples": ("WEW",),
     "data.corpora.weight": ("EEE",),
+    "data.sampling_temperature": ("EEE",),  # (0, 100]: a typo otherwise
     "tokenizer.vocab_size": ("EEE",),  # token ids are 16-bit in the token store
     "tokenizer.character_coverage": ("EEE",),
     "tokenizer.input_sentence_size": ("EEE",),
@@ -89,6 +90,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.topp": ("EEE",),
     "decode.temperature": ("EEW",),
     "decode.seed": ("WEE",),
+    "decode.target_vocab_ratio": ("WEE",),  # 0: every piece seen; a ratio is at most 1
 }
 
 # (command, flag) -> outcomes at (0, -1, huge).
