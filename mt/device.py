@@ -83,8 +83,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 MEMBERSHIP = Path("/proc/self/cgroup")  # which cgroup this process is in, per hierarchy
 V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 # Decoding's steps are many small operations (a few rows of a small model per step), where a
-# second thread's hand-offs cost about what it saves: one thread per process decoded as fast as
-# two on free cores, and much faster beside other work (docs/benchmarks.md, contention).
+# second thread's hand-offs cost about what it saves: one thread per process decoded about as
+# fast as two on the free 2-core EPYC, and far faster beside other work (docs/benchmarks.md,
+# "Busy and limited machines"). Larger machines: `--threads N`.
 DECODE_THREADS = 1
 
 

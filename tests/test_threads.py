@@ -169,7 +169,7 @@ def start_line_at_a_terminal(args: list[str], cpus: set[int]) -> str:
     )
     os.close(child)
     chunks = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a loaded machine starts python and torch slowly
     while time.monotonic() < deadline:
         try:
             chunk = os.read(main, 4096)
@@ -179,7 +179,7 @@ def start_line_at_a_terminal(args: list[str], cpus: set[int]) -> str:
             break
         chunks.append(chunk)
     os.close(main)
-    proc.wait(timeout=30)
+    proc.wait(timeout=60)
     return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
 
 
