@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import pty
@@ -42,8 +41,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+from common import REPO, describe_machine, git, markdown_table, read_lines, worktree
 
-REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from serve_helpers import free_port  # noqa: E402
 
@@ -124,9 +123,7 @@ class Bench:
         self.args, self.work = args, work
         self.ckpt = args.checkpoint.resolve()
         self.config = args.config.resolve()
-        opener = gzip.open if args.src.suffix == ".gz" else open
-        with opener(args.src, "rt", encoding="utf-8") as f:
-            lines = [line.rstrip("\n") for line in f][: args.sentences]
+        lines = read_lines(args.src)[: args.sentences]
         self.src = work / "src.txt"
         self.src.write_text("\n".join(lines) + "\n", encoding="utf-8")
         self.lines = lines[: args.serve_sentences]
@@ -282,74 +279,59 @@ def main() -> None:
     if "quota" in conditions and not os.access(CGROUP_CPU, os.W_OK):
         print(f"quota: skipped ({CGROUP_CPU} cannot be written here)")
         conditions.remove("quota")
-    base = args.base or subprocess.run(
-        ["git", "-C", str(REPO), "merge-base", "HEAD", "main"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+    base = args.base or git("merge-base", "HEAD", "main")
 
-    with tempfile.TemporaryDirectory(prefix="mt-contention-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mt-contention-") as tmp, worktree(base) as old_tree:
         work = Path(tmp)
-        old_tree = work / "old"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q",
-                        str(old_tree), base], check=True)  # fmt: skip
-        try:
-            old, new = Variant("old", old_tree), Variant("new", REPO)
-            one = Variant("omp1", old_tree, {"OMP_NUM_THREADS": "1"})
-            bench = Bench(args, work)
-            subprocess.run(
-                new.mt("prepare", bench.config, "--run-dir", bench.prepared),
-                env={**new.env, "OMP_NUM_THREADS": "1"}, cwd=REPO, check=True,
-                capture_output=True,
-            )  # fmt: skip
-            print(f"base {base[:10]} (old) vs {REPO} (new); {os.cpu_count()} CPUs "
-                  f"({cpu_name()}); {args.sentences} sentences beam {args.beam}, training "
-                  f"{args.train_seconds:g} s, serve {len(bench.lines)} sentences from "
-                  f"{args.clients} clients; best of {args.rounds}", flush=True)  # fmt: skip
-            results: dict[str, dict[str, dict[str, float]]] = {}
-            loads: dict[str, str] = {}
-            for name in conditions:
-                cond = Condition(name, bench)
-                variants = [old, new, one] if name in ONE_CPU else [old, new]
-                before = load()
-                for mode in modes:
-                    best = results.setdefault(mode, {}).setdefault(name, {})
-                    for _ in range(args.rounds):
-                        for v in variants:
-                            with cond.around(v):
-                                speed = getattr(bench, mode)(v, cond)
-                            best[v.name] = max(best.get(v.name, 0.0), speed)
-                    shown = ", ".join(f"{k} {x:.3g}" for k, x in best.items())
-                    print(f"  {name:<14} {mode:<10} {shown}", flush=True)
-                loads[name] = f"{before} -> {load()}"
-                print(f"{name}: load average (1/5/15 min) {loads[name]}", flush=True)
-            report(results, loads, bench.start_lines)
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                            str(old_tree)], check=False)  # fmt: skip
-
-
-def cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+        old, new = Variant("old", old_tree), Variant("new", REPO)
+        one = Variant("omp1", old_tree, {"OMP_NUM_THREADS": "1"})
+        bench = Bench(args, work)
+        subprocess.run(
+            new.mt("prepare", bench.config, "--run-dir", bench.prepared),
+            env={**new.env, "OMP_NUM_THREADS": "1"}, cwd=REPO, check=True,
+            capture_output=True,
+        )  # fmt: skip
+        print(f"base {base[:10]} (old) vs {REPO} (new); {describe_machine()}; "
+              f"{args.sentences} sentences beam {args.beam}, training "
+              f"{args.train_seconds:g} s, serve {len(bench.lines)} sentences from "
+              f"{args.clients} clients; best of {args.rounds}", flush=True)  # fmt: skip
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        loads: dict[str, str] = {}
+        for name in conditions:
+            cond = Condition(name, bench)
+            variants = [old, new, one] if name in ONE_CPU else [old, new]
+            before = load()
+            for mode in modes:
+                best = results.setdefault(mode, {}).setdefault(name, {})
+                for _ in range(args.rounds):
+                    for v in variants:
+                        with cond.around(v):
+                            speed = getattr(bench, mode)(v, cond)
+                        best[v.name] = max(best.get(v.name, 0.0), speed)
+                shown = ", ".join(f"{k} {x:.3g}" for k, x in best.items())
+                print(f"  {name:<14} {mode:<10} {shown}", flush=True)
+            loads[name] = f"{before} -> {load()}"
+            print(f"{name}: load average (1/5/15 min) {loads[name]}", flush=True)
+        report(results, loads, bench.start_lines)
 
 
 def report(results: dict, loads: dict[str, str], start_lines: dict[str, str]) -> None:
-    units = {"translate": "sent/s", "train": "steps/s", "serve": "sent/s"}
-    print("\n| mode | condition | load before -> after | old | new | old / free | new / free "
-          "| new / old | new / OMP_NUM_THREADS=1 |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    """The table for docs/benchmarks.md, the new tree's start lines, and everything as JSON."""
+    header = ["mode", "condition", "load before -> after", "old", "new", "OMP_NUM_THREADS=1",
+              "new / old", 'old / "free"', 'new / "free"']  # fmt: skip
+    rows = []
     for mode, by_cond in results.items():
         free = by_cond.get("free", {})
         for cond, got in by_cond.items():
-            cells = [f"{got[v]:.3g} {units[mode]}" for v in ("old", "new")]
-            for v in ("old", "new"):
-                cells.append(f"{got[v] / free[v]:.2f}x" if free.get(v) else "-")
-            cells.append(f"{got['new'] / got['old']:.2f}x" if got["old"] else "-")
-            cells.append(f"{got['new'] / got['omp1']:.2f}x" if got.get("omp1") else "-")
-            print(f"| {mode} | {cond} | {loads.get(cond, '')} | " + " | ".join(cells) + " |")
+            old, new, one = got["old"], got["new"], got.get("omp1")
+            rows.append([
+                mode, cond, loads.get(cond, ""), f"{old:.3g}", f"{new:.3g}",
+                f"{one:.3g}" if one else "-", f"{new / old:.2f}x" if old else "-",
+                f"{old / free['old']:.2f}x" if free.get("old") else "-",
+                f"{new / free['new']:.2f}x" if free.get("new") else "-",
+            ])  # fmt: skip
+    print("\nthroughput: translate and serve in sentences/s, train in steps/s\n")
+    print(markdown_table(header, rows, "lll" + "r" * 6))
     print("\nstart lines of the new tree:")
     for key, line in sorted(start_lines.items()):
         if key.startswith("new "):
