@@ -45,11 +45,20 @@ def serve(
     from mt.serve import serve as run_server
     from mt.serve.limits import Limits
 
-    use_threads("serve", threads, say=True)  # each model's worker thread runs with this count
+    chosen = use_threads("serve", threads, say=False)  # each model's worker runs with it
     limits = Limits(
         max_items=max_items,
         max_chars=max_chars,
         max_queue=max_queue,
         batch_window_ms=batch_window_ms,
     )
-    run_server(checkpoints, host, port, device, api_key_file, cors_origin, limits)
+    run_server(
+        checkpoints,
+        host,
+        port,
+        device,
+        api_key_file,
+        cors_origin,
+        limits,
+        start_line=f"mt serve: {chosen.describe()}",  # said once it listens
+    )
