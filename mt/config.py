@@ -109,7 +109,8 @@ class TrainConfig:
     # auto: bf16 autocast on CUDA (fp16 with a scaler where bf16 is missing); on CPU bf16 only
     # where the CPU has AMX, else fp32 (AVX2/AVX-512 CPUs run bf16 far slower than fp32)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    threads: int = 0  # CPU threads; 0 = all cores
+    # CPU threads, at most the usable cores (affinity, cgroup quota); 0: as mt/device.py picks
+    threads: int = 0
     loader_workers: int = 1  # processes that collate batches ahead of the step; 0 = in-process
     max_tokens: int = 4096  # per batch, counting padding
     accum_steps: int = 1  # batches whose gradients are summed into one update

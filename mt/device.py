@@ -1,18 +1,34 @@
-"""Device and precision: resolved in one place for training, decoding, serving and scripts.
+"""Device, precision and CPU threads: resolved in one place for training, decoding, serving
+and scripts.
 
 `auto` means CUDA when there is one. Precision `auto` means bf16 on CUDA (fp16 where bf16 is
 missing) and on CPU bf16 only with AMX tiles: without them CPU bf16 matmuls are far slower than
 fp32, so fp32 is the right default there.
+
+Threads follow the cores this process may really use: the affinity mask (taskset, a cpuset)
+capped by the cgroup's CPU quota (a container's `--cpus`), which torch does not read (it sizes
+its pool from the host's cores). A thread count above those cores only makes threads wait for
+each other. Waiting threads yield the core instead of spinning (`yield_when_waiting`): on a
+busy machine spinning threads burn the time the other work needs, and one late thread holds up
+every step. torch is imported inside the functions that need it, so that the wait policy can be
+set before torch starts its OpenMP pool (libgomp reads it once, when torch is imported).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import math
+import os
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from mt.config import MAX_THREADS
 from mt.errors import MtError
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -28,6 +44,8 @@ def has_amx() -> bool:
 
 def resolve_device(name: str, option: str = "--device") -> torch.device:
     """The torch device for `auto`, `cpu` or `cuda`; `option` names the setting in errors."""
+    import torch
+
     if name not in DEVICES:
         raise MtError(f"{option} must be cpu, cuda or auto, got {name!r}")
     if name == "auto":
@@ -39,6 +57,8 @@ def resolve_device(name: str, option: str = "--device") -> torch.device:
 
 def resolve_precision(name: str, device: torch.device) -> str:
     """`auto`: bf16 on CUDA (fp16 where bf16 is missing), bf16 on CPU only with AMX."""
+    import torch
+
     if name == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
@@ -49,7 +69,171 @@ def resolve_precision(name: str, device: torch.device) -> str:
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    import torch
+
     if precision == "fp32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+# -- CPU threads -------------------------------------------------------------------------------
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+MEMBERSHIP = Path("/proc/self/cgroup")  # which cgroup this process is in, per hierarchy
+V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+# Decoding's steps are many small operations (a few rows of a small model per step), where a
+# second thread's hand-offs cost about what it saves: one thread per process decoded about as
+# fast as two on the free 2-core EPYC, and far faster beside other work (docs/benchmarks.md,
+# "Busy and limited machines"). Larger machines: `--threads N`.
+DECODE_THREADS = 1
+
+
+@dataclass(frozen=True)
+class Cores:
+    """The CPUs this process may use and what bounds them."""
+
+    affinity: int  # CPUs in the affinity mask (taskset, a cpuset)
+    quota: float | None  # CPUs' worth of time the cgroup allows per period; None: no quota
+
+    @property
+    def usable(self) -> int:
+        """The affinity capped by the quota, rounded down (a thread per whole CPU of quota)."""
+        if self.quota is None:
+            return self.affinity
+        return max(1, min(self.affinity, math.floor(self.quota)))
+
+    def describe(self) -> str:
+        noun = "core" if self.usable == 1 else "cores"
+        why = f"affinity {self.affinity}"
+        if self.quota is not None:
+            why += f", cgroup quota {self.quota:g} CPUs"
+        return f"{self.usable} usable {noun}: {why}"
+
+
+def _cgroup_dirs(base: Path, relative: str) -> list[Path]:
+    """`base/a/b`, `base/a`, `base`: a quota on a parent cgroup bounds its children too."""
+    parts = [p for p in relative.strip().split("/") if p and p != ".."]
+    return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def cgroup_quota(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> float | None:
+    """The tightest CPU quota (in CPUs) on this process's cgroup and its parents: cgroup v2
+    `cpu.max` ("QUOTA PERIOD" or "max PERIOD"), v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`
+    (quota -1: none). None when there is no quota or no cgroup file to read. A file that does
+    not parse counts as no quota: the quota only narrows a choice, it never stops a command."""
+    v2, v1 = "/", "/"
+    for line in (_read(membership) or "").splitlines():
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if number == "0" and controllers == "":
+            v2 = path
+        elif "cpu" in controllers.split(","):
+            v1 = path
+    quotas = []
+    for folder in _cgroup_dirs(root, v2):
+        fields = (_read(folder / "cpu.max") or "").split()
+        if len(fields) == 2 and fields[0] != "max":
+            quotas.append(_ratio(fields[0], fields[1]))
+    for mount in V1_CPU_MOUNTS:
+        for folder in _cgroup_dirs(root / mount, v1):
+            quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+            if quota is not None and period is not None:
+                quotas.append(_ratio(quota, period))
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def usable_cores(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> Cores:
+    """This process's affinity mask and cgroup quota (`root` stands for /sys/fs/cgroup)."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        affinity = os.cpu_count() or 1
+    return Cores(affinity, cgroup_quota(root, membership))
+
+
+@dataclass(frozen=True)
+class Threads:
+    """How many intra-op threads a command uses, and why (its start line says so)."""
+
+    count: int
+    cores: Cores
+    asked: int | None = None  # what the user gave, before the cap of the usable cores
+    source: str = ""  # where the asked count came from: "--threads", "OMP_NUM_THREADS", ...
+
+    def describe(self) -> str:
+        noun = "thread" if self.count == 1 else "threads"
+        if self.asked is None:
+            return f"{self.count} {noun} ({self.cores.describe()})"
+        if self.asked > self.count:
+            return (
+                f"{self.count} {noun} ({self.source} {self.asked} capped at the "
+                f"{self.cores.describe()})"
+            )
+        return f"{self.count} {noun} ({self.source}; {self.cores.describe()})"
+
+
+def check_threads(value: int, option: str = "--threads") -> None:
+    """The one bound of a thread count a user gives: 1 to MAX_THREADS."""
+    if not 1 <= value <= MAX_THREADS:
+        raise MtError(f"{option} must be between 1 and {MAX_THREADS:,}, got {value:,}")
+
+
+def env_threads(environ: MutableMapping[str, str] = os.environ) -> int | None:
+    """OMP_NUM_THREADS as a count (its first level when it lists several), None when unset or
+    not a positive number: then it is no request, as OpenMP itself ignores it."""
+    first = environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
+
+
+def choose_threads(
+    work: str,
+    cores: Cores,
+    asked: int | None = None,
+    source: str = "--threads",
+    processes: int = 1,
+    environ: MutableMapping[str, str] = os.environ,
+) -> Threads:
+    """The intra-op thread count for `work` ("train" or "decode"), never above the usable cores.
+
+    A count the user asked for (`--threads`, train.threads) comes first, then OMP_NUM_THREADS,
+    then the policy: training takes its share of the usable cores (`processes` is how many
+    training processes share them, as torchrun starts on one machine); decoding takes
+    DECODE_THREADS.
+    """
+    if asked is None and env_threads(environ) is not None:
+        asked, source = env_threads(environ), "OMP_NUM_THREADS"
+    share = max(1, cores.usable // max(1, processes))
+    if asked is not None:
+        return Threads(min(asked, share), cores, asked, source)
+    count = share if work == "train" else min(DECODE_THREADS, share)
+    return Threads(count, cores)
+
+
+def set_threads(threads: Threads) -> None:
+    """Size torch's intra-op pool (threads torch starts later, as a server's workers, follow)."""
+    import torch
+
+    torch.set_num_threads(threads.count)
+
+
+def yield_when_waiting(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Have OpenMP's idle threads sleep at once rather than spin (OMP_WAIT_POLICY=PASSIVE), unless
+    the user chose a policy. libgomp reads this when torch is imported, so callers do this
+    first: `mt`'s entry point before any command runs, scripts before `import torch`."""
+    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

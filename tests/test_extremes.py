@@ -116,6 +116,12 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("serve", "--max-chars"): "EEW",
     ("serve", "--max-queue"): "EEW",
     ("serve", "--batch-window-ms"): "WEE",  # 0: no pooling window
+    # --threads is checked first, before any file: 1 to MAX_THREADS
+    ("translate", "--threads"): "EEE",
+    ("eval", "--threads"): "EEE",
+    ("score", "--threads"): "EEE",
+    ("export", "--threads"): "EEE",
+    ("serve", "--threads"): "EEE",
 }
 
 
@@ -303,6 +309,8 @@ def flag_args(command: str, flag: str, folder: Path) -> list[object]:
         return ["attention", ckpt, "--src", "ka lo mi", "-o", folder / "attn.png"]
     if command == "serve":  # flags are checked before the model loads; a server never starts
         return ["serve", folder / "missing.pt"]
+    if command == "export":
+        return ["export", ckpt, folder / "exported", "--to", "marian"]
     raise AssertionError(f"no arguments known for mt {command}")
 
 

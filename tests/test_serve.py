@@ -385,3 +385,9 @@ def test_a_port_in_use_is_one_line_naming_it(tiny_run, mt_cli):
     assert result.err == (
         f"mt: error: port {port} on 127.0.0.1 is in use: choose another with --port\n"
     )
+
+
+def test_the_start_line_says_the_threads_once_listening(server):
+    said = [line for line in server.log.read_text().splitlines() if line.startswith("mt serve: ")]
+    # start_server runs it with OMP_NUM_THREADS=1: a count the policy takes as asked for
+    assert len(said) == 1 and said[0].startswith("mt serve: 1 thread (OMP_NUM_THREADS; "), said

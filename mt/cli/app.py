@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from mt.device import yield_when_waiting
 from mt.errors import EXIT_INTERRUPTED, MtError
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app = typer.Typer(
 
 def main() -> None:
     """Entry point: run the app, turning user errors and interrupts into one line + exit code."""
+    yield_when_waiting()  # before any command imports torch, which starts OpenMP
     try:
         rc = app(standalone_mode=False)
     except MtError as err:

@@ -20,9 +20,11 @@ from mt.cli.options import (
     ProtectOption,
     StopEarlyOption,
     TargetVocabOption,
+    ThreadsOption,
     ToOption,
     open_session,
     text_lines,
+    use_threads,
     warn_truncated,
     write_output,
 )
@@ -78,12 +80,14 @@ def translate(
             help="Translate through this language (a multilingual model): src->pivot->to."
         ),
     ] = None,
+    threads: ThreadsOption = None,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
     from mt.decode.requests import read_requests
     from mt.decode.session import DecodeOptions
     from mt.decode.translator import write_translations
 
+    use_threads("translate", threads)
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
     if input_format not in ("text", "jsonl", "html"):
@@ -166,6 +170,7 @@ def evaluate(
     to: ToOption = None,
     from_: FromOption = None,
     target_vocab: TargetVocabOption = True,
+    threads: ThreadsOption = None,
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
@@ -173,6 +178,7 @@ def evaluate(
     from mt.decode.session import DecodeOptions
     from mt.metrics import format_scores, score
 
+    use_threads("eval", threads)
     if ref is None:
         raise MtError("mt eval needs --ref")
     refs = read_lines(ref)
@@ -226,12 +232,14 @@ def score(
         typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
     ] = True,
     to: ToOption = None,
+    threads: ThreadsOption = None,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
     from mt.decode.score import count_parallel, score_files, write_scores
     from mt.decode.session import DecodeOptions
 
+    use_threads("score", threads)
     for path in (src, tgt):
         if not path.is_file():
             raise MtError(f"{path}: file not found")
@@ -252,9 +260,11 @@ def export_model(
         str | None, typer.Option(help="ctranslate2: int8, int8_float16, float16, bfloat16, ...")
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing OUT_DIR.")] = False,
+    threads: ThreadsOption = None,
 ) -> None:
     """Export a checkpoint for CTranslate2 or HF transformers (needs `pip install 'mt[export]'`)."""
     from mt.export import export
 
+    use_threads("export", threads)
     export(checkpoint, to, out_dir, quantization, force)
     typer.echo(f"exported {checkpoint} to {out_dir} ({to})", err=True)

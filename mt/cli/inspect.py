@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import BeamOption, DeviceOption, open_session
+from mt.cli.options import BeamOption, DeviceOption, open_session, use_threads
 from mt.errors import MtError
 
 
@@ -36,6 +36,7 @@ def attention(
 
     if not src.strip():
         raise MtError("--src is empty")
+    use_threads("attention", None, say=False)  # one sentence: the policy's count, unsaid
     session = open_session([checkpoint], device)
     n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
@@ -90,6 +91,7 @@ def vectors(
     from mt.decode.vectors import read_sentences, summary, word_vectors
 
     sentences = read_sentences(src or [], input)
+    use_threads("vectors", None, say=False)  # one sentence: the policy's count, unsaid
     session = open_session([checkpoint], device)
     model = session.single_model("mt vectors")
     found = word_vectors(model, session.tokenizer, sentences, word, centre)

@@ -82,10 +82,32 @@ TargetVocabOption = Annotated[
         "text, so its output stays in that language."
     ),
 ]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="CPU threads, at most the usable cores (affinity mask, container CPU quota); "
+        "default: 1 for decoding, or OMP_NUM_THREADS."
+    ),
+]
 Int8Option = Annotated[
     bool | None,
     typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),
 ]
+
+
+def use_threads(command: str, asked: int | None, say: bool | None = None):
+    """Check `--threads` (once, here), size torch's pool by mt.device's policy and say the
+    count on stderr: always when `say`, by default only at a terminal, so that piped output's
+    stderr holds nothing but warnings and errors."""
+    from mt.device import check_threads, choose_threads, set_threads, usable_cores
+
+    if asked is not None:
+        check_threads(asked)
+    threads = choose_threads("decode", usable_cores(), asked)
+    set_threads(threads)
+    if say or (say is None and sys.stderr.isatty()):
+        typer.echo(f"mt {command}: {threads.describe()}", err=True)
+    return threads
 
 
 def open_session(checkpoints: list[Path], device: str):

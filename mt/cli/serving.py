@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import DeviceOption
+from mt.cli.options import DeviceOption, ThreadsOption, use_threads
 
 
 @app.command()
@@ -38,16 +38,27 @@ def serve(
     batch_window_ms: Annotated[
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
+    threads: ThreadsOption = None,
 ) -> None:
     r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
     serve extra: pip install 'mt\[serve]')."""
     from mt.serve import serve as run_server
     from mt.serve.limits import Limits
 
+    chosen = use_threads("serve", threads, say=False)  # each model's worker runs with it
     limits = Limits(
         max_items=max_items,
         max_chars=max_chars,
         max_queue=max_queue,
         batch_window_ms=batch_window_ms,
     )
-    run_server(checkpoints, host, port, device, api_key_file, cors_origin, limits)
+    run_server(
+        checkpoints,
+        host,
+        port,
+        device,
+        api_key_file,
+        cors_origin,
+        limits,
+        start_line=f"mt serve: {chosen.describe()}",  # said once it listens
+    )

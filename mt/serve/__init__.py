@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import signal
 import socket
+import sys
 from pathlib import Path
 
 from mt.errors import MtError
@@ -73,6 +74,7 @@ def serve(
     cors_origins: list[str] | None = None,
     limits: Limits | None = None,
     log_level: str = "info",
+    start_line: str = "",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
     try:
@@ -99,6 +101,11 @@ def serve(
     app = create_app(config)
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and start_line:  # listening: errors before it stay one line
+                print(start_line, file=sys.stderr, flush=True)
+
         def handle_exit(self, sig: int, frame: object) -> None:
             app.state.hurry()  # what is queued is answered now, not after its pooling wait
             super().handle_exit(sig, frame)  # type: ignore[arg-type]

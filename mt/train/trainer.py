@@ -35,7 +35,14 @@ from mt.config import Config
 from mt.config_file import save_config
 from mt.data.loader import TrainingSet, iterate
 from mt.data.prepare import prepare
-from mt.device import autocast, resolve_device, resolve_precision
+from mt.device import (
+    autocast,
+    choose_threads,
+    resolve_device,
+    resolve_precision,
+    set_threads,
+    usable_cores,
+)
 from mt.errors import MtError
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
@@ -59,8 +66,15 @@ class Trainer:
         self.lock: RunLock | None = None  # rank 0 holds the run directory's lock
         t = cfg.train
         use_tensorboard = tensorboard.enabled(t.tensorboard)  # before any work: true needs it
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        # torchrun's processes on this machine share its cores (it sets LOCAL_WORLD_SIZE).
+        self.threads = choose_threads(
+            "train",
+            usable_cores(),
+            t.threads or None,
+            "train.threads",
+            processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        )
+        set_threads(self.threads)
         self.dist, self.device = distributed.init(resolve_device(t.device, "train.device"))
         self.precision = resolve_precision(t.precision, self.device)
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
@@ -402,7 +416,8 @@ class Trainer:
             tqdm.write(
                 f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
                 f"pairs, device {self.device}, precision {self.precision}, "
-                f"{self.dist.world} process(es), run dir {self.run_dir}"
+                f"{self.dist.world} process(es), {self.threads.describe()}, run dir {self.run_dir}",
+                file=sys.stderr,
             )
 
     def _step(self, stream: Iterator[Batch], window: Window) -> None:
