@@ -23,7 +23,7 @@ from mt.cli.options import (
     warn_truncated,
     write_output,
 )
-from mt.errors import EXIT_GATE, MtError
+from mt.errors import EXIT_GATE, EXIT_LINES, MtError
 
 
 @app.command()
@@ -100,6 +100,12 @@ def translate(
     )
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
+    failures: list[int] = []
+
+    def failed(line: int, error: str) -> None:
+        failures.append(line)
+        typer.echo(f"{name}:{line}: could not translate this line ({error})", err=True)
+
     with src:
         if input_format == "html":
             from mt.decode.markup import translate_html
@@ -116,9 +122,17 @@ def translate(
                 nbest=translator.cfg.nbest,
                 alignment=alignment,
                 jsonl=output_format == "jsonl",
+                failed=failed,
             ),
         )
     warn_truncated(translator.truncated, translator.max_src, "input")
+    if failures:
+        typer.echo(
+            f"mt translate: {len(failures)} line(s) could not be translated and were written "
+            "empty; the others were translated",
+            err=True,
+        )
+        raise typer.Exit(EXIT_LINES)
 
 
 @app.command(name="eval")

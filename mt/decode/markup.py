@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from mt.decode.place import Pair, Unit, translate_units
+from mt.decode.translator import isolated
 from mt.errors import MtError
 from mt.spans import Span, find_spans
 
@@ -156,7 +157,8 @@ def _insert(siblings: list[Pair], p: Pair) -> None:
 
 def text_unit(line: str, spans: list[Span]) -> Unit:
     """A plain-text line as a Unit: tag spans that pair up and nest (`<b>...</b>`) become
-    pairs, put back around words; every other span is an atom."""
+    pairs, put back around words; every other span is an atom, and so is an empty element
+    (`<b></b>`) with its tags, as in HTML."""
     partner: dict[int, int] = {}
     stack: list[tuple[str, int]] = []
     for k, sp in enumerate(spans):
@@ -167,16 +169,30 @@ def text_unit(line: str, spans: list[Span]) -> Unit:
             stack.append((m[2], k))
         elif stack and stack[-1][0] == m[2]:
             partner[stack.pop()[1]] = k
+    empty = {
+        o: c
+        for o, c in partner.items()
+        if c == o + 1 and not line[spans[o].end : spans[c].start].strip()
+    }
+    for o in empty:
+        del partner[o]
     paired = set(partner) | set(partner.values())
     text, atoms, pos, at = "", [], 0, {}
+    skip = set(empty.values())
     for k, sp in enumerate(spans):
+        if k in skip:
+            continue
         text += line[pos : sp.start]
         pos = sp.end
         if k in paired:
             at[k] = len(text)
-        else:
-            atoms.append(Span(len(text), len(text) + len(sp.text), sp.kind, sp.text))
-            text += sp.text
+            continue
+        raw = line[sp.start : spans[empty[k]].end] if k in empty else sp.text
+        atoms.append(
+            Span(len(text), len(text) + len(raw), "markup" if k in empty else sp.kind, raw)
+        )
+        text += raw
+        pos = sp.start + len(raw)
     text += line[pos:]
     pairs = [Pair(spans[o].text, spans[c].text, at[o], at[c], o) for o, c in partner.items()]
     return Unit(line, text, atoms, _nest(pairs))
@@ -198,7 +214,7 @@ def translate_html(translator, lines: Iterable[str], name: str) -> Iterator:
             html_unit(parse_fragment(line.rstrip("\r\n"), f"{name}:{i}"), translator.protect)
         )
         if len(buf) >= translator.cfg.buffer_lines:
-            yield from translate_units(translator, buf)
+            yield from isolated(lambda units: translate_units(translator, units), buf)
             buf = []
     if buf:
-        yield from translate_units(translator, buf)
+        yield from isolated(lambda units: translate_units(translator, units), buf)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
+from mt.decode.translator import Translation
 from mt.spans import Span
 
 
@@ -56,6 +57,44 @@ class Lifted:
     words: list[tuple[int, int]]  # `Unit.text` offsets of each word
     anchors: list[tuple[int, bool]]  # per atom: (word, after it) or (word, before it)
     glue: list[tuple[bool, bool]]  # per atom: touched the text before / after it
+
+
+def fold_wordless(unit: Unit) -> Unit:
+    """`unit` with every element that encloses no word (`<i></i>`, `<b><i>%d</i></b>`,
+    `<a href="URL">URL</a>`) turned into one atom holding it as written: there is nothing in
+    it to translate, and nothing a target word could be aligned with to place its tags."""
+    keep = [True] * len(unit.text)
+    for s in unit.atoms:
+        keep[s.start : s.end] = [False] * (s.end - s.start)
+    atoms, folded = list(unit.atoms), []
+
+    def walk(pairs: list[Pair]) -> list[Pair]:
+        out = []
+        for p in pairs:
+            if any(
+                k and not c.isspace()
+                for c, k in zip(unit.text[p.start : p.end], keep[p.start : p.end])
+            ):
+                p.children = walk(p.children)
+                out.append(p)
+                continue
+            atoms[:] = [a for a in atoms if not (p.start <= a.start and a.end <= p.end)]
+            body = p.open + _written(unit.text, p.start, p.end, p.children) + p.close
+            folded.append(Span(p.start, p.end, "markup", body))
+        return out
+
+    pairs = walk(unit.pairs)
+    atoms = sorted(atoms + folded, key=lambda a: (a.start, a.end))  # stable: in line order
+    return Unit(unit.line, unit.text, atoms, pairs)
+
+
+def _written(text: str, lo: int, hi: int, pairs: list[Pair]) -> str:
+    """`text[lo:hi]` with the tags of `pairs` (nested) put back where they were."""
+    out, pos = "", lo
+    for p in sorted(pairs, key=lambda p: (p.start, p.seq)):
+        out += text[pos : p.start] + p.open + _written(text, p.start, p.end, p.children) + p.close
+        pos = p.end
+    return out + text[pos:hi]
 
 
 def lift(text: str, atoms: list[Span]) -> Lifted:
@@ -101,9 +140,12 @@ def _word_index(pieces: list[str]) -> list[int]:
 
 
 def _nearest(links: list[set[int]], js: range, wanted: set[int]) -> list[int]:
-    """The target word in `js` linked nearest to the source words `wanted` (a list of one)."""
+    """The target word in `js` linked nearest to the source words `wanted` (a list of one;
+    empty when nothing is wanted or linked)."""
+    if not wanted:
+        return []
     near = [(min(abs(s - i) for s in links[j] for i in wanted), j) for j in js if links[j]]
-    return [min(near)[1]] if near and wanted else []
+    return [min(near)[1]] if near else []
 
 
 def _ranges(
@@ -204,28 +246,39 @@ def assemble(unit: Unit, lifted: Lifted, words: list[str], links: list[set[int]]
     n = len(words)
     slots: dict[tuple[int, bool], list[Item]] = {}
     tail: list[Item] = []
-    for s, (i, after), (left, right) in zip(unit.atoms, lifted.anchors, lifted.glue):
+    last: tuple[list[Item], int] | None = None  # where the previous atom went
+    for k, (s, (i, after), (left, right)) in enumerate(
+        zip(unit.atoms, lifted.anchors, lifted.glue)
+    ):
         linked = [j for j in range(n) if i in links[j]] or _nearest(links, range(n), {i})
         item = (s.text, not left, not right)
-        if not linked:
-            tail.append(item)
-        else:
-            slots.setdefault((max(linked) if after else min(linked), after), []).append(item)
+        where = (
+            tail
+            if not linked
+            else slots.setdefault((max(linked) if after else min(linked), after), [])
+        )
+        touch = k > 0 and unit.atoms[k - 1].end == s.start
+        if touch and last is not None and last[0] is where and last[1] == len(where) - 1:
+            prev = where[-1]  # atoms that touched in the source, side by side: still touching
+            where[-1] = (prev[0], prev[1], False)
+            item = (item[0], False, item[2])
+        where.append(item)
+        last = (where, len(where) - 1)
     return join(_render(words, unit.pairs, 0, n, lifted.words, links, slots) + tail)
 
 
 def translate_units(translator, units: list[Unit]) -> list:
     """Translations of `units`, in order: the text translated as if it had no spans, the
     spans and tags put back. A unit with nothing but spans comes back as it is."""
-    from mt.decode.translator import Translation
-
+    units = [fold_wordless(u) for u in units]
     out: list = [None] * len(units)
     todo, lifts = [], []
     for i, u in enumerate(units):
         lifted = lift(u.text, u.atoms)
         if not re.search(r"\w", lifted.text):
             line = u.line.strip()
-            out[i] = Translation(line, [Hypothesis([], 0.0)], [line])
+            n = translator.cfg.nbest  # the line is its only translation, as each of the n best
+            out[i] = Translation(line, [Hypothesis([], 0.0)] * n, [line] * n)
         else:
             todo.append(i)
             lifts.append(lifted)

@@ -1,4 +1,5 @@
-"""Protected spans: the step around search that keeps them (`Translator(protect=True)`).
+"""Protected spans: the step around search that keeps them (`Translator(protect=True,
+around=translate_protected)`, as `Session.translator` builds it).
 
 `translate_protected` sends each request down one of three paths:
 
@@ -25,8 +26,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from mt.decode.markup import text_unit
+from mt.decode.place import translate_units
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
+from mt.decode.translator import Translation
 from mt.spans import RESERVED, Span, find_spans, placeholder, reserved_symbols
 from mt.tokenizer import UNK, Tokenizer
 
@@ -195,10 +199,6 @@ def masked_request(r: Request, m: Masked, constrain: bool) -> Request:
 def translate_protected(translator, requests: list[Request]) -> list:
     """`translator.translate_requests(requests)` with every span of every source kept (the
     three paths of the module's docstring), in input order."""
-    from mt.decode.markup import text_unit
-    from mt.decode.place import translate_units
-    from mt.decode.translator import Translation
-
     ph = placeholders_for(translator.tokenizer)
     srcs = [r.src.strip() for r in requests]
     spans = [find_spans(s) for s in srcs]
@@ -220,7 +220,8 @@ def translate_protected(translator, requests: list[Request]) -> list:
         if m.content or requests[i].prefix:
             masks[i] = m
         else:
-            out[i] = Translation(srcs[i], [Hypothesis([], 0.0)], [srcs[i]])
+            n = translator.cfg.nbest  # the line is its only translation, as each of the n best
+            out[i] = Translation(srcs[i], [Hypothesis([], 0.0)] * n, [srcs[i]] * n)
     if masks:
         constrain = can_constrain(translator)
         reqs = [masked_request(requests[i], m, constrain) for i, m in masks.items()]

@@ -90,6 +90,8 @@ def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
         record.update(score=0.0, tokens=[], nbest=[{"translation": "", "score": 0.0}])
         if alignment:
             record["alignment"] = []
+    if t.error:  # a line that failed is written empty, with the reason
+        record["error"] = t.error
     return record
 
 

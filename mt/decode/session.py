@@ -27,6 +27,7 @@ from typing import Any
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import DecodeConfig, to_dict, validate_decode
 from mt.decode.ensemble import Ensemble
+from mt.decode.protect import translate_protected
 from mt.decode.score import Scorer
 from mt.decode.translator import Translator
 from mt.device import resolve_device
@@ -129,7 +130,14 @@ class Session:
         dcfg = self.decode_config(options)
         try:
             return Translator(
-                self.model, self.tokenizer, dcfg, self.device, alignment, with_scores, protect
+                self.model,
+                self.tokenizer,
+                dcfg,
+                self.device,
+                alignment,
+                with_scores,
+                protect,
+                translate_protected if protect else None,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do
             raise MtError(f"{self.paths[0]}: {err}") from None

@@ -12,13 +12,14 @@ import copy
 import itertools
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
+from mt.decode.bans import Bans, SpanRule
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.int8 import quantize_linears
 from mt.decode.requests import Request, translation_record
@@ -35,6 +36,21 @@ class Translation:
     hypotheses: list[Hypothesis]  # best first; empty for an empty input line
     texts: list[str]  # detokenized text of each hypothesis
     pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
+    error: str = ""  # why this line could not be translated (its output is then empty)
+
+
+def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
+    """`translate(items)`; when it fails for a reason no check foresaw (a bug), each item is
+    tried alone, so one bad line costs its own output only: it comes back empty with its
+    `error`, and every other line is translated. A user's error (MtError) still ends the run."""
+    try:
+        return translate(items)
+    except MtError:
+        raise
+    except Exception as err:  # noqa: BLE001 - kept with the line that caused it
+        if len(items) == 1:
+            return [Translation("", [], [], error=f"{type(err).__name__}: {err}")]
+    return [t for item in items for t in isolated(translate, [item])]
 
 
 class Translator:
@@ -47,6 +63,7 @@ class Translator:
         alignment: bool = False,
         with_scores: bool = False,
         protect: bool = False,
+        around: Callable[[Translator, list[Request]], list[Translation]] | None = None,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
         # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
@@ -75,7 +92,12 @@ class Translator:
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
-        self.protect = protect  # keep placeholders, markup, URLs (mt.decode.protect)
+        # Protection: search writes no span of its own (mt.decode.bans), and `around` (the
+        # steps around search, mt.decode.protect.translate_protected) lifts out and puts back
+        # the source's. They wrap this class from outside: it never imports them.
+        self.protect = protect
+        self.bans = Bans(spans=SpanRule(tokenizer, device)) if protect else None
+        self.around = around
 
     def _search(
         self,
@@ -87,7 +109,15 @@ class Translator:
         c = self.cfg
         if constraints is not None and any(constraints):
             return constrained_beam_search(
-                self.model, src, constraints, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest
+                self.model,
+                src,
+                constraints,
+                c.beam,
+                c.alpha,
+                c.max_len_a,
+                c.max_len_b,
+                c.nbest,
+                self.bans,
             )
         if self.greedy or self.sampling is not None:
             hyps = greedy_search(
@@ -100,6 +130,7 @@ class Translator:
                 prefixes=prefixes,
                 no_repeat_ngram=c.no_repeat_ngram,
                 sampling=self.sampling,
+                bans=self.bans,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -114,6 +145,7 @@ class Translator:
             c.stop_early,
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
+            bans=self.bans,
         )
 
     def translate_lines(self, lines: list[str]) -> list[Translation]:
@@ -135,15 +167,19 @@ class Translator:
             if len(ids[i]) > self.max_src:
                 ids[i] = ids[i][: self.max_src - 1] + [EOS]
                 self.truncated += 1
-        sizes = [len(ids[i]) for i in todo]
-        for batch in token_batches(sizes, self.cfg.max_tokens):
-            rows = [todo[j] for j in batch]
-            src = pad([ids[r] for r in rows]).to(self.device)
-            prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
-            terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
-            align = self.alignment if alignment is None else alignment
-            for r, hyps in zip(rows, self._search(src, prefixes, terms, align)):
-                results[r] = hyps
+        # Lines with constraints take the constrained search, which has no prefixes: apart.
+        constrained = [i for i in todo if constraint_ids is not None and constraint_ids[i]]
+        free = [i for i in todo if i not in set(constrained)] if constrained else todo
+        for group in (free, constrained):
+            sizes = [len(ids[i]) for i in group]
+            for batch in token_batches(sizes, self.cfg.max_tokens):
+                rows = [group[j] for j in batch]
+                src = pad([ids[r] for r in rows]).to(self.device)
+                prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
+                terms = [constraint_ids[r] for r in rows] if group is constrained else None
+                align = self.alignment if alignment is None else alignment
+                for r, hyps in zip(rows, self._search(src, prefixes, terms, align)):
+                    results[r] = hyps
         out = []
         for hyps in results:
             texts = [self.tokenizer.decode_tgt(h.tokens) for h in hyps]
@@ -189,16 +225,14 @@ class Translator:
             ]
             if not chunk:
                 return
-            yield from self.translate(chunk)
+            yield from isolated(self.translate, chunk)
 
     def translate(self, requests: list[Request]) -> list[Translation]:
-        """`translate_requests`, around which protection (when on) masks, constrains and
-        restores the spans of each source (`mt.decode.protect`)."""
-        if not self.protect:
+        """`translate_requests`, with the steps `around` it when given (protection masks,
+        constrains and restores the spans of each source: `mt.decode.protect`)."""
+        if self.around is None:
             return self.translate_requests(requests)
-        from mt.decode.protect import translate_protected
-
-        return translate_protected(self, requests)
+        return self.around(self, requests)
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:
@@ -233,11 +267,16 @@ def write_translations(
     nbest: int = 1,
     alignment: bool = False,
     jsonl: bool = False,
+    failed: Callable[[int, str], None] | None = None,
 ) -> int:
     """Write and flush after each buffer-sized group; returns the number of input lines.
-    With `jsonl`, one JSON object per input line (see `translation_record`)."""
+    With `jsonl`, one JSON object per input line (see `translation_record`). A line that
+    could not be translated is written empty (so later lines keep their line numbers) and
+    reported to `failed(line number, error)`."""
     n = 0
     for n, t in enumerate(translations, 1):
+        if t.error and failed is not None:
+            failed(n, t.error)
         if jsonl:
             out.write(json.dumps(translation_record(t, alignment), ensure_ascii=False) + "\n")
         else:
