@@ -46,8 +46,9 @@ def translate(
     input_format: Annotated[
         str,
         typer.Option(
-            help='text, html (one fragment per line), or jsonl: {"src": ..., "prefix": ..., '
-            '"constraints": [...]}.'
+            help='text, html (one fragment per line), jsonl: {"src": ..., "prefix": ..., '
+            '"constraints": [...], "format": "c-format"}, or po (a gettext catalogue: one line '
+            "per msgid, its format flags deciding its placeholders)."
         ),
     ] = "text",
     output_format: Annotated[
@@ -74,8 +75,8 @@ def translate(
 
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
-    if input_format not in ("text", "jsonl", "html"):
-        raise MtError(f"--input-format must be text, jsonl or html, got {input_format!r}")
+    if input_format not in ("text", "jsonl", "html", "po"):
+        raise MtError(f"--input-format must be text, jsonl, html or po, got {input_format!r}")
     if output_format not in ("text", "jsonl"):
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mt.spans import find_spans
+from mt.spans import WIDEST, find_spans
 from mt.tokenizer import Tokenizer
 
 WINDOW = 12  # tokens of a row's end in which a span may be under way (a word rarely has more)
@@ -115,8 +115,8 @@ def piece_texts(tokenizer: Tokenizer) -> list[str]:
 
 
 def _completes(text: str, piece: str) -> bool:
-    """Whether `text + piece` holds a span that reaches into `piece`."""
-    return any(s.end > len(text) for s in find_spans(text + piece))
+    """Whether `text + piece` holds a span, of any syntax, that reaches into `piece`."""
+    return any(s.end > len(text) for s in find_spans(text + piece, WIDEST))
 
 
 @dataclass

@@ -201,7 +201,7 @@ def translate_protected(translator, requests: list[Request]) -> list:
     three paths of the module's docstring), in input order."""
     ph = placeholders_for(translator.tokenizer)
     srcs = [r.src.strip() for r in requests]
-    spans = [find_spans(s) for s in srcs]
+    spans = [find_spans(s, r.formats) for s, r in zip(srcs, requests)]
     out: list = [None] * len(requests)
     plain = [i for i, s in enumerate(spans) if not s]
     masked = [i for i, s in enumerate(spans) if s and (ph.reserved or _asks(requests[i]))]
