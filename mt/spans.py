@@ -154,6 +154,28 @@ def find_spans(text: str, flags: Iterable[str] | frozenset[str] | None = None) -
     return out
 
 
+@lru_cache(maxsize=4096)
+def gluable(span: str) -> tuple[bool, bool]:
+    """Whether `span` stays one span with a letter or digit touching it on its left, and on
+    its right: a translation may put a word where the source had another, and `ahttps://x`
+    or `5%s` is no span. A text that is no span by itself has nothing to lose."""
+    if [s.text for s in find_spans(span, WIDEST)] != [span]:
+        return True, True
+
+    def whole(before: str, after: str) -> bool:
+        found = find_spans(before + span + after, WIDEST)
+        return any(s.start == len(before) and s.text == span for s in found)
+
+    return all(whole(c, "") for c in "a5"), all(whole("", c) for c in "a5")
+
+
+def splits(a: str, b: str) -> bool:
+    """Whether spans `a` and `b` written side by side are no longer found as they were
+    (`%wu` before `www.x` reads `%wuwww.x`)."""
+    want = [s.text for s in find_spans(a, WIDEST) + find_spans(b, WIDEST)]
+    return [s.text for s in find_spans(a + b, WIDEST)] != want
+
+
 def _icu_spans(text: str) -> list[Span]:
     """ICU arguments (`{n, plural, one {...} other {...}}`), each to its balanced brace."""
     out, pos = [], 0

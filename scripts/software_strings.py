@@ -41,7 +41,9 @@ KINDS = {  # domain -> (kind, language whose directives its strings hold)
     "python-apt": ("python", "python"), "software-properties": ("python", "python"),
     "system-config-printer": ("python", "python"),
 }  # fmt: skip
-_C = re.compile(r"%(?:\d+\$)?[-+ 0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGaAcspn]")
+_C = re.compile(
+    r"%(?:\d+\$)?[-+ 0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGaAcspn]"
+)
 _GCC = re.compile(r"%[<>]|%(?:\d+\$)?[-+ 0#']*\d*(?:\.\d+)?[qlwhzt]*[A-Za-z]")
 _PY = re.compile(r"%\(\w+\)[-+ 0#]*\d*(?:\.\d+)?[a-zA-Z]")
 _BRACE = re.compile(r"\{\w*(?:![rsa])?(?::[^{}]*)?\}")

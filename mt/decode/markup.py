@@ -39,6 +39,9 @@ class Fragment:
     text: str
     atoms: list[Span]
     pairs: list[Pair]  # top-level pairs, each with its nested ones
+    shifts: list[
+        tuple[int, int, int]
+    ]  # runs of `text` as they stand in `line`: (start, end, shift)
 
 
 class _Events(HTMLParser):
@@ -93,6 +96,7 @@ def parse_fragment(line: str, where: str) -> Fragment:
     if "".join(raws) != line:  # the parser skipped something: refuse rather than lose it
         raise MtError(f"{where}: cannot read this line as an HTML fragment")
     text, atoms = "", []
+    shifts: list[tuple[int, int, int]] = []
     pairs: list[Pair] = []
     stack: list[tuple[str, str, int, int]] = []  # (tag, open raw, start, seq)
     opaque: tuple[str, int, int] | None = None  # (tag, depth, offset in line) of a kept element
@@ -111,6 +115,10 @@ def parse_fragment(line: str, where: str) -> Fragment:
                     opaque = (name, depth - 1, begin)
             continue
         if kind == "text":
+            if shifts and shifts[-1][1] == len(text) and shifts[-1][2] == offset - len(text):
+                shifts[-1] = (shifts[-1][0], len(text) + len(raw), shifts[-1][2])
+            else:
+                shifts.append((len(text), len(text) + len(raw), offset - len(text)))
             text += raw
         elif kind == "atom":
             atoms.append(Span(len(text), len(text) + len(raw), "markup", raw))
@@ -136,7 +144,7 @@ def parse_fragment(line: str, where: str) -> Fragment:
         raise MtError(f"{where}: <{opaque[0]}> is not closed")
     if stack:
         raise MtError(f"{where}: <{stack[-1][0]}> is not closed")
-    return Fragment(line, text, atoms, _nest(pairs))
+    return Fragment(line, text, atoms, _nest(pairs), shifts)
 
 
 def _nest(pairs: list[Pair]) -> list[Pair]:
@@ -199,8 +207,13 @@ def text_unit(line: str, spans: list[Span]) -> Unit:
 
 
 def html_unit(f: Fragment, protect: bool) -> Unit:
-    """A fragment as a Unit: its atoms, and with `protect` the spans in its text too."""
-    found = find_spans(f.text) if protect else []
+    """A fragment as a Unit: its atoms, and with `protect` the spans of its text too, found
+    in the line as written (in `text` the tags are gone: `%d<i>Datei` would read `%dDatei`)."""
+    found = []
+    for s in find_spans(f.line) if protect else []:
+        run = next((r for r in f.shifts if r[0] + r[2] <= s.start and s.end <= r[1] + r[2]), None)
+        if run is not None:
+            found.append(Span(s.start - run[2], s.end - run[2], s.kind, s.text))
     free = [s for s in found if not any(a.start < s.end and s.start < a.end for a in f.atoms)]
     return Unit(f.line, f.text, sorted(f.atoms + free, key=lambda s: s.start), f.pairs)
 

@@ -19,12 +19,13 @@ is the model's. Lines without spans never come here (see `mt.decode.protect`).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
 from mt.decode.translator import Translation
-from mt.spans import Span
+from mt.spans import Span, find_spans, gluable, splits
 
 
 @dataclass
@@ -110,9 +111,9 @@ def lift(text: str, atoms: list[Span]) -> Lifted:
         for m in re.finditer(r"\S+", "".join(c if k else " " for c, k in zip(text, keep)))
     ]
     anchors, glue = [], []
-    for s in atoms:
-        left = s.start > 0 and text[s.start - 1].isalnum()
-        right = s.end < len(text) and text[s.end].isalnum()
+    for s in atoms:  # glued to a word's letter or digit, not to another atom's
+        left = s.start > 0 and text[s.start - 1].isalnum() and keep[s.start - 1]
+        right = s.end < len(text) and text[s.end].isalnum() and keep[s.end]
         glue.append((left, right))
         before = [w for w, (a, _) in enumerate(words) if a < s.start]
         after = [w for w, (a, _) in enumerate(words) if a >= s.end]
@@ -251,20 +252,36 @@ def assemble(unit: Unit, lifted: Lifted, words: list[str], links: list[set[int]]
         zip(unit.atoms, lifted.anchors, lifted.glue)
     ):
         linked = [j for j in range(n) if i in links[j]] or _nearest(links, range(n), {i})
-        item = (s.text, not left, not right)
+        can_left, can_right = gluable(s.text)  # else a space keeps it whole
+        item = (s.text, not (left and can_left), not (right and can_right))
         where = (
             tail
             if not linked
             else slots.setdefault((max(linked) if after else min(linked), after), [])
         )
-        touch = k > 0 and unit.atoms[k - 1].end == s.start
+        touch = (
+            k > 0
+            and unit.atoms[k - 1].end == s.start
+            and not splits(unit.atoms[k - 1].text, s.text)
+        )
         if touch and last is not None and last[0] is where and last[1] == len(where) - 1:
             prev = where[-1]  # atoms that touched in the source, side by side: still touching
             where[-1] = (prev[0], prev[1], False)
             item = (item[0], False, item[2])
         where.append(item)
         last = (where, len(where) - 1)
-    return join(_render(words, unit.pairs, 0, n, lifted.words, links, slots) + tail)
+    items = _render(words, unit.pairs, 0, n, lifted.words, links, slots) + tail
+    text = join(items)
+    atoms = {a.text for a in unit.atoms}
+    want = Counter(x.text for a in unit.atoms for x in find_spans(a.text))
+    want.update(x.text for p in _all(unit.pairs) for x in find_spans(p.open + p.close))
+    if Counter(x.text for x in find_spans(text)) != want:  # glued into another span: apart
+        text = join([(t, True, True) if t in atoms else (t, b, a) for t, b, a in items])
+    return text
+
+
+def _all(pairs: list[Pair]) -> list[Pair]:
+    return [q for p in pairs for q in [p, *_all(p.children)]]
 
 
 def translate_units(translator, units: list[Unit]) -> list:

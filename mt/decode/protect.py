@@ -23,6 +23,7 @@ is spans (`{0}`, `<br/>`) is returned as it is. Whether a span touched the text 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -31,7 +32,7 @@ from mt.decode.place import translate_units
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
 from mt.decode.translator import Translation
-from mt.spans import RESERVED, Span, find_spans, placeholder, reserved_symbols
+from mt.spans import RESERVED, Span, find_spans, gluable, placeholder, reserved_symbols
 from mt.tokenizer import UNK, Tokenizer
 
 FALLBACK_LETTERS = "ZQXJ"  # `Z00`...`Z99`; another letter when the line holds `Z00`-like text
@@ -137,7 +138,14 @@ def mask(src: str, ph: Placeholders, spans: Sequence[Span] | None = None) -> Mas
 
 def restore(m: Masked, out: str) -> str:
     """`out` (a translation of `m.text`) with each placeholder replaced by its span, each span
-    exactly once: repeats are dropped, missing ones appended."""
+    exactly once: repeats are dropped, missing ones appended. Spans glued to their neighbours
+    as in the source, unless that makes them read as other spans (then they stand apart)."""
+    text = _restore(m, out, True)
+    want = Counter(x.text for s in m.spans for x in find_spans(s.text))
+    return text if Counter(x.text for x in find_spans(text)) == want else _restore(m, out, False)
+
+
+def _restore(m: Masked, out: str, glue: bool) -> str:
     seen: set[int] = set()
     parts, pos = [], 0
     for hit in m.finder.finditer(out):
@@ -154,7 +162,8 @@ def restore(m: Masked, out: str) -> str:
 
     def spell(hit: re.Match[str]) -> str:
         k = int(hit.group(2))
-        left, right = m.glue[k]
+        can_left, can_right = gluable(m.spans[k].text)  # else a space keeps it whole
+        left, right = glue and m.glue[k][0] and can_left, glue and m.glue[k][1] and can_right
         before, after = hit.group(1), hit.group(3)
         # A span that stood apart in the source stands apart in the output too ("%ss" -> "%s s").
         if not left and not before and hit.start() > 0 and text[hit.start() - 1].isalnum():
