@@ -49,7 +49,7 @@ _PRINTF = (
 )
 # (family, kind, pattern); tried in this order at each position, leftmost match first.
 PATTERNS: list[tuple[str, str, str]] = [
-    ("template", "template", r"<%.*?%>"),
+    ("template", "template", r"<%[^\n]*?%>"),
     ("markup", "tag", r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>"),
     ("markup", "url", r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]"),
     ("markup", "email", r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b"),
@@ -182,6 +182,8 @@ def _icu_spans(text: str) -> list[Span]:
     while (m := _ICU.search(text, pos)) is not None:
         depth, end = 0, None
         for i in range(m.start(), len(text)):
+            if text[i] == "\n":
+                break  # one line at most: mt.decode.bans scans many lines at once
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             if depth == 0:
                 end = i + 1

@@ -20,6 +20,7 @@ from serve_helpers import start_server
 
 from mt.checkpoint import load_model
 from mt.decode.bans import Bans, SpanRule, step_mask
+from mt.decode.protect import exact
 from mt.spans import find_spans
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
@@ -54,7 +55,10 @@ def spanful_run(tmp_path_factory: pytest.TempPathFactory, mt_cli) -> Path:
     return root / "run"
 
 
-LINES = ["ka lo mi", "nu %d pe", "ri so <i>tu</i> va", "ze ka {1} lo 50 %", "mi nu"]
+# `%s`, `$HOME` and `<b>`: characters the model writes, so those lines keep their spans in the
+# text, the model allowed to write them (once each); the others are lifted out and placed.
+LINES = ["ka lo mi", "nu %d pe", "ri so <i>tu</i> va", "ze ka {1} lo 50 %", "mi nu",
+         "ka %s lo", "mi $HOME nu %s", "so &amp; <b> tu"]  # fmt: skip
 
 
 def _spans(text: str) -> Counter:
@@ -122,6 +126,13 @@ def test_serve_writes_only_the_sources_spans(spanful_run, tmp_path) -> None:
         _check(LINES, [x["translation"] for x in r.json()["items"]])
     finally:
         assert server.stop() == 0
+
+
+def test_exact_drops_extra_spans_and_appends_missing_ones() -> None:
+    src = find_spans("a %s b %d")
+    assert exact("x %s %s y {0}", src, ()) == "x %s y %d"
+    assert exact("%d then %s", src, ()) == "%d then %s"
+    assert exact("{0}", find_spans("{0}"), ["c-format"]) is None  # no span there for C
 
 
 def test_the_mask_bans_completions_not_starts(spanful_run) -> None:

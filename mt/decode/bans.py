@@ -19,6 +19,7 @@ patterns that find spans in the source.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -32,6 +33,9 @@ CONTEXTS = ("", " ", "a", "5", "a.")  # what a row's last word may end with, for
 # A piece that can start or continue a span: a character spans are made of, or the start of a
 # `www.` / `http://` / `ftp://` address.
 _SUSPECT = re.compile(r"[%<>&{}$@]|(?:^|\W)(?:w{1,3}\.?|h|ht|htt|https?|f|ft|ftp):?/{0,2}$")
+_TRIGGER = re.compile(r"[%<&{$@]|(?<!\w)(?:w{1,3}\.?|h|ht|htt|https?|f|ft|ftp):?/{0,2}(?!\w)")
+# What ends a span of each syntax: if none of these makes a span of a row's end, no piece can.
+PROBES = ("s", "d", "1", "E", "x", ">", ";", "}", "%", "%>", ".x", "://x", "/x", "y.z", "x;")
 _OPEN = re.compile(r"[<{][^<>{}]*$")  # a tag or brace still open (spans may hold spaces there)
 CACHE = 4096  # row ends whose bans are kept
 
@@ -43,58 +47,136 @@ class SpanRule:
     `&amp;`, `{0}`, `$HOME` as single pieces, or `@x.de` after a name); it applies to every row.
     A row with a suspect piece among its last `WINDOW` tokens, or an open `<` or `{`, is
     checked against its own end: every piece that would complete a span there is banned.
+
+    A sentence may be `allowed` spans (its source's own, when the model writes them itself):
+    a span that is one of them, or the start of one (`$HO` on the way to `$HOME`), may be
+    completed; how many times is the caller's to enforce.
     """
 
     def __init__(self, tokenizer: Tokenizer, device: torch.device) -> None:
         self.texts = piece_texts(tokenizer)
         self.device = device
-        V = len(self.texts)
         suspect = [bool(_SUSPECT.search(t)) for t in self.texts]
-        alone = [s and _completes(c, t) for t, s in zip(self.texts, suspect) for c in CONTEXTS]
+        # The spans each piece completes after an ordinary word, where it completes any.
+        self.alone_spans = {
+            v: found for v, (t, s) in enumerate(zip(self.texts, suspect))
+            if s and (found := {x for c in CONTEXTS for x in _completed(c, t)})
+        }  # fmt: skip
         self.suspect = torch.tensor(suspect, dtype=torch.bool, device=device)
-        self.alone = torch.tensor(alone, dtype=torch.bool).view(V, len(CONTEXTS)).any(1)
-        self.alone = self.alone.to(device)
+        self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
+        self.alone[list(self.alone_spans)] = True
         self.opens = torch.tensor([bool(re.search(r"[<{]", t)) for t in self.texts], device=device)
         self.closes = torch.tensor([bool(re.search(r"[>}]", t)) for t in self.texts], device=device)
-        self._cache: dict[str, torch.Tensor] = {}
+        # Pieces that start with a space complete a span under way only inside `<...>`/`{...}`.
+        self.glued = [v for v, t in enumerate(self.texts) if t and not t[0].isspace()]
+        self._cache: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
+        self._free: dict[tuple[str, ...], list[int]] = {}  # `alone` pieces each span set frees
 
-    def mask(self, history: torch.Tensor) -> torch.Tensor:
-        """(V,) or (R, V) bool: the tokens each row of `history` (R, t) may not write next."""
+    def mask(
+        self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
+    ) -> torch.Tensor:
+        """(V,) or (R, V) bool: the tokens each row of `history` (R, t) may not write next;
+        `sent` (R,) is each row's sentence, `allowed[sentence]` its allowed spans."""
         R, t = history.shape
+        rows_allowed = [allowed[s] for s in sent.tolist()] if allowed and any(allowed) else None
+        out = self._alone(rows_allowed)
         if t == 0:
-            return self.alone
+            return out
         danger = self.suspect[history[:, -WINDOW:]].any(1)
         pos = torch.arange(1, t + 1, device=history.device)
         last_open = (self.opens[history] * pos).amax(1)
         danger |= last_open > (self.closes[history] * pos).amax(1)
         rows = danger.nonzero().squeeze(1).tolist()
-        if not rows:
-            return self.alone
-        out = None
         for r, toks in zip(rows, history[rows].tolist()):
-            ids = self._row_bans("".join(self.texts[v] for v in toks))
-            if ids is not None:
-                if out is None:
-                    out = self.alone.expand(R, -1).clone()
+            ok = rows_allowed[r] if rows_allowed else ()
+            ids = self._row_bans("".join(self.texts[v] for v in toks), ok)
+            if ids is not None and len(ids):
+                if out.dim() == 1:
+                    out = out.expand(R, -1).clone()
                 out[r, ids] = True
-        return self.alone if out is None else out
+        return out
 
-    def _row_bans(self, text: str) -> torch.Tensor | None:
-        """Token ids that would complete a span after `text`; None when its end holds nothing
-        a span could grow from (then `alone` covers it)."""
+    def _alone(self, rows_allowed: list[tuple[str, ...]] | None) -> torch.Tensor:
+        """`alone`, less per row the pieces whose spans the row's sentence is allowed."""
+        if rows_allowed is None:
+            return self.alone
+        out = self.alone.expand(len(rows_allowed), -1).clone()
+        for r, ok in enumerate(rows_allowed):
+            if ok not in self._free:
+                if len(self._free) >= CACHE:
+                    self._free.pop(next(iter(self._free)))
+                self._free[ok] = [
+                    v for v, found in self.alone_spans.items() if all(_may(x, ok) for x in found)
+                ]
+            out[r, self._free[ok]] = False
+        return out
+
+    def _row_bans(self, text: str, ok: tuple[str, ...]) -> torch.Tensor | None:
+        """Token ids that would complete a span not `ok` after `text`; None when its end
+        holds nothing a span could grow from (then `alone` covers it)."""
         word = len(text) - len(re.split(r"\s", text)[-1])  # where the last word starts
+        done = [x.end for x in find_spans(text[word:], WIDEST)]
+        word += max(done, default=0)  # what a complete span ends is no start of another
         opened = _OPEN.search(text)
         start = min(word, opened.start()) if opened else word
-        end = text[max(0, start - 1) :]  # with the character before, which patterns look at
-        if not _SUSPECT.search(text[start:]) and not opened:
-            return None
-        end = end[-200:]
-        if end not in self._cache:
+        end = text[max(0, start - 1) :][-200:]  # with the character before, for lookbehinds
+        if not opened:  # from the first trigger a span can still grow from
+            for m in _TRIGGER.finditer(text, start):
+                t = m.start()
+                before = text[max(0, start - 1) : t] if text[t] == "@" else _kind(text[t - 1 : t])
+                if _viable(before + text[t:]):
+                    end = before + text[t:]
+                    break
+            else:
+                return None  # `%INE`: nothing appended makes a span of it any more
+        key = (end, ok)
+        if key not in self._cache:
             if len(self._cache) >= CACHE:
                 self._cache.pop(next(iter(self._cache)))
-            ids = [v for v, piece in enumerate(self.texts) if piece and _completes(end, piece)]
-            self._cache[end] = torch.tensor(ids, dtype=torch.long, device=self.device)
-        return self._cache[end]
+            pieces = range(len(self.texts)) if opened else self.glued
+            ids = [v for v, found in self._scan(end, pieces) if any(not _may(x, ok) for x in found)]
+            self._cache[key] = torch.tensor(ids, dtype=torch.long, device=self.device)
+        return self._cache[key]
+
+    def _scan(self, end: str, pieces) -> list[tuple[int, list[str]]]:
+        """(piece, the spans it completes after `end`) for the `pieces` that complete any.
+        One pass of the patterns over all `end + piece` lines at once: no pattern crosses a
+        line break followed by `<` (`SEPARATOR`), so each line's spans are its own."""
+        pieces = [v for v in pieces if self.texts[v]]
+        lines = [end + self.texts[v] for v in pieces]
+        starts, pos = [], 0
+        for line in lines:
+            starts.append(pos)
+            pos += len(line) + len(SEPARATOR)
+        found: dict[int, list[str]] = {}
+        for s in find_spans(SEPARATOR.join(lines), WIDEST):
+            k = bisect.bisect_right(starts, s.start) - 1
+            if s.end > starts[k] + len(end):
+                found.setdefault(pieces[k], []).append(s.text)
+        return list(found.items())
+
+
+SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
+
+
+def _kind(c: str) -> str:
+    """A character as the patterns' lookbehinds see it (so `(%` and `:%` share a scan)."""
+    if not c or c.isspace():
+        return c and " "
+    return "5" if c.isdigit() else "%" if c == "%" else "a" if c.isalnum() or c == "_" else "."
+
+
+def _viable(pending: str) -> bool:
+    """Whether some ending makes a span that starts in `pending` (its first character may be
+    the one before the span)."""
+    return any(
+        x.start < len(pending) < x.end for p in PROBES for x in find_spans(pending + p, WIDEST)
+    )
+
+
+def _may(span: str, ok: tuple[str, ...]) -> bool:
+    """Whether `span` is one of the allowed spans `ok`, or the start of one."""
+    return any(a.startswith(span) for a in ok)
 
 
 def piece_texts(tokenizer: Tokenizer) -> list[str]:
@@ -114,9 +196,11 @@ def piece_texts(tokenizer: Tokenizer) -> list[str]:
     return out
 
 
-def _completes(text: str, piece: str) -> bool:
-    """Whether `text + piece` holds a span, of any syntax, that reaches into `piece`."""
-    return any(s.end > len(text) for s in find_spans(text + piece, WIDEST))
+def _completed(text: str, piece: str) -> list[str]:
+    """The spans, of any syntax, of `text + piece` that reach into `piece`."""
+    if not piece:
+        return []
+    return [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text)]
 
 
 @dataclass
@@ -125,6 +209,7 @@ class Bans:
 
     vocab: torch.Tensor | None = None  # (V,) or (B, V) bool, True = banned; B: sentences
     spans: SpanRule | None = None
+    allowed: list[tuple[str, ...]] | None = None  # per sentence: spans it may write (its own)
 
 
 def step_mask(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> torch.Tensor | None:
@@ -137,7 +222,7 @@ def step_mask(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> t
     if out is not None and out.dim() == 2:
         out = out[sent]
     if bans.spans is not None:
-        rule = bans.spans.mask(history)
+        rule = bans.spans.mask(history, sent, bans.allowed)
         out = rule if out is None else out | rule
     return out
 

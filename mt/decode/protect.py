@@ -1,12 +1,18 @@
 """Protected spans: the step around search that keeps them (`Translator(protect=True,
 around=translate_protected)`, as `Session.translator` builds it).
 
-`translate_protected` sends each request down one of three paths:
+Under protection every search bans the tokens that would write a span its source does not
+hold (`mt.decode.bans`). `translate_protected` sends each request down one of four paths:
 
-- no span (most lines): the usual search, untouched, so clean text is byte-identical with and
-  without protection and costs nothing more;
-- a model trained as usual: the spans are lifted out and put back by alignment
-  (`mt.decode.place`), so the text is translated exactly as it would be without them;
+- no span (most lines): the usual search, so clean text is translated as without protection
+  unless the model would have written a span of its own;
+- a model that reads and writes the spans' characters (trained on text with such spans, as on
+  software strings), and no tag pair in the line: the source as it is, the search allowed the
+  source's own spans and no other; `exact` then drops a span written too often and appends
+  one never written;
+- a model that does not (trained on prose: `%` or `{` is unknown to it), or a line with tag
+  pairs: the spans are lifted out and put back by alignment (`mt.decode.place`), so the text
+  is translated as it would be without them, and tags nest as they did;
 - a model trained with `data.protect` (its tokenizer reserves `｟0｠`, `｟1｠`, ...), or a request
   with a prefix or constraints of its own: each span becomes a placeholder word, every
   placeholder a constraint of the lexically constrained beam search, and each placeholder in
@@ -17,7 +23,8 @@ On every path each span comes back exactly as written, as often as in the source
 model: restoring enforces it (a placeholder emitted twice keeps its first occurrence, one never
 emitted, as with greedy search or a prefix, is appended at the end). A line whose only content
 is spans (`{0}`, `<br/>`) is returned as it is. Whether a span touched the text beside it
-(`<b>here`, `file%d.txt`) is remembered, and it is glued the same way in the output.
+(`<b>here`, `file%d.txt`) is remembered, and it is glued the same way in the output where the
+span survives it.
 """
 
 from __future__ import annotations
@@ -163,7 +170,9 @@ def _restore(m: Masked, out: str, glue: bool) -> str:
     def spell(hit: re.Match[str]) -> str:
         k = int(hit.group(2))
         can_left, can_right = gluable(m.spans[k].text)  # else a space keeps it whole
-        left, right = glue and m.glue[k][0] and can_left, glue and m.glue[k][1] and can_right
+        prev, nxt = text[hit.start() - 1 : hit.start()], text[hit.end() : hit.end() + 1]
+        left = glue and m.glue[k][0] and (can_left or not prev.isalnum())
+        right = glue and m.glue[k][1] and (can_right or not nxt.isalnum())
         before, after = hit.group(1), hit.group(3)
         # A span that stood apart in the source stands apart in the output too ("%ss" -> "%s s").
         if not left and not before and hit.start() > 0 and text[hit.start() - 1].isalnum():
@@ -215,12 +224,21 @@ def translate_protected(translator, requests: list[Request]) -> list:
     plain = [i for i, s in enumerate(spans) if not s]
     masked = [i for i, s in enumerate(spans) if s and (ph.reserved or _asks(requests[i]))]
     placed = [i for i, s in enumerate(spans) if s and i not in set(masked)]
+    units = {i: text_unit(srcs[i], spans[i]) for i in placed}
+    writes = _writable(translator.tokenizer)
+    in_text = [i for i in placed if not units[i].pairs and all(writes(x.text) for x in spans[i])]
     if plain:
         for i, t in zip(plain, translator.translate_requests([requests[i] for i in plain])):
             out[i] = t
+    if in_text:
+        reqs = [replace(requests[i], keep=tuple({x.text for x in spans[i]})) for i in in_text]
+        for i, t in zip(in_text, translator.translate_requests(reqs)):
+            texts = [exact(x, spans[i], requests[i].formats) for x in t.texts]
+            if all(x is not None for x in texts):
+                out[i] = Translation(texts[0] or "", t.hypotheses, texts, t.pieces)
+        placed = [i for i in placed if out[i] is None]
     if placed:
-        units = [text_unit(srcs[i], spans[i]) for i in placed]
-        for i, t in zip(placed, translate_units(translator, units)):
+        for i, t in zip(placed, translate_units(translator, [units[i] for i in placed])):
             out[i] = t
     masks: dict[int, Masked] = {}
     for i in masked:
@@ -238,6 +256,42 @@ def translate_protected(translator, requests: list[Request]) -> list:
             texts = [restore(m, x) for x in t.texts]
             out[i] = Translation(texts[0] if texts else "", t.hypotheses, texts, t.pieces)
     return out
+
+
+def _writable(tokenizer: Tokenizer):
+    """Whether the model reads and writes a span's characters (no UNK on either side): a model
+    trained on text with such spans, which translates best with them in place."""
+    cache: dict[str, bool] = {}
+
+    def writes(text: str) -> bool:
+        if text not in cache:
+            both = tokenizer.encode_tgt([text])[0] + tokenizer.src.encode(text)
+            cache[text] = UNK not in both
+        return cache[text]
+
+    return writes
+
+
+def exact(out: str, spans: list[Span], flags: Sequence[str]) -> str | None:
+    """`out` holding `spans` exactly: spans it holds beyond the source's (more often, or
+    others) are dropped, missing ones appended; None if that does not give the multiset."""
+    want = Counter(s.text for s in spans)
+    left = want.copy()
+    parts, pos = [], 0
+    for s in find_spans(out, flags):
+        if left[s.text] > 0:
+            left[s.text] -= 1
+        else:
+            parts.append(out[pos : s.start])
+            pos = s.end
+    parts.append(out[pos:])
+    missing = []
+    for s in spans:
+        if left[s.text] > 0:
+            left[s.text] -= 1
+            missing.append(s.text)
+    text = " ".join(("".join(parts) + " " + " ".join(missing)).split())
+    return text if Counter(s.text for s in find_spans(text, flags)) == want else None
 
 
 def _asks(r: Request) -> bool:

@@ -24,6 +24,7 @@ class Request:
     prefix: str = ""  # target text the translation must start with
     constraints: list[str] = field(default_factory=list)  # target phrases it must contain
     formats: tuple[str, ...] = ()  # gettext format flags of the source (`c-format`): mt.spans
+    keep: tuple[str, ...] = ()  # spans of the source search may write (mt.decode.protect)
 
 
 def parse_jsonl_line(line: str, where: str) -> Request:

@@ -9,6 +9,7 @@ written back in input order. Every input line yields exactly one output line (`n
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import sys
@@ -105,6 +106,7 @@ class Translator:
         prefixes: list[list[int]] | None,
         constraints: list[list[list[int]]] | None = None,
         alignment: bool = False,
+        bans: Bans | None = None,
     ) -> list[list[Hypothesis]]:
         c = self.cfg
         if constraints is not None and any(constraints):
@@ -117,7 +119,7 @@ class Translator:
                 c.max_len_a,
                 c.max_len_b,
                 c.nbest,
-                self.bans,
+                bans,
             )
         if self.greedy or self.sampling is not None:
             hyps = greedy_search(
@@ -130,7 +132,7 @@ class Translator:
                 prefixes=prefixes,
                 no_repeat_ngram=c.no_repeat_ngram,
                 sampling=self.sampling,
-                bans=self.bans,
+                bans=bans,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -145,7 +147,7 @@ class Translator:
             c.stop_early,
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
-            bans=self.bans,
+            bans=bans,
         )
 
     def translate_lines(self, lines: list[str]) -> list[Translation]:
@@ -178,7 +180,10 @@ class Translator:
                 prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
                 terms = [constraint_ids[r] for r in rows] if group is constrained else None
                 align = self.alignment if alignment is None else alignment
-                for r, hyps in zip(rows, self._search(src, prefixes, terms, align)):
+                bans = self.bans
+                if bans is not None and any(requests[r].keep for r in rows):
+                    bans = dataclasses.replace(bans, allowed=[requests[r].keep for r in rows])
+                for r, hyps in zip(rows, self._search(src, prefixes, terms, align, bans)):
                     results[r] = hyps
         out = []
         for hyps in results:
