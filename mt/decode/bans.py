@@ -36,7 +36,10 @@ _SUSPECT = re.compile(r"[%<>&{}$@]|(?:^|\W)(?:w{1,3}\.?|h|ht|htt|https?|f|ft|ftp
 _TRIGGER = re.compile(r"[%<&{$@]|(?<!\w)(?:w{1,3}\.?|h|ht|htt|https?|f|ft|ftp):?/{0,2}(?!\w)")
 # What ends a span of each syntax: if none of these makes a span of a row's end, no piece can.
 PROBES = ("s", "d", "1", "E", "x", ">", ";", "}", "%", "%>", ".x", "://x", "/x", "y.z", "x;")
-_OPEN = re.compile(r"[<{][^<>{}]*$")  # a tag or brace still open (spans may hold spaces there)
+_OPEN = re.compile(
+    r"(?:<[A-Za-z/%]|\{\s*[\w{])[^<>{}]*$"
+)  # a tag or brace still open (spaces may follow)
+OPEN_CHARS = 40  # a tag or brace open longer than this is taken for text
 CACHE = 4096  # row ends whose bans are kept
 
 
@@ -70,7 +73,8 @@ class SpanRule:
         # Pieces that start with a space complete a span under way only inside `<...>`/`{...}`.
         self.glued = [v for v, t in enumerate(self.texts) if t and not t[0].isspace()]
         self._cache: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
-        self._free: dict[tuple[str, ...], list[int]] = {}  # `alone` pieces each span set frees
+        self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
+        self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor | None] = {}  # by row end
 
     def mask(
         self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
@@ -79,7 +83,7 @@ class SpanRule:
         `sent` (R,) is each row's sentence, `allowed[sentence]` its allowed spans."""
         R, t = history.shape
         rows_allowed = [allowed[s] for s in sent.tolist()] if allowed and any(allowed) else None
-        out = self._alone(rows_allowed)
+        out = self._alone(allowed)[sent] if rows_allowed else self.alone
         if t == 0:
             return out
         danger = self.suspect[history[:, -WINDOW:]].any(1)
@@ -96,20 +100,19 @@ class SpanRule:
                 out[r, ids] = True
         return out
 
-    def _alone(self, rows_allowed: list[tuple[str, ...]] | None) -> torch.Tensor:
-        """`alone`, less per row the pieces whose spans the row's sentence is allowed."""
-        if rows_allowed is None:
-            return self.alone
-        out = self.alone.expand(len(rows_allowed), -1).clone()
-        for r, ok in enumerate(rows_allowed):
-            if ok not in self._free:
-                if len(self._free) >= CACHE:
-                    self._free.pop(next(iter(self._free)))
-                self._free[ok] = [
-                    v for v, found in self.alone_spans.items() if all(_may(x, ok) for x in found)
-                ]
-            out[r, self._free[ok]] = False
-        return out
+    def _alone(self, allowed: list[tuple[str, ...]]) -> torch.Tensor:
+        """(B, V) `alone`, less per sentence the pieces whose spans it is allowed; kept for
+        the steps of one batch."""
+        key = tuple(allowed)
+        if self._last_alone[0] != key:
+            out = self.alone.expand(len(allowed), -1).clone()
+            for b, ok in enumerate(allowed):
+                out[
+                    b,
+                    [v for v, found in self.alone_spans.items() if all(_may(x, ok) for x in found)],
+                ] = False
+            self._last_alone = (key, out)
+        return self._last_alone[1]
 
     def _row_bans(self, text: str, ok: tuple[str, ...]) -> torch.Tensor | None:
         """Token ids that would complete a span not `ok` after `text`; None when its end
@@ -117,8 +120,17 @@ class SpanRule:
         word = len(text) - len(re.split(r"\s", text)[-1])  # where the last word starts
         done = [x.end for x in find_spans(text[word:], WIDEST)]
         word += max(done, default=0)  # what a complete span ends is no start of another
-        opened = _OPEN.search(text)
+        opened = _OPEN.search(text, max(0, len(text) - OPEN_CHARS))
         start = min(word, opened.start()) if opened else word
+        key = (text[max(0, start - 1) :], ok)
+        if key not in self._rows:
+            if len(self._rows) >= CACHE:
+                self._rows.pop(next(iter(self._rows)))
+            self._rows[key] = self._end_bans(text, start, opened is not None, ok)
+        return self._rows[key]
+
+    def _end_bans(self, text: str, start: int, opened: bool, ok: tuple[str, ...]):
+        """`_row_bans` for `text` whose span under way, if any, starts at `start`."""
         end = text[max(0, start - 1) :][-200:]  # with the character before, for lookbehinds
         if not opened:  # from the first trigger a span can still grow from
             for m in _TRIGGER.finditer(text, start):
