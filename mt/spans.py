@@ -113,6 +113,9 @@ ELEMENTS = frozenset(
 )
 
 
+_CLOSE = re.compile(r"</([A-Za-z][\w:.-]*)\s*>")
+
+
 @lru_cache(maxsize=64)
 def _compiled(families: frozenset[str]) -> re.Pattern[str]:
     keep = [(i, p) for i, (f, _, p) in enumerate(PATTERNS) if f in families or f == "markup"]
@@ -142,11 +145,12 @@ def find_spans(text: str, flags: Iterable[str] | frozenset[str] | None = None) -
     fams = flags if isinstance(flags, frozenset) else families(flags)
     out: list[Span] = []
     icu = _icu_spans(text) if "icu" in fams else []
+    closed = set(_CLOSE.findall(text)) if "</" in text else set()
     pos = 0
     for s in icu + [Span(len(text), len(text), "", "")]:
         for m in _compiled(fams).finditer(text, pos, s.start):
             kind = PATTERNS[int(m.lastgroup[1:])][1]  # type: ignore[index]
-            if kind != "tag" or _is_markup(m.group(), text):
+            if kind != "tag" or _is_markup(m.group(), closed):
                 out.append(Span(m.start(), m.end(), kind, m.group()))
         if s.text:
             out.append(s)
@@ -195,14 +199,13 @@ def _icu_spans(text: str) -> list[Span]:
     return out
 
 
-def _is_markup(tag: str, text: str) -> bool:
+def _is_markup(tag: str, closed: set[str]) -> bool:
     """Whether a tag span is markup rather than a meta-variable (`<Pfad>`): a closing or
-    self-closing tag, one with attributes, an element's name, or closed later in `text`."""
+    self-closing tag, one with attributes, an element's name, or one the line closes
+    (`closed`: the names of its closing tags)."""
     m = re.match(r"<(/?)([A-Za-z][\w:.-]*)(\s*)", tag)
     assert m is not None
-    if m[1] or tag.endswith("/>") or m[3] or m[2].lower() in ELEMENTS:
-        return True
-    return f"</{m[2]}>" in text
+    return bool(m[1] or tag.endswith("/>") or m[3] or m[2].lower() in ELEMENTS or m[2] in closed)
 
 
 RESERVED = 64  # placeholder pieces a `data.protect` tokenizer reserves

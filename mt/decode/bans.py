@@ -72,7 +72,7 @@ class SpanRule:
         self.closes = torch.tensor([bool(re.search(r"[>}]", t)) for t in self.texts], device=device)
         # Pieces that start with a space complete a span under way only inside `<...>`/`{...}`.
         self.glued = [v for v, t in enumerate(self.texts) if t and not t[0].isspace()]
-        self._cache: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
+        self._cache: dict[str, list[tuple[int, list[str]]]] = {}  # `_scan` by row end
         self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
         self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor | None] = {}  # by row end
 
@@ -141,14 +141,12 @@ class SpanRule:
                     break
             else:
                 return None  # `%INE`: nothing appended makes a span of it any more
-        key = (end, ok)
-        if key not in self._cache:
+        if end not in self._cache:  # what each piece completes there, whatever is allowed
             if len(self._cache) >= CACHE:
                 self._cache.pop(next(iter(self._cache)))
-            pieces = range(len(self.texts)) if opened else self.glued
-            ids = [v for v, found in self._scan(end, pieces) if any(not _may(x, ok) for x in found)]
-            self._cache[key] = torch.tensor(ids, dtype=torch.long, device=self.device)
-        return self._cache[key]
+            self._cache[end] = self._scan(end, range(len(self.texts)) if opened else self.glued)
+        ids = [v for v, found in self._cache[end] if any(not _may(x, ok) for x in found)]
+        return torch.tensor(ids, dtype=torch.long, device=self.device)
 
     def _scan(self, end: str, pieces) -> list[tuple[int, list[str]]]:
         """(piece, the spans it completes after `end`) for the `pieces` that complete any.
