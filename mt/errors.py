@@ -6,6 +6,7 @@ file, line or key. The CLI prints that line and exits with `code`; tracebacks ar
 
 EXIT_USAGE = 2  # bad config, flag, file or checkpoint
 EXIT_GATE = 1  # `mt eval --min-bleu` not met
+EXIT_LINES = 1  # `mt translate`: some lines could not be translated (named on stderr)
 EXIT_DIVERGED = 3  # training stopped: the loss or gradients stayed non-finite
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 

@@ -19,33 +19,114 @@ to refuse the look-alikes of prose (the tests hold the list):
   follows `<` or `</` directly).
 - URLs (`http(s)://`, `ftp://`, `www.`) without their trailing sentence punctuation, and
   e-mail addresses.
+- Qt and KDE: `%1`, `%L2` (not after a digit: "5%1" is no placeholder); ICU arguments
+  `{count, plural, one {# file} other {# files}}`, `{d, date, short}` (kept whole, nested
+  braces and all: a broken ICU message breaks the program).
+- GCC's diagnostics (flag `gcc-internal-format`): quotes `%<` and `%>`, the `q`, `w`, `l`
+  modifiers (`%qE`, `%wu`, `%3$wu`) and its own conversion letters (`%qD`, `%qT`, `%m`).
+- Meta-variables are text, not tags: a lone `<Pfad>` or `<Spieler>` (no attributes, a name
+  that is no HTML or Pango element, no `</Pfad>` in the line) is what a translator
+  translates (`<path>`).
+
+Which syntaxes a line may hold depends on its program. gettext's format flags say so where
+they are known (`find_spans(text, ["c-format"])`, `FLAGS`): a `c-format` string holds no
+`{0}`, a `python-brace-format` string holds `{}`. Without flags, the default families apply;
+markup, URLs, addresses and entities are found whatever the flags.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 _CONV = r"[diouxXeEfFgGaAcspn@]"
-PATTERNS: list[tuple[str, str]] = [
-    ("template", r"<%.*?%>"),
-    ("tag", r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>"),
-    ("url", r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]"),
-    ("email", r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b"),
-    ("entity", r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"),
-    ("printf", r"%%|%\((?:\w+)\)[-+0#]*\d*(?:\.\d+)?[a-zA-Z]|%<\w+>[-+0#]*\d*(?:\.\d+)?[a-zA-Z]?"),
-    ("printf", r"%\{\w+\}"),
+_PRINTF = (
+    r"(?<![\d%])%(?:\d+\$)?[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|w)?"
+    + _CONV
+    + r"(?![A-Za-z])"
+)
+# (family, kind, pattern); tried in this order at each position, leftmost match first.
+PATTERNS: list[tuple[str, str, str]] = [
+    ("template", "template", r"<%[^\n]*?%>"),
+    ("markup", "tag", r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>"),
+    ("markup", "url", r"(?:\b(?:https?|ftp)://|\bwww\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]"),
+    ("markup", "email", r"\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+\b"),
+    ("markup", "entity", r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"),
     (
+        "gcc",
         "printf",
-        r"(?<![\d%])%(?:\d+\$)?[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t)?"
-        + _CONV
-        + r"(?![A-Za-z])",
+        r"(?<!%)%[<>]|(?<![\d%])%(?:\d+\$)?[-+0#]*\d*(?:\.\d+)?[qwlhzt+]*[A-Za-z](?![A-Za-z])",
     ),
-    ("brace", r"\{\{\s*[A-Za-z_][\w.]*\s*\}\}"),
-    ("brace", r"\{(?:\d+|[A-Za-z_][\w.]*)(?:[:!][^{}\s]*)?\}"),
-    ("shell", r"\$\{[A-Za-z_]\w*\}|\$[A-Za-z_]\w*"),
+    ("printf", "printf", r"%%"),
+    ("python", "printf", r"%\(\w+\)[-+0#]*\d*(?:\.\d+)?[a-zA-Z]"),
+    ("ruby", "printf", r"%<\w+>[-+0#]*\d*(?:\.\d+)?[a-zA-Z]?|%\{\w+\}"),
+    ("printf", "printf", _PRINTF),
+    ("qt", "qt", r"(?<![\d%])%L?[1-9]\d?(?![\d$])"),
+    ("brace", "brace", r"\{\{\s*[A-Za-z_][\w.]*\s*\}\}"),
+    ("brace", "brace", r"\{(?:\d+|[A-Za-z_][\w.]*)(?:\[\w+\])?(?:![rsa])?(?::[^{}\s]*)?\}"),
+    ("brace-auto", "brace", r"\{(?:![rsa])?(?::[^{}\s]*)?\}"),
+    ("shell", "shell", r"\$\{[A-Za-z_]\w*\}|\$[A-Za-z_]\w*"),
 ]
-_ALL = re.compile("|".join(f"(?P<k{i}>{p})" for i, (_, p) in enumerate(PATTERNS)), re.DOTALL)
+DEFAULT = frozenset(
+    {"template", "markup", "python", "ruby", "printf", "qt", "icu", "brace", "shell"}
+)
+WIDEST = frozenset({f for f, _, _ in PATTERNS} | {"icu"})  # every syntax: what search may not write
+FLAGS: dict[str, frozenset[str]] = {  # gettext format flag -> the families its strings hold
+    "c-format": frozenset({"printf"}),
+    "objc-format": frozenset({"printf"}),
+    "awk-format": frozenset({"printf"}),
+    "javascript-format": frozenset({"printf"}),
+    "lua-format": frozenset({"printf"}),
+    "java-printf-format": frozenset({"printf"}),
+    "gcc-internal-format": frozenset({"printf", "gcc"}),
+    "gfc-internal-format": frozenset({"printf", "gcc"}),
+    "python-format": frozenset({"printf", "python"}),
+    "python-brace-format": frozenset({"brace", "brace-auto"}),
+    "c++-format": frozenset({"brace", "brace-auto"}),
+    "csharp-format": frozenset({"brace"}),
+    "java-format": frozenset({"brace", "icu"}),
+    "perl-brace-format": frozenset({"brace"}),
+    "ruby-format": frozenset({"printf", "ruby"}),
+    "php-format": frozenset({"printf"}),
+    "sh-format": frozenset({"shell"}),
+    "qt-format": frozenset({"qt"}),
+    "qt-plural-format": frozenset({"qt"}),
+    "kde-format": frozenset({"qt"}),
+    "icu-format": frozenset({"icu"}),
+}
+_ICU = re.compile(
+    r"\{\s*[A-Za-z_]\w*\s*,\s*(?:plural|select|selectordinal|number|date|time|spellout|ordinal|"
+    r"duration)\s*[,}]"
+)
+# Elements a lone opening tag may name and still be markup (HTML and Pango); any other lone
+# `<Name>` is a meta-variable (`<Pfad>`), which translators translate.
+ELEMENTS = frozenset(
+    """a abbr address area article aside audio b base bdi bdo big blink blockquote body br
+    button canvas caption center cite code col colgroup data dd del details dfn dialog div dl
+    dt em embed fieldset figure font footer form h1 h2 h3 h4 h5 h6 head header hr html i
+    iframe img input ins kbd label legend li link main mark markup menu meta meter nav
+    noscript object ol optgroup option output p param pre progress q rp rt ruby s samp
+    script section select small source span strike strong style sub summary sup table tbody
+    td template textarea tfoot th thead time title tr track tt u ul var video wbr""".split()
+)
+
+
+_CLOSE = re.compile(r"</([A-Za-z][\w:.-]*)\s*>")
+
+
+@lru_cache(maxsize=64)
+def _compiled(families: frozenset[str]) -> re.Pattern[str]:
+    keep = [(i, p) for i, (f, _, p) in enumerate(PATTERNS) if f in families or f == "markup"]
+    return re.compile("|".join(f"(?P<k{i}>{p})" for i, p in keep), re.DOTALL)
+
+
+def families(flags: Iterable[str] | None) -> frozenset[str]:
+    """The syntaxes a string with these gettext `flags` holds: those of its known format
+    flags, or `DEFAULT` when none is known (a `no-c-format` says nothing of the others)."""
+    known = [FLAGS[f] for f in flags or () if f in FLAGS]
+    return frozenset().union(*known) if known else DEFAULT
 
 
 @dataclass(frozen=True)
@@ -58,13 +139,73 @@ class Span:
     text: str
 
 
-def find_spans(text: str) -> list[Span]:
-    """Protected spans of `text`, left to right, never overlapping."""
-    out = []
-    for m in _ALL.finditer(text):
-        kind = PATTERNS[int(m.lastgroup[1:])][0]  # type: ignore[index]
-        out.append(Span(m.start(), m.end(), kind, m.group()))
+def find_spans(text: str, flags: Iterable[str] | frozenset[str] | None = None) -> list[Span]:
+    """Protected spans of `text`, left to right, never overlapping. `flags` are gettext's
+    format flags of the string (`c-format` ...), or a set of families (`WIDEST`)."""
+    fams = flags if isinstance(flags, frozenset) else families(flags)
+    out: list[Span] = []
+    icu = _icu_spans(text) if "icu" in fams else []
+    closed = set(_CLOSE.findall(text)) if "</" in text else set()
+    pos = 0
+    for s in icu + [Span(len(text), len(text), "", "")]:
+        for m in _compiled(fams).finditer(text, pos, s.start):
+            kind = PATTERNS[int(m.lastgroup[1:])][1]  # type: ignore[index]
+            if kind != "tag" or _is_markup(m.group(), closed):
+                out.append(Span(m.start(), m.end(), kind, m.group()))
+        if s.text:
+            out.append(s)
+        pos = s.end
     return out
+
+
+@lru_cache(maxsize=4096)
+def gluable(span: str) -> tuple[bool, bool]:
+    """Whether `span` stays one span with a letter or digit touching it on its left, and on
+    its right: a translation may put a word where the source had another, and `ahttps://x`
+    or `5%s` is no span. A text that is no span by itself has nothing to lose."""
+    if [s.text for s in find_spans(span, WIDEST)] != [span]:
+        return True, True
+
+    def whole(before: str, after: str) -> bool:
+        found = find_spans(before + span + after, WIDEST)
+        return any(s.start == len(before) and s.text == span for s in found)
+
+    return all(whole(c, "") for c in "a5"), all(whole("", c) for c in "a5")
+
+
+def splits(a: str, b: str) -> bool:
+    """Whether spans `a` and `b` written side by side are no longer found as they were
+    (`%wu` before `www.x` reads `%wuwww.x`)."""
+    want = [s.text for s in find_spans(a, WIDEST) + find_spans(b, WIDEST)]
+    return [s.text for s in find_spans(a + b, WIDEST)] != want
+
+
+def _icu_spans(text: str) -> list[Span]:
+    """ICU arguments (`{n, plural, one {...} other {...}}`), each to its balanced brace."""
+    out, pos = [], 0
+    while (m := _ICU.search(text, pos)) is not None:
+        depth, end = 0, None
+        for i in range(m.start(), len(text)):
+            if text[i] == "\n":
+                break  # one line at most: mt.decode.bans scans many lines at once
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                end = i + 1
+                break
+        if end is None:
+            break  # unbalanced: no argument, and none after it
+        out.append(Span(m.start(), end, "icu", text[m.start() : end]))
+        pos = end
+    return out
+
+
+def _is_markup(tag: str, closed: set[str]) -> bool:
+    """Whether a tag span is markup rather than a meta-variable (`<Pfad>`): a closing or
+    self-closing tag, one with attributes, an element's name, or one the line closes
+    (`closed`: the names of its closing tags)."""
+    m = re.match(r"<(/?)([A-Za-z][\w:.-]*)(\s*)", tag)
+    assert m is not None
+    return bool(m[1] or tag.endswith("/>") or m[3] or m[2].lower() in ELEMENTS or m[2] in closed)
 
 
 RESERVED = 64  # placeholder pieces a `data.protect` tokenizer reserves

@@ -29,6 +29,7 @@ import torch
 from common import alternate, describe_machine, load_checkpoint, read_lines, timed
 
 from mt.decode.markup import parse_fragment, translate_html
+from mt.decode.protect import translate_protected
 from mt.decode.translator import Translator
 from mt.errors import MtError
 from mt.metrics import bleu
@@ -144,8 +145,9 @@ def main() -> None:
     ref = read_lines(args.ref)[: len(src)]
 
     def translator(protect: bool) -> Translator:
+        around = translate_protected if protect else None
         return Translator(loaded.model, loaded.tokenizer, loaded.cfg.decode, torch.device("cpu"),
-                          protect=protect)  # fmt: skip
+                          protect=protect, around=around)  # fmt: skip
 
     on, off = translator(True), translator(False)
     rng = random.Random(args.seed)

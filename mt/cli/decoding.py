@@ -28,7 +28,7 @@ from mt.cli.options import (
     warn_truncated,
     write_output,
 )
-from mt.errors import EXIT_GATE, MtError
+from mt.errors import EXIT_GATE, EXIT_LINES, MtError
 
 
 @app.command()
@@ -51,8 +51,9 @@ def translate(
     input_format: Annotated[
         str,
         typer.Option(
-            help='text, html (one fragment per line), or jsonl: {"src": ..., "prefix": ..., '
-            '"constraints": [...]}.'
+            help='text, html (one fragment per line), jsonl: {"src": ..., "prefix": ..., '
+            '"constraints": [...], "format": "c-format"}, or po (a gettext catalogue: one line '
+            "per msgid, its format flags deciding its placeholders)."
         ),
     ] = "text",
     output_format: Annotated[
@@ -90,8 +91,8 @@ def translate(
     use_threads("translate", threads)
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
-    if input_format not in ("text", "jsonl", "html"):
-        raise MtError(f"--input-format must be text, jsonl or html, got {input_format!r}")
+    if input_format not in ("text", "jsonl", "html", "po"):
+        raise MtError(f"--input-format must be text, jsonl, html or po, got {input_format!r}")
     if output_format not in ("text", "jsonl"):
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
@@ -117,6 +118,12 @@ def translate(
     )
     src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
+    failures: list[int] = []
+
+    def failed(line: int, error: str) -> None:
+        failures.append(line)
+        typer.echo(f"{name}:{line}: could not translate this line ({error})", err=True)
+
     with src:
         if input_format == "html":
             from mt.decode.markup import translate_html
@@ -138,9 +145,17 @@ def translate(
                 nbest=translator.cfg.nbest,
                 alignment=alignment,
                 jsonl=output_format == "jsonl",
+                failed=failed,
             ),
         )
     warn_truncated(translator.truncated, translator.max_src, "input")
+    if failures:
+        typer.echo(
+            f"mt translate: {len(failures)} line(s) could not be translated and were written "
+            "empty; the others were translated",
+            err=True,
+        )
+        raise typer.Exit(EXIT_LINES)
 
 
 @app.command(name="eval")

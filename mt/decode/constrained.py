@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from mt.decode.bans import Bans, apply_mask, step_mask
 from mt.decode.search import Beams, continuing, only_eos
 from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
@@ -105,11 +106,13 @@ def _expand(
     k: int,
     wanted: torch.Tensor,  # (R, C) tokens whose log-probability is asked for
     no_eos: torch.Tensor,  # (R,) bool, rows that may not end yet
+    mask: torch.Tensor | None = None,  # (V,) or (R, V) bool, banned tokens (`step_mask`)
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Feed `prev`; per row the `k` best tokens other than PAD/BOS (and EOS where `no_eos`)
     with their log-probabilities (R, k), the log-probabilities of `wanted` (R, C) and of EOS
     (R,). `search.top_tokens` returns only the top k, but the constraint tokens are needed
-    wherever they rank, so this is its loop with one gather more; projecting a chunk of rows
+    wherever they rank (and whatever `mask` says: a user's phrase is theirs to ask for), so
+    this is its loop with one gather more; projecting a chunk of rows
     at a time keeps each chunk's logits in cache, as there."""
     hidden, _ = model.step_hidden(prev, state)
     lps, toks, wanted_lps, eos = [], [], [], []
@@ -119,6 +122,7 @@ def _expand(
         wanted_lps.append(logp.gather(1, wanted[rows]))
         eos_lp = logp[:, EOS].clone()
         eos.append(eos_lp)
+        apply_mask(logp, mask if mask is None or mask.dim() == 1 else mask[rows])
         logp[:, PAD] = NEG
         logp[:, BOS] = NEG
         logp[:, EOS] = eos_lp.masked_fill(no_eos[rows], NEG)
@@ -149,9 +153,11 @@ def constrained_beam_search(
     max_len_a: float,
     max_len_b: int,
     nbest: int = 1,
+    bans: Bans | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
-    (target ids, see `phrase_ids`; an empty list: plain beam search).
+    (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
+    `bans` (`mt.decode.bans`) but those of the phrases.
 
     Scores are `beam_search`'s (log-probability including EOS over the GNMT length penalty).
     Candidates per step are fairseq's: the sentence's best 2*beam continuations, each
@@ -182,8 +188,9 @@ def constrained_beam_search(
         row_sent = sent.repeat_interleave(width)
         r_phr, r_len = phrases[row_sent], lengths[row_sent]  # (R, C, L), (R, C)
         nxt = r_phr.gather(2, progress[:, :, None].clamp(max=r_phr.size(2) - 1))[:, :, 0]
+        mask = step_mask(bans, beams.history, row_sent)
         row_lp, row_tok, con_lp, eos_lp = _expand(
-            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1)
+            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), mask
         )
         force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
         only_eos(row_lp, row_tok, eos_lp, force)

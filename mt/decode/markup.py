@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from mt.decode.place import Pair, Unit, translate_units
+from mt.decode.translator import isolated
 from mt.errors import MtError
 from mt.spans import Span, find_spans
 
@@ -38,6 +39,9 @@ class Fragment:
     text: str
     atoms: list[Span]
     pairs: list[Pair]  # top-level pairs, each with its nested ones
+    shifts: list[
+        tuple[int, int, int]
+    ]  # runs of `text` as they stand in `line`: (start, end, shift)
 
 
 class _Events(HTMLParser):
@@ -92,6 +96,7 @@ def parse_fragment(line: str, where: str) -> Fragment:
     if "".join(raws) != line:  # the parser skipped something: refuse rather than lose it
         raise MtError(f"{where}: cannot read this line as an HTML fragment")
     text, atoms = "", []
+    shifts: list[tuple[int, int, int]] = []
     pairs: list[Pair] = []
     stack: list[tuple[str, str, int, int]] = []  # (tag, open raw, start, seq)
     opaque: tuple[str, int, int] | None = None  # (tag, depth, offset in line) of a kept element
@@ -110,6 +115,10 @@ def parse_fragment(line: str, where: str) -> Fragment:
                     opaque = (name, depth - 1, begin)
             continue
         if kind == "text":
+            if shifts and shifts[-1][1] == len(text) and shifts[-1][2] == offset - len(text):
+                shifts[-1] = (shifts[-1][0], len(text) + len(raw), shifts[-1][2])
+            else:
+                shifts.append((len(text), len(text) + len(raw), offset - len(text)))
             text += raw
         elif kind == "atom":
             atoms.append(Span(len(text), len(text) + len(raw), "markup", raw))
@@ -135,7 +144,7 @@ def parse_fragment(line: str, where: str) -> Fragment:
         raise MtError(f"{where}: <{opaque[0]}> is not closed")
     if stack:
         raise MtError(f"{where}: <{stack[-1][0]}> is not closed")
-    return Fragment(line, text, atoms, _nest(pairs))
+    return Fragment(line, text, atoms, _nest(pairs), shifts)
 
 
 def _nest(pairs: list[Pair]) -> list[Pair]:
@@ -156,7 +165,8 @@ def _insert(siblings: list[Pair], p: Pair) -> None:
 
 def text_unit(line: str, spans: list[Span]) -> Unit:
     """A plain-text line as a Unit: tag spans that pair up and nest (`<b>...</b>`) become
-    pairs, put back around words; every other span is an atom."""
+    pairs, put back around words; every other span is an atom, and so is an empty element
+    (`<b></b>`) with its tags, as in HTML."""
     partner: dict[int, int] = {}
     stack: list[tuple[str, int]] = []
     for k, sp in enumerate(spans):
@@ -167,24 +177,43 @@ def text_unit(line: str, spans: list[Span]) -> Unit:
             stack.append((m[2], k))
         elif stack and stack[-1][0] == m[2]:
             partner[stack.pop()[1]] = k
+    empty = {
+        o: c
+        for o, c in partner.items()
+        if c == o + 1 and not line[spans[o].end : spans[c].start].strip()
+    }
+    for o in empty:
+        del partner[o]
     paired = set(partner) | set(partner.values())
     text, atoms, pos, at = "", [], 0, {}
+    skip = set(empty.values())
     for k, sp in enumerate(spans):
+        if k in skip:
+            continue
         text += line[pos : sp.start]
         pos = sp.end
         if k in paired:
             at[k] = len(text)
-        else:
-            atoms.append(Span(len(text), len(text) + len(sp.text), sp.kind, sp.text))
-            text += sp.text
+            continue
+        raw = line[sp.start : spans[empty[k]].end] if k in empty else sp.text
+        atoms.append(
+            Span(len(text), len(text) + len(raw), "markup" if k in empty else sp.kind, raw)
+        )
+        text += raw
+        pos = sp.start + len(raw)
     text += line[pos:]
     pairs = [Pair(spans[o].text, spans[c].text, at[o], at[c], o) for o, c in partner.items()]
     return Unit(line, text, atoms, _nest(pairs))
 
 
 def html_unit(f: Fragment, protect: bool) -> Unit:
-    """A fragment as a Unit: its atoms, and with `protect` the spans in its text too."""
-    found = find_spans(f.text) if protect else []
+    """A fragment as a Unit: its atoms, and with `protect` the spans of its text too, found
+    in the line as written (in `text` the tags are gone: `%d<i>Datei` would read `%dDatei`)."""
+    found = []
+    for s in find_spans(f.line) if protect else []:
+        run = next((r for r in f.shifts if r[0] + r[2] <= s.start and s.end <= r[1] + r[2]), None)
+        if run is not None:
+            found.append(Span(s.start - run[2], s.end - run[2], s.kind, s.text))
     free = [s for s in found if not any(a.start < s.end and s.start < a.end for a in f.atoms)]
     return Unit(f.line, f.text, sorted(f.atoms + free, key=lambda s: s.start), f.pairs)
 
@@ -198,7 +227,7 @@ def translate_html(translator, lines: Iterable[str], name: str) -> Iterator:
             html_unit(parse_fragment(line.rstrip("\r\n"), f"{name}:{i}"), translator.protect)
         )
         if len(buf) >= translator.cfg.buffer_lines:
-            yield from translate_units(translator, buf)
+            yield from isolated(lambda units: translate_units(translator, units), buf)
             buf = []
     if buf:
-        yield from translate_units(translator, buf)
+        yield from isolated(lambda units: translate_units(translator, units), buf)

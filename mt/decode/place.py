@@ -19,11 +19,13 @@ is the model's. Lines without spans never come here (see `mt.decode.protect`).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from mt.decode.requests import Request
 from mt.decode.search import Hypothesis
-from mt.spans import Span
+from mt.decode.translator import Translation
+from mt.spans import Span, find_spans, gluable, splits
 
 
 @dataclass
@@ -58,6 +60,44 @@ class Lifted:
     glue: list[tuple[bool, bool]]  # per atom: touched the text before / after it
 
 
+def fold_wordless(unit: Unit) -> Unit:
+    """`unit` with every element that encloses no word (`<i></i>`, `<b><i>%d</i></b>`,
+    `<a href="URL">URL</a>`) turned into one atom holding it as written: there is nothing in
+    it to translate, and nothing a target word could be aligned with to place its tags."""
+    keep = [True] * len(unit.text)
+    for s in unit.atoms:
+        keep[s.start : s.end] = [False] * (s.end - s.start)
+    atoms, folded = list(unit.atoms), []
+
+    def walk(pairs: list[Pair]) -> list[Pair]:
+        out = []
+        for p in pairs:
+            if any(
+                k and not c.isspace()
+                for c, k in zip(unit.text[p.start : p.end], keep[p.start : p.end])
+            ):
+                p.children = walk(p.children)
+                out.append(p)
+                continue
+            atoms[:] = [a for a in atoms if not (p.start <= a.start and a.end <= p.end)]
+            body = p.open + _written(unit.text, p.start, p.end, p.children) + p.close
+            folded.append(Span(p.start, p.end, "markup", body))
+        return out
+
+    pairs = walk(unit.pairs)
+    atoms = sorted(atoms + folded, key=lambda a: (a.start, a.end))  # stable: in line order
+    return Unit(unit.line, unit.text, atoms, pairs)
+
+
+def _written(text: str, lo: int, hi: int, pairs: list[Pair]) -> str:
+    """`text[lo:hi]` with the tags of `pairs` (nested) put back where they were."""
+    out, pos = "", lo
+    for p in sorted(pairs, key=lambda p: (p.start, p.seq)):
+        out += text[pos : p.start] + p.open + _written(text, p.start, p.end, p.children) + p.close
+        pos = p.end
+    return out + text[pos:hi]
+
+
 def lift(text: str, atoms: list[Span]) -> Lifted:
     """The words of `text` around its atoms (an atom inside a word splits it: `file%d.txt`
     reads `file .txt`), and each atom's anchor: the word it is glued to on its left, else the
@@ -71,9 +111,9 @@ def lift(text: str, atoms: list[Span]) -> Lifted:
         for m in re.finditer(r"\S+", "".join(c if k else " " for c, k in zip(text, keep)))
     ]
     anchors, glue = [], []
-    for s in atoms:
-        left = s.start > 0 and text[s.start - 1].isalnum()
-        right = s.end < len(text) and text[s.end].isalnum()
+    for s in atoms:  # glued to a word's letter or digit, not to another atom's
+        left = s.start > 0 and text[s.start - 1].isalnum() and keep[s.start - 1]
+        right = s.end < len(text) and text[s.end].isalnum() and keep[s.end]
         glue.append((left, right))
         before = [w for w, (a, _) in enumerate(words) if a < s.start]
         after = [w for w, (a, _) in enumerate(words) if a >= s.end]
@@ -101,9 +141,12 @@ def _word_index(pieces: list[str]) -> list[int]:
 
 
 def _nearest(links: list[set[int]], js: range, wanted: set[int]) -> list[int]:
-    """The target word in `js` linked nearest to the source words `wanted` (a list of one)."""
+    """The target word in `js` linked nearest to the source words `wanted` (a list of one;
+    empty when nothing is wanted or linked)."""
+    if not wanted:
+        return []
     near = [(min(abs(s - i) for s in links[j] for i in wanted), j) for j in js if links[j]]
-    return [min(near)[1]] if near and wanted else []
+    return [min(near)[1]] if near else []
 
 
 def _ranges(
@@ -204,28 +247,55 @@ def assemble(unit: Unit, lifted: Lifted, words: list[str], links: list[set[int]]
     n = len(words)
     slots: dict[tuple[int, bool], list[Item]] = {}
     tail: list[Item] = []
-    for s, (i, after), (left, right) in zip(unit.atoms, lifted.anchors, lifted.glue):
+    last: tuple[list[Item], int] | None = None  # where the previous atom went
+    for k, (s, (i, after), (left, right)) in enumerate(
+        zip(unit.atoms, lifted.anchors, lifted.glue)
+    ):
         linked = [j for j in range(n) if i in links[j]] or _nearest(links, range(n), {i})
-        item = (s.text, not left, not right)
-        if not linked:
-            tail.append(item)
-        else:
-            slots.setdefault((max(linked) if after else min(linked), after), []).append(item)
-    return join(_render(words, unit.pairs, 0, n, lifted.words, links, slots) + tail)
+        can_left, can_right = gluable(s.text)  # else a space keeps it whole
+        item = (s.text, not (left and can_left), not (right and can_right))
+        where = (
+            tail
+            if not linked
+            else slots.setdefault((max(linked) if after else min(linked), after), [])
+        )
+        touch = (
+            k > 0
+            and unit.atoms[k - 1].end == s.start
+            and not splits(unit.atoms[k - 1].text, s.text)
+        )
+        if touch and last is not None and last[0] is where and last[1] == len(where) - 1:
+            prev = where[-1]  # atoms that touched in the source, side by side: still touching
+            where[-1] = (prev[0], prev[1], False)
+            item = (item[0], False, item[2])
+        where.append(item)
+        last = (where, len(where) - 1)
+    items = _render(words, unit.pairs, 0, n, lifted.words, links, slots) + tail
+    text = join(items)
+    atoms = {a.text for a in unit.atoms}
+    want = Counter(x.text for a in unit.atoms for x in find_spans(a.text))
+    want.update(x.text for p in _all(unit.pairs) for x in find_spans(p.open + p.close))
+    if Counter(x.text for x in find_spans(text)) != want:  # glued into another span: apart
+        text = join([(t, True, True) if t in atoms else (t, b, a) for t, b, a in items])
+    return text
+
+
+def _all(pairs: list[Pair]) -> list[Pair]:
+    return [q for p in pairs for q in [p, *_all(p.children)]]
 
 
 def translate_units(translator, units: list[Unit]) -> list:
     """Translations of `units`, in order: the text translated as if it had no spans, the
     spans and tags put back. A unit with nothing but spans comes back as it is."""
-    from mt.decode.translator import Translation
-
+    units = [fold_wordless(u) for u in units]
     out: list = [None] * len(units)
     todo, lifts = [], []
     for i, u in enumerate(units):
         lifted = lift(u.text, u.atoms)
         if not re.search(r"\w", lifted.text):
             line = u.line.strip()
-            out[i] = Translation(line, [Hypothesis([], 0.0)], [line])
+            n = translator.cfg.nbest  # the line is its only translation, as each of the n best
+            out[i] = Translation(line, [Hypothesis([], 0.0)] * n, [line] * n)
         else:
             todo.append(i)
             lifts.append(lifted)

@@ -15,7 +15,7 @@ from typing import Any
 
 from mt.errors import MtError
 
-KEYS = ("src", "prefix", "constraints", "to", "from")
+KEYS = ("src", "prefix", "constraints", "format", "to", "from")
 
 
 @dataclass
@@ -23,6 +23,8 @@ class Request:
     src: str
     prefix: str = ""  # target text the translation must start with
     constraints: list[str] = field(default_factory=list)  # target phrases it must contain
+    formats: tuple[str, ...] = ()  # gettext format flags of the source (`c-format`): mt.spans
+    keep: tuple[str, ...] = ()  # spans of the source search may write (mt.decode.protect)
     to: str | None = None  # target language (a multilingual model; None: the translator's)
     frm: str | None = None  # source language, checked against the model's ("from" in JSON)
 
@@ -56,21 +58,45 @@ def request_from_object(obj: Any, where: str) -> Request:
     phrases = [c.strip() for c in constraints]
     if any(not c for c in phrases):
         raise MtError(f"{where}: a constraint is empty")
+    fmt = obj.get("format", [])
+    fmt = [fmt] if isinstance(fmt, str) else fmt
+    if not isinstance(fmt, list) or not all(isinstance(f, str) for f in fmt):
+        raise MtError(f"{where}: 'format' must be a gettext flag (\"c-format\") or a list of them")
     to, frm = obj.get("to"), obj.get("from")
     for key, value in (("to", to), ("from", frm)):
         if value is not None and not isinstance(value, str):
             raise MtError(f"{where}: '{key}' must be a language code string")
-    return Request(src.replace("\n", " "), prefix.strip(), phrases, to, frm)
+    return Request(src.replace("\n", " "), prefix.strip(), phrases, tuple(fmt), to=to, frm=frm)
 
 
 def read_requests(lines: Iterable[str], fmt: str, name: str) -> Iterator[Request]:
-    """Requests from text lines (`fmt` text: each line is the source) or JSON lines."""
+    """Requests from text lines (`fmt` text: each line is the source), JSON lines, or the
+    messages of a gettext catalogue (`po`: each msgid, with its format flags)."""
+    if fmt == "po":
+        yield from po_requests("".join(lines), name)
+        return
     for i, line in enumerate(lines, 1):
         if fmt == "jsonl":
             stripped = line.strip()
             yield parse_jsonl_line(stripped, f"{name}:{i}") if stripped else Request("")
         else:
             yield Request(line.rstrip("\r\n"))
+
+
+def po_requests(text: str, name: str) -> Iterator[Request]:
+    """One request per message of a .po file (the header aside; a plural message is its
+    msgid), its flags saying which placeholder syntax it holds. Needs polib (`mt[strings]`)."""
+    try:
+        import polib
+    except ImportError:
+        raise MtError("--input-format po needs polib: pip install 'mt[strings]'") from None
+    try:
+        catalogue = polib.pofile(text)
+    except (OSError, ValueError) as err:
+        raise MtError(f"{name}: not a gettext catalogue ({err})") from None
+    for e in catalogue:
+        if e.msgid and not e.obsolete:
+            yield Request(" ".join(e.msgid.split()), formats=tuple(e.flags))
 
 
 def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
@@ -96,6 +122,8 @@ def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
         record.update(score=0.0, tokens=[], nbest=[{"translation": "", "score": 0.0}])
         if alignment:
             record["alignment"] = []
+    if t.error:  # a line that failed is written empty, with the reason
+        record["error"] = t.error
     return record
 
 

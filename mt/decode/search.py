@@ -13,6 +13,7 @@ from collections.abc import Sequence, Sized
 
 import torch
 
+from mt.decode.bans import Bans, step_mask
 from mt.decode.steps import (
     Hypothesis,
     Sampling,
@@ -39,11 +40,13 @@ def greedy_search(
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
     sampling: Sampling | None = None,
+    bans: Bans | None = None,
 ) -> list[Hypothesis]:
     """The most probable next token at each step (or a drawn one, with `sampling`). Without
     `with_scores` the scores are NaN and each step skips the log-normaliser, a pass with an
     exp over every (row, vocabulary) entry that only the score needs (translation output is
-    the tokens). `prefixes[i]` (target ids) is forced as the start of output i."""
+    the tokens). `prefixes[i]` (target ids) is forced as the start of output i; `bans`
+    (`mt.decode.bans`) are tokens it may not write."""
     B, dev = src.size(0), src.device
     prefix = prefix_tensor(prefixes, B, dev)
     limit = output_limits(src, prefix, max_len_a, max_len_b, model.cfg.max_positions)
@@ -60,14 +63,15 @@ def greedy_search(
         force = limit[active] <= t  # at the length limit only EOS may come
         forced = forced_at(prefix, active, t)
         banned = repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None
+        mask = step_mask(bans, history, active)
         if sampling is not None:
             tok, lp, eos_lp, align = sample_tokens(
-                model, prev, state, sampling, need_alignment, forced, banned
+                model, prev, state, sampling, need_alignment, forced, banned, mask
             )
             top_tok, top_lp = tok[:, None], lp[:, None]
         else:
             top_lp, top_tok, eos_lp, align = top_tokens(
-                model, prev, state, 1, need_alignment, with_scores, forced, banned
+                model, prev, state, 1, need_alignment, with_scores, forced, banned, mask
             )
         best = top_tok[:, 0].masked_fill(force, EOS)
         if top_lp is None or eos_lp is None:
@@ -89,7 +93,7 @@ def greedy_search(
                 aligns[r].append(a)
         if done.all():
             break
-        if no_repeat_ngram:
+        if no_repeat_ngram or bans is not None:
             history = torch.cat([history, best[:, None]], dim=1)
         if done.any():
             keep = (~done).nonzero().squeeze(1)
@@ -207,6 +211,7 @@ def beam_search(
     stop_early: bool = False,
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
+    bans: Bans | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence, by length-normalised log-probability.
 
@@ -220,7 +225,7 @@ def beam_search(
 
     `prefixes[i]` (target ids) is forced as the start of every hypothesis of sentence i, with
     its log-probability in the score; `no_repeat_ngram` N > 0 bans any n-gram of N tokens from
-    occurring twice in a hypothesis.
+    occurring twice in a hypothesis; `bans` (`mt.decode.bans`) are tokens it may not write.
     """
     B, K, dev = src.size(0), beam, src.device
     prefix = prefix_tensor(prefixes, B, dev)
@@ -234,8 +239,9 @@ def beam_search(
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
         forced = forced_at(prefix, sent.repeat_interleave(width), t)
         banned = repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None
+        mask = step_mask(bans, history, sent.repeat_interleave(width))
         row_lp, row_tok, eos_lp, align = top_tokens(
-            model, beams.prev, beams.state, 2 * K, need_alignment, True, forced, banned
+            model, beams.prev, beams.state, 2 * K, need_alignment, True, forced, banned, mask
         )
         assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)

@@ -27,6 +27,7 @@ from typing import Any
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import DecodeConfig, to_dict, validate_decode
 from mt.decode.ensemble import Ensemble
+from mt.decode.protect import translate_protected
 from mt.decode.score import Scorer
 from mt.decode.target import Targets
 from mt.decode.translator import Translator
@@ -171,6 +172,7 @@ class Session:
                 alignment,
                 with_scores,
                 protect,
+                translate_protected if protect else None,
                 targets,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mt.decode.bans import apply_mask
 from mt.model import DecoderState, Transformer
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -108,13 +109,15 @@ def top_tokens(
     normalise: bool = True,
     forced: torch.Tensor | None = None,
     banned: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Feed `prev` and return, per row, the `k` most probable next tokens other than PAD and
     BOS (N, k) with their log-probabilities (N, k), the log-probability of EOS (N,), and the
     most-attended source position if asked. Without `normalise` the two log-probability
     results are None and the log-softmax pass (an exp per row and vocabulary entry) is skipped.
 
-    `banned` (N, W) token ids are excluded (no-repeat-ngram; PAD entries ban nothing new).
+    `banned` (N, W) token ids are excluded (no-repeat-ngram; PAD entries ban nothing new), and
+    so are the tokens of `mask` ((V,) or (N, V) bool, `mt.decode.bans.step_mask`).
     A row with `forced` >= 0 (a target prefix) gets that token as its only candidate, with its
     real log-probability, whatever the bans say.
 
@@ -136,6 +139,7 @@ def top_tokens(
         )
         if banned is not None:
             logits.scatter_(1, banned[rows], float("-inf"))
+        apply_mask(logits, mask if mask is None or mask.dim() == 1 else mask[rows])
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
         top, tok = row_topk(logits, min(k, logits.size(-1)))
@@ -174,6 +178,7 @@ def sample_tokens(
     need_alignment: bool,
     forced: torch.Tensor | None,
     banned: torch.Tensor | None,
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One drawn token per row (N,), its log-probability under the model (N,) (not the
     tempered one: scores stay comparable with search), EOS's log-probability, alignment."""
@@ -183,6 +188,7 @@ def sample_tokens(
     logits = logp / sampling.temperature
     if banned is not None:
         logits.scatter_(1, banned, float("-inf"))
+    apply_mask(logits, mask)
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
     if 0 < sampling.topk < logits.size(-1):

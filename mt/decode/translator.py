@@ -9,16 +9,18 @@ written back in input order. Every input line yields exactly one output line (`n
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
+from mt.decode.bans import Bans, SpanRule
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.int8 import quantize_linears
 from mt.decode.requests import Request, translation_record
@@ -36,6 +38,21 @@ class Translation:
     hypotheses: list[Hypothesis]  # best first; empty for an empty input line
     texts: list[str]  # detokenized text of each hypothesis
     pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
+    error: str = ""  # why this line could not be translated (its output is then empty)
+
+
+def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
+    """`translate(items)`; when it fails for a reason no check foresaw (a bug), each item is
+    tried alone, so one bad line costs its own output only: it comes back empty with its
+    `error`, and every other line is translated. A user's error (MtError) still ends the run."""
+    try:
+        return translate(items)
+    except MtError:
+        raise
+    except Exception as err:  # noqa: BLE001 - kept with the line that caused it
+        if len(items) == 1:
+            return [Translation("", [], [], error=f"{type(err).__name__}: {err}")]
+    return [t for item in items for t in isolated(translate, [item])]
 
 
 class Translator:
@@ -48,6 +65,7 @@ class Translator:
         alignment: bool = False,
         with_scores: bool = False,
         protect: bool = False,
+        around: Callable[[Translator, list[Request]], list[Translation]] | None = None,
         targets: Targets | None = None,
     ) -> None:
         # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
@@ -77,7 +95,12 @@ class Translator:
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
-        self.protect = protect  # keep placeholders, markup, URLs (mt.decode.protect)
+        # Protection: search writes no span of its own (mt.decode.bans), and `around` (the
+        # steps around search, mt.decode.protect.translate_protected) lifts out and puts back
+        # the source's. They wrap this class from outside: it never imports them.
+        self.protect = protect
+        self.bans = Bans(spans=SpanRule(tokenizer, device)) if protect else None
+        self.around = around
         # The target language of each line (a multilingual model): mt.decode.target.
         self.targets = targets or Targets(tokenizer, device)
 
@@ -87,13 +110,23 @@ class Translator:
         prefixes: list[list[int]] | None,
         constraints: list[list[list[int]]] | None = None,
         alignment: bool = False,
+        bans: Bans | None = None,
         target: Target | None = None,
     ) -> list[list[Hypothesis]]:
         c = self.cfg
+        # The model seen from the batch's target language (its token, its guard).
         model = self.model if target is None else model_for(self.model, target)
         if constraints is not None and any(constraints):
             return constrained_beam_search(
-                model, src, constraints, c.beam, c.alpha, c.max_len_a, c.max_len_b, c.nbest
+                model,
+                src,
+                constraints,
+                c.beam,
+                c.alpha,
+                c.max_len_a,
+                c.max_len_b,
+                c.nbest,
+                bans,
             )
         if self.greedy or self.sampling is not None:
             hyps = greedy_search(
@@ -106,6 +139,7 @@ class Translator:
                 prefixes=prefixes,
                 no_repeat_ngram=c.no_repeat_ngram,
                 sampling=self.sampling,
+                bans=bans,
             )
             return [[h] for h in hyps]
         return beam_search(
@@ -120,6 +154,7 @@ class Translator:
             c.stop_early,
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
+            bans=bans,
         )
 
     def translate_lines(self, lines: list[str], to: str | None = None) -> list[Translation]:
@@ -144,17 +179,26 @@ class Translator:
                 ids[i] = ids[i][: self.max_src - 1 - len(mark)] + [EOS]
                 self.truncated += 1
             ids[i] = mark + ids[i]
-        align = self.alignment if alignment is None else alignment
-        # One target language per batch: the guard and the language token are per batch.
-        for lang in dict.fromkeys(langs[i] for i in todo):
+        # A batch has one target language (its token and guard are per batch), and lines with
+        # constraints take the constrained search, which has no prefixes: apart.
+        has_terms = [
+            constraint_ids is not None and bool(constraint_ids[i]) for i in range(len(lines))
+        ]
+        keys = dict.fromkeys((langs[i], has_terms[i]) for i in todo)
+        for lang, constrained in keys:
             target = self.targets.of(lang)
-            group = [i for i in todo if langs[i] == lang]
-            for batch in token_batches([len(ids[i]) for i in group], self.cfg.max_tokens):
+            group = [i for i in todo if langs[i] == lang and has_terms[i] == constrained]
+            sizes = [len(ids[i]) for i in group]
+            for batch in token_batches(sizes, self.cfg.max_tokens):
                 rows = [group[j] for j in batch]
                 src = pad([ids[r] for r in rows]).to(self.device)
                 prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
-                terms = [constraint_ids[r] for r in rows] if constraint_ids is not None else None
-                found = self._search(src, prefixes, terms, align, target)
+                terms = [constraint_ids[r] for r in rows] if constrained else None  # type: ignore[index]
+                align = self.alignment if alignment is None else alignment
+                bans = self.bans
+                if bans is not None and any(requests[r].keep for r in rows):
+                    bans = dataclasses.replace(bans, allowed=[requests[r].keep for r in rows])
+                found = self._search(src, prefixes, terms, align, bans, target)
                 for r, hyps in zip(rows, found):
                     results[r] = strip_mark(hyps, target)
         out = []
@@ -202,16 +246,14 @@ class Translator:
             ]
             if not chunk:
                 return
-            yield from self.translate(chunk)
+            yield from isolated(self.translate, chunk)
 
     def translate(self, requests: list[Request]) -> list[Translation]:
-        """`translate_requests`, around which protection (when on) masks, constrains and
-        restores the spans of each source (`mt.decode.protect`)."""
-        if not self.protect:
+        """`translate_requests`, with the steps `around` it when given (protection masks,
+        constrains and restores the spans of each source: `mt.decode.protect`)."""
+        if self.around is None:
             return self.translate_requests(requests)
-        from mt.decode.protect import translate_protected
-
-        return translate_protected(self, requests)
+        return self.around(self, requests)
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:
@@ -246,11 +288,16 @@ def write_translations(
     nbest: int = 1,
     alignment: bool = False,
     jsonl: bool = False,
+    failed: Callable[[int, str], None] | None = None,
 ) -> int:
     """Write and flush after each buffer-sized group; returns the number of input lines.
-    With `jsonl`, one JSON object per input line (see `translation_record`)."""
+    With `jsonl`, one JSON object per input line (see `translation_record`). A line that
+    could not be translated is written empty (so later lines keep their line numbers) and
+    reported to `failed(line number, error)`."""
     n = 0
     for n, t in enumerate(translations, 1):
+        if t.error and failed is not None:
+            failed(n, t.error)
         if jsonl:
             out.write(json.dumps(translation_record(t, alignment), ensure_ascii=False) + "\n")
         else:

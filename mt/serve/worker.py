@@ -275,7 +275,7 @@ class ModelWorker:
         requests = [r for job in group for r in job.requests]
         try:
             translator = self._translator(first.options, first.alignment)
-            translations = translator.translate_requests(requests)
+            translations = translator.translate(requests)  # with protection
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
                 for job in group:

@@ -1,0 +1,68 @@
+"""Fuzzed lines of nested tags, entities, placeholders and empty elements on the tiny model:
+one output line each, the source's spans exactly, no exception (scripts/fuzz_spans.py's
+generator, driven by hypothesis; the script runs 10,000 lines)."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mt.decode.session import DecodeOptions, Session
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _fuzz():
+    spec = importlib.util.spec_from_file_location("fuzz_spans", REPO / "scripts/fuzz_spans.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+FUZZ = _fuzz()
+
+
+@pytest.fixture(scope="module")
+def translators(tiny_run):
+    session = Session([tiny_run / "best.pt"], "cpu")
+    return {
+        "beam": session.translator(),
+        "greedy": session.translator(DecodeOptions(greedy=True)),
+        "nbest": session.translator(DecodeOptions(beam=3, nbest=3)),
+    }
+
+
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@pytest.mark.parametrize("path", ["beam", "greedy", "nbest", "html"])
+def test_fuzzed_lines_keep_their_spans(translators, path) -> None:
+    translator = translators["beam" if path == "html" else path]
+
+    @SETTINGS
+    @given(st.randoms(use_true_random=False), st.integers(1, 6))
+    def run(rng: random.Random, n: int) -> None:
+        lines = [FUZZ.fuzz_line(rng, html=path == "html") for _ in range(n)]
+        assert FUZZ.check(translator, lines, html=path == "html") == []
+
+    run()
+
+
+def test_the_generator_makes_the_hard_cases() -> None:
+    """The lines the fuzzing is for do come up: only spans, empty and nested elements,
+    spans side by side."""
+    rng = random.Random(0)
+    lines = [FUZZ.fuzz_line(rng) for _ in range(2000)]
+    only_spans = [x for x in lines if x and not any(w in x for w in FUZZ.WORDS)]
+    assert len(only_spans) > 50
+    assert any("></" in x for x in lines)  # an empty element
+    assert any(x.count("<b>") + x.count("<i>") >= 2 for x in lines)
+    assert any("%s%d" in x or "}{" in x or "%s." in x for x in lines)
+    assert "" in lines
