@@ -49,8 +49,8 @@ class TargetLanguage:
         return self.model.attention_maps(src, self._first(tgt_in))
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.model.project(hidden)
-        return logits if self.banned is None else logits.masked_fill(self.banned, float("-inf"))
+        logits = self.model.project(hidden)  # this call's own tensor: masked in place
+        return logits if self.banned is None else logits.masked_fill_(self.banned, float("-inf"))
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
