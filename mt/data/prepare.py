@@ -344,14 +344,23 @@ def cache_dir(cfg: Config, run_dir: Path) -> Path:
     return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
 
 
-def prepare(cfg: Config, run_dir: Path, build: bool = True, log: bool = True) -> Prepared:
+def prepare(
+    cfg: Config,
+    run_dir: Path,
+    build: bool = True,
+    log: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> Prepared:
     """Tokenizer and stores for `cfg`, built where missing (`build`) or only opened.
 
-    `mt prepare` and the first `mt train` build; under torchrun the other ranks only open what
-    rank 0 built, so every process maps the same files.
+    `mt prepare` and the first `mt train` build; under torchrun each node's local rank 0
+    builds or checks the node's stores with the `tokenizer` global rank 0 sent it, and the
+    node's other ranks only open them, so every process of a node maps the same files.
     """
     d: DataConfig = cfg.data
-    if build:
+    if tokenizer is not None:
+        tok = tokenizer
+    elif build:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:

@@ -22,7 +22,6 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
 from mt.data.loader import TrainingSet, iterate
-from mt.data.prepare import prepare
 from mt.device import (
     autocast,
     choose_threads,
@@ -43,19 +41,20 @@ from mt.device import (
     set_threads,
     usable_cores,
 )
-from mt.errors import MtError
+from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
 from mt.tokenizer import PAD
-from mt.train import distributed, finetune, tensorboard
+from mt.train import distributed, finetune, nodes, tensorboard
 from mt.train.evaluation import Evaluator, dev_sets_of
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.loss import label_smoothed_loss
 from mt.train.metrics_log import JsonlSink, MetricsLog
+from mt.train.resume import read_last, restore, training_state, trim_metrics
 from mt.train.rotation import Checkpoints
-from mt.train.rundir import RunLock, lock_run_dir, refuse_finished_run
+from mt.train.rundir import RunLock
 from mt.train.schedule import learning_rate
 from mt.train.signals import StopSignals
-from mt.train.state import TrainState, rng_state, set_rng_state
+from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, stop_reason
 
 
@@ -75,23 +74,22 @@ class Trainer:
             processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         )
         set_threads(self.threads)
-        self.dist, self.device = distributed.init(resolve_device(t.device, "train.device"))
+        device = resolve_device(t.device, "train.device")
+        self.dist, self.device = distributed.init(device, t.collective_timeout_s)
         self.precision = resolve_precision(t.precision, self.device)
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
+        # --resume, or torchrun restarted the workers: rank 0's run directory decides.
+        last = run_dir / "last.pt"
+        resume = resume or distributed.restarted()
+        resumed = distributed.agree(self.dist, resume and last.exists(), self.device)
 
-        # Rank 0 makes the run directory, tokenizer and token stores; the others then map them.
         d = cfg.data
         # Fine-tuning (train.init_from): the checkpoint's model config and tokenizer.
         self.init = finetune.load_init(cfg, run_dir, resume, log=self.dist.main)
-        for turn in (True, False):
-            if self.dist.main == turn:
-                if turn:
-                    self.lock = lock_run_dir(run_dir, "train")
-                    refuse_finished_run(run_dir, resume)
-                    finetune.write_tokenizer(self.init, run_dir)
-                prepared = prepare(cfg, run_dir, build=turn, log=turn)
-            distributed.barrier(self.dist)
+        prepared, self.lock = nodes.prepare_run(
+            cfg, run_dir, resume, self.dist, self.device, self.init
+        )
         self.tokenizer = prepared.tokenizer
         langs = self.tokenizer.languages
         self.train_set = TrainingSet(
@@ -119,10 +117,14 @@ class Trainer:
         self.state = TrainState()
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
+        self.saved_at = time.monotonic()  # when last.pt was last written (train.checkpoint_minutes)
         self.last_metrics: dict[str, float] = {}  # of the latest evaluation
-        resumed = resume and (run_dir / "last.pt").exists()
         if resumed:
-            self._restore(run_dir / "last.pt")
+            data = read_last(self.dist, last, self.device)
+            self.state = restore(
+                data, last, cfg, self.model, self.optimizer, self.scaler, self.device
+            )
+            del data
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
                 torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
         if self.dist.active:
@@ -139,6 +141,8 @@ class Trainer:
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
         )
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
+        if self.dist.main:  # records a killed run wrote past its checkpoint are done again
+            trim_metrics(run_dir / "metrics.jsonl", self.state.step)
         self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])
         self.tensorboard: tensorboard.TensorBoardSink | None = None
         if use_tensorboard and self.dist.main:
@@ -151,29 +155,12 @@ class Trainer:
 
     # -- training state ----------------------------------------------------------------------
 
-    def _restore(self, path: Path) -> None:
-        data = checkpoint.load(path)
-        if data.get("train_state") is None:
-            raise MtError(f"{path}: holds no training state to resume from")
-        if data["config"]["model"] != asdict(self.cfg.model):
-            raise MtError(f"{path}: model config differs from the one being resumed")
-        ts = data["train_state"]
-        self.model.load_state_dict(data["model"])
-        self.optimizer.load_state_dict(ts["optimizer"])
-        self.scaler.load_state_dict(ts["scaler"])
-        set_rng_state(ts["rng"], self.device)
-        self.state = TrainState(**ts["state"])
-
     def _save_last(self) -> None:
         """`last.pt` with everything `--resume` needs."""
-        train_state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rng_state(self.device),
-            "state": asdict(self.state),
-        }
+        train_state = training_state(self.optimizer, self.scaler, self.device, self.state)
         self.log.flush()  # every record up to this step is on disk before the checkpoint
         self.checkpoints.save("last.pt", self.state.step, train_state)
+        self.saved_at = time.monotonic()
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -324,12 +311,31 @@ class Trainer:
             self.state.elapsed += time.perf_counter() - tick
         window.eval_seconds += time.perf_counter() - tick
 
-    def _interrupted(self, bar: tqdm) -> None:
+    def _interrupted(self, bar: tqdm, preempted: str | None) -> None:
+        """Save `last.pt` and stop: Ctrl-C exits 130; a scheduler's signal (`preempted`, on
+        any rank) exits `EXIT_REQUEUE`, which asks for the job to be requeued."""
         bar.close()
         if self.dist.main:
             self._save_last()
             tqdm.write(f"interrupted at step {self.state.step}; saved {self.run_dir}/last.pt")
-        raise KeyboardInterrupt
+        if preempted is None:
+            raise KeyboardInterrupt
+        raise MtError(
+            f"train: {preempted} at step {self.state.step}: saved {self.run_dir / 'last.pt'}; "
+            f"exit {EXIT_REQUEUE} asks for a requeue, which continues with --resume",
+            EXIT_REQUEUE,
+        )
+
+    def _stop_signal(self, signals: StopSignals) -> tuple[bool, str | None]:
+        """Whether any rank was signalled to stop, and by a scheduler (its signal's name)."""
+        code = 2 if signals.preempted else 1 if signals.requested else 0
+        code = distributed.highest(self.dist, code, self.device)
+        return code > 0, (signals.preempted or "a preemption signal") if code == 2 else None
+
+    def _checkpoint_due(self) -> bool:
+        """`train.checkpoint_minutes` passed since `last.pt` was written (rank 0's clock)."""
+        minutes = self.cfg.train.checkpoint_minutes
+        return bool(minutes) and time.monotonic() - self.saved_at >= 60 * minutes
 
     def _stop_reason(self) -> str | None:
         """Rank 0's clock decides the time budget, so all ranks stop at the same step."""
@@ -371,7 +377,7 @@ class Trainer:
         stops at once."""
         try:
             with StopSignals() as signals:
-                return self._loop(signals)
+                return distributed.guarded(self.dist, lambda: self._loop(signals))
         finally:
             self.log.close()
             distributed.shutdown(self.dist)
@@ -400,8 +406,11 @@ class Trainer:
                     if s.step % t.eval_every == 0:
                         self._evaluate_in_loop(window)
                     # After the step's log and evaluation, so a resumed run misses neither.
-                    if distributed.agree(d, signals.requested, self.device):
-                        self._interrupted(bar)
+                    stop, preempted = self._stop_signal(signals)
+                    if stop:
+                        self._interrupted(bar, preempted)
+                    if d.main and self._checkpoint_due():
+                        self._save_last()
                     reason = self._stop_reason()
             reason = self._end_of_epoch(len(batches)) or reason
         bar.close()
