@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -63,13 +64,36 @@ def init(device: torch.device, timeout_s: float = 600.0) -> tuple[Dist, torch.de
             "nccl" if device.type == "cuda" else "gloo",
             timeout=datetime.timedelta(seconds=timeout_s),
         )
+    if rank == 0 and shared_rendezvous_store():
+        print(
+            "note: torchrun restarts workers (--max-restarts) but shares its rendezvous store "
+            "across restarts, where a restarted group can read the old group's addresses; "
+            "launch it with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (docs/cluster.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     return Dist(rank, world, local, active=True, timeout_s=timeout_s), device
 
 
-def restarted() -> bool:
-    """Whether torchrun started this worker again after a failure (`--max-restarts`): such a
-    worker continues from `last.pt` as if `--resume` were given."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+def shared_rendezvous_store() -> bool:
+    """Whether this torchrun job may restart its workers while its agents share one store
+    over every round: a restarted group can then find keys of the old one."""
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    return restarts > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def restart_count() -> int:
+    """How often torchrun's agent on this node restarted its workers after a failure
+    (`--max-restarts`). An agent whose own workers were healthy restarts them for the others
+    without counting, so this is 0 on some nodes of a restarted job."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def job_id() -> str:
+    """The rendezvous id of this torchrun job (`--rdzv-id`; `--standalone` makes a fresh one),
+    "" outside torchrun or for torchrun's default id, which every job shares."""
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return "" if run == "none" else run
 
 
 def guarded(d: Dist, work: Callable[[], T]) -> T:
@@ -80,22 +104,32 @@ def guarded(d: Dist, work: Callable[[], T]) -> T:
     try:
         return work()
     except RuntimeError as err:
-        if not collective_failure(err):
+        cause = collective_failure(err)
+        if cause is None:
             raise
-        first = (str(err).strip().splitlines() or ["no detail"])[0][:200]
+        first = (str(cause).strip().splitlines() or ["no detail"])[0][:240]
         raise MtError(
             f"train: rank {d.rank}: another process did not answer within "
             f"train.collective_timeout_s ({d.timeout_s:g} s) or left the group; stopping "
-            f"({type(err).__name__}: {first})",
+            f"({first})",
             code=1,
         ) from None
 
 
-def collective_failure(err: BaseException) -> bool:
-    """Whether `err` is a collective that timed out or lost a peer: torch's own DistError
-    (NCCL, the store), or the plain RuntimeError gloo raises from its transport."""
-    text = str(err)
-    return isinstance(err, dist.DistError) or "gloo/" in text or "NCCL" in text
+def collective_failure(err: BaseException) -> BaseException | None:
+    """The collective that timed out or lost a peer behind `err`, if one did: torch's own
+    DistError (NCCL, the store), or the plain RuntimeError gloo raises from its transport. The
+    chain is searched too: a worker of the DataLoader killed along with the group can raise
+    while the collective's error is handled."""
+    seen: BaseException | None = err
+    for _ in range(8):  # a chain is short; bounded all the same
+        if seen is None:
+            return None
+        text = str(seen)
+        if isinstance(seen, dist.DistError) or "gloo/" in text or "NCCL" in text:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def barrier(d: Dist) -> None:
@@ -155,6 +189,16 @@ def broadcast_bytes(d: Dist, data: bytes | None, device: torch.device) -> bytes 
     if n:
         dist.broadcast(buf, src=0)
     return data if d.main else bytes(buf.cpu().numpy().tobytes())
+
+
+def wrap(d: Dist, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """`model` in DDP when in a process group (which copies rank 0's weights to all), else
+    `model` itself."""
+    if not d.active:
+        return model
+    ids = [device.index] if device.type == "cuda" else None
+    # The only buffer is the constant sinusoid table: nothing to broadcast each step.
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
 
 def shutdown(d: Dist) -> None:

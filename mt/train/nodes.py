@@ -20,6 +20,7 @@ from mt.data.prepare import Prepared, prepare, prepare_tokenizer
 from mt.tokenizer import Tokenizer
 from mt.train import distributed, finetune
 from mt.train.distributed import Dist
+from mt.train.resume import record_job
 from mt.train.rundir import RunLock, lock_run_dir, refuse_finished_run
 
 _LENGTH = 8  # bytes of the source model's length in `pack`
@@ -52,6 +53,7 @@ def prepare_run(
     if d.main:
         lock = lock_run_dir(run_dir, "train")
         refuse_finished_run(run_dir, resume)
+        record_job(run_dir)
         finetune.write_tokenizer(init, run_dir)
         packed = pack(prepare_tokenizer(cfg, run_dir))
     packed = distributed.broadcast_bytes(d, packed, device)

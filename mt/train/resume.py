@@ -2,7 +2,9 @@
 holds each step once.
 
 A run continues from `last.pt` when `--resume` is given or when torchrun started its workers
-again after a failure (`distributed.restarted`). `last.pt` holds the model, optimizer, scaler,
+again (`decide`): after a failure on any node (`--max-restarts`), or for a launcher of the same
+job that was killed and started again (the same `--rdzv-id`, which rank 0 records in the run
+directory as `JOB_FILE`). `last.pt` holds the model, optimizer, scaler,
 RNG and data position, so the resumed run follows the uninterrupted one. Global rank 0 reads it
 and sends it to the other ranks, which need no access to rank 0's run directory.
 
@@ -27,6 +29,29 @@ from mt.errors import MtError
 from mt.train import distributed
 from mt.train.distributed import Dist
 from mt.train.state import TrainState, rng_state, set_rng_state
+
+JOB_FILE = ".torchrun-id"  # the rendezvous id of the torchrun job that writes the run directory
+
+
+def decide(d: Dist, device: torch.device, run_dir: Path, flag: bool) -> tuple[bool, bool]:
+    """(resume, resumed): whether this start continues a run (`--resume`, or a restart of the
+    torchrun job that wrote `run_dir`), and whether there is a `last.pt` to continue from. Rank
+    0's run directory decides for every rank."""
+    restarted = distributed.highest(d, distributed.restart_count(), device) > 0
+    job = distributed.job_id()
+    if d.main and job and not restarted:
+        path = run_dir / JOB_FILE
+        restarted = path.is_file() and path.read_text(encoding="utf-8").strip() == job
+    resume = distributed.agree(d, flag or restarted, device)
+    resumed = distributed.agree(d, resume and (run_dir / "last.pt").exists(), device)
+    return resume, resumed
+
+
+def record_job(run_dir: Path) -> None:
+    """Rank 0 notes the torchrun job writing `run_dir`, so its restarted launchers resume."""
+    job = distributed.job_id()
+    if job:
+        write_text(run_dir / JOB_FILE, job + "\n", "the torchrun job id")
 
 
 def training_state(

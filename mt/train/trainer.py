@@ -6,10 +6,12 @@ checkpoints `last.pt` (with the full training state), `best.pt` (best dev BLEU) 
 `keep_last` step checkpoints. `--resume` continues from `last.pt` with the same model,
 optimizer, scaler, RNG and data position, so a resumed run follows the uninterrupted one.
 
-This module is the procedure; the rooms beside it hold the parts: `evaluation` (dev loss and
-BLEU), `metrics_log` (records and their sinks), `rotation` (which checkpoints are kept),
-`stop` (stop rules, ETA, divergence), `signals` (Ctrl-C), `state` (counters, run id, RNG) and
-`logline` (the log window and its stderr line).
+This module is the procedure; the rooms beside it hold the parts: `update` (one optimizer
+step), `evaluation` (dev loss and BLEU), `metrics_log` (records and their sinks), `rotation`
+(which checkpoints are kept), `stop` (stop rules, ETA, divergence), `signals` (Ctrl-C and a
+scheduler's preemption), `state` (counters, run id, RNG), `resume` (what `last.pt` brings back),
+`nodes` (tokenizer and token stores on every node), `distributed` (torchrun) and `logline`
+(the log window and its stderr line).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from mt.config import Config
 from mt.config_file import save_config
 from mt.data.loader import TrainingSet, iterate
 from mt.device import (
-    autocast,
     choose_threads,
     resolve_device,
     resolve_precision,
@@ -43,19 +44,18 @@ from mt.device import (
 )
 from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
-from mt.tokenizer import PAD
 from mt.train import distributed, finetune, nodes, tensorboard
 from mt.train.evaluation import Evaluator, dev_sets_of
 from mt.train.logline import SlowdownWatch, Window, log_line
-from mt.train.loss import label_smoothed_loss
 from mt.train.metrics_log import JsonlSink, MetricsLog
-from mt.train.resume import read_last, restore, training_state, trim_metrics
+from mt.train.resume import decide, read_last, restore, training_state, trim_metrics
 from mt.train.rotation import Checkpoints
 from mt.train.rundir import RunLock
 from mt.train.schedule import learning_rate
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, stop_reason
+from mt.train.update import Update
 
 
 class Trainer:
@@ -79,10 +79,8 @@ class Trainer:
         self.precision = resolve_precision(t.precision, self.device)
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
-        # --resume, or torchrun restarted the workers: rank 0's run directory decides.
         last = run_dir / "last.pt"
-        resume = resume or distributed.restarted()
-        resumed = distributed.agree(self.dist, resume and last.exists(), self.device)
+        resume, resumed = decide(self.dist, self.device, run_dir, resume)
 
         d = cfg.data
         # Fine-tuning (train.init_from): the checkpoint's model config and tokenizer.
@@ -102,18 +100,8 @@ class Trainer:
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
         finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
-        self.net: torch.nn.Module = self.model  # what training calls: the DDP wrapper if any
-        self.optimizer = torch.optim.Adam(
-            [p for p in self.model.parameters() if p.requires_grad],  # not train.freeze's
-            lr=learning_rate(1, t, cfg.model),
-            betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
-            eps=t.optimizer_eps,
-            weight_decay=t.weight_decay,
-            fused=True,  # one kernel for all parameters instead of one per tensor
-        )
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
-        self.bad_run = torch.zeros((), dtype=torch.long, device=self.device)
-        self.bad_total = torch.zeros((), dtype=torch.long, device=self.device)
+        self.update = Update(cfg, self.model, self.dist, self.device, self.precision)
+        self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.state = TrainState()
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
@@ -125,16 +113,13 @@ class Trainer:
                 data, last, cfg, self.model, self.optimizer, self.scaler, self.device
             )
             del data
+            if self.dist.main:
+                tqdm.write(f"resumed at step {self.state.step} from {last}", file=sys.stderr)
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
                 torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
-        if self.dist.active:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            # The only buffer is the constant sinusoid table: nothing to broadcast each step.
-            self.net = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=ids, broadcast_buffers=False
-            )
-        if t.compile:  # recompiles once when batch shapes first change, then shapes are dynamic
-            self.net = torch.compile(self.net)
+        net = distributed.wrap(self.dist, self.model, self.device)  # DDP under torchrun
+        # torch.compile recompiles once when batch shapes first change, then they are dynamic.
+        self.update.net = torch.compile(net) if t.compile else net
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
         self.evaluate = Evaluator(
@@ -162,59 +147,13 @@ class Trainer:
         self.checkpoints.save("last.pt", self.state.step, train_state)
         self.saved_at = time.monotonic()
 
-    # -- one step ----------------------------------------------------------------------------
-
-    def _update(self, group: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
-        """One optimizer step over `group` (gradient accumulation): the loss sums, target
-        tokens and gradient norm before clipping, left on the device."""
-        t = self.cfg.train
-        lr = learning_rate(self.state.step + 1, t, self.cfg.model)
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
-        ntok = sum(b.tgt_tokens for b in group)
-        scale: float | torch.Tensor = 1.0 / ntok
-        if self.dist.active:
-            # DDP averages gradients over ranks, so scale by world / global tokens to get the
-            # gradient of the loss per target token of the whole global batch. The count stays
-            # on the device: no host sync per step.
-            tok = torch.tensor(float(ntok), device=self.device)
-            scale = self.dist.world / distributed.all_sum(self.dist, tok)
-        loss_sum = torch.zeros((), device=self.device)
-        nll_sum = torch.zeros((), device=self.device)
-        for i, b in enumerate(group):
-            b = b.to(self.device)
-            last = i == len(group) - 1
-            sync = contextlib.nullcontext() if last or not self.dist.active else self.net.no_sync()
-            with sync:
-                with autocast(self.device, self.precision):
-                    logits = self.net(b.src, b.tgt_in)
-                loss, nll = label_smoothed_loss(logits, b.tgt_out, t.label_smoothing, PAD)
-                self.scaler.scale(loss * scale).backward()
-            loss_sum += loss.detach()
-            nll_sum += nll.detach()
-        self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if t.clip_norm:
-            norm = torch.nn.utils.clip_grad_norm_(params, t.clip_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        # A non-finite loss or gradient: skip the update on the device (fused Adam reads
-        # `found_inf`), with no host sync; fp16's scaler does the same with its own flag.
-        bad = ~torch.isfinite(norm)
-        if not self.scaler.is_enabled():
-            self.optimizer.found_inf = bad.float()
-            self.optimizer.grad_scale = None
-        self.bad_run = (self.bad_run + 1) * bad  # updates skipped in a row
-        self.bad_total += bad
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
-        return loss_sum, nll_sum, ntok, norm.detach()
+    # -- between steps ------------------------------------------------------------------------
 
     def _check_divergence(self) -> None:
         """Stop (saving the last good state) once `max_bad_updates` were skipped in a row."""
-        error = diverged(self.cfg.train, self.state, int(self.bad_run), self.run_dir / "last.pt")
+        error = diverged(
+            self.cfg.train, self.state, int(self.update.bad_run), self.run_dir / "last.pt"
+        )
         if error is None:
             return
         if self.dist.main:
@@ -239,7 +178,7 @@ class Trainer:
             "grad_norm": window.mean_grad_norm(),  # the same on every rank (all-reduced)
             "tgt_tokens_per_s": w_tok / span,
             "elapsed": round(s.elapsed, 1),
-            "skipped_updates": int(self.bad_total),
+            "skipped_updates": int(self.update.bad_total),
         }
         self.log.write(rec)
         warning = self.slowdown.observe(rec["tgt_tokens_per_s"]) if d.main else None
@@ -434,7 +373,8 @@ class Trainer:
         t, s = self.cfg.train, self.state
         tick = time.perf_counter()
         group = list(itertools.islice(stream, t.accum_steps))
-        window.add(*self._update(group))
+        window.add(*self.update(group, s.step + 1))
+        s.step += 1
         s.batch_in_epoch += len(group)
         if self.device.type == "cpu" or s.step % t.log_every == 0:
             self._check_divergence()  # free on CPU; a host sync on CUDA
