@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,35 @@ def test_a_hung_peer_ends_the_run_after_the_collective_timeout(tmp_path):
     lines = [x for x in log.read_text().splitlines() if "collective_timeout_s" in x]
     assert len(lines) == 1 and lines[0].startswith("mt: error: train: rank 0:"), lines
     assert "(4 s)" in lines[0]
+
+
+def test_processes_started_as_srun_starts_them_stop_on_usr1_with_75(tmp_path):
+    """docs/cluster.md's Slurm script: no torchrun, each process gets RANK, WORLD_SIZE and
+    MASTER_ADDR/PORT from the environment; Slurm's SIGUSR1 to every task saves last.pt and
+    every task exits 75, the code the script requeues on."""
+    config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000, log_every=1)
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
+        env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        log = tmp_path / f"task{rank}.log"
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, *train_args(config)],
+                cwd=tmp_path,
+                stdout=subprocess.DEVNULL,
+                stderr=log.open("wb"),
+                env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                start_new_session=True,
+            )
+        )
+    try:
+        wait_until(lambda: len(loss_steps(tmp_path / "run")) >= 3, "training", 180, *procs)
+        for p in procs:
+            os.kill(p.pid, signal.SIGUSR1)
+    finally:
+        rcs = finish(procs, 60)
+    assert rcs == [75, 75], [(tmp_path / f"task{r}.log").read_text()[-2000:] for r in range(2)]
+    saved = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["step"]
+    assert loss_steps(tmp_path / "run") == list(range(1, saved + 1))
