@@ -1,6 +1,6 @@
 """Cluster targets on one machine: killed workers and launchers, sharded translation, preemption.
 
-    python scripts/cluster_check.py --work /tmp/cluster [--seed 1] [--only kill,translate,preempt]
+    python scripts/cluster_check.py --work /tmp/cluster [--seed 1] [--only kill,preempt,translate]
 
 - kill: two torchrun "nodes" (launchers on 127.0.0.1, c10d rendezvous, 1 worker each, each its
   own working and cache folder) train configs/tiny.yaml on Multi30k. (a) One worker, chosen at
@@ -39,6 +39,7 @@ from cluster_helpers import (  # noqa: E402
     ELASTIC_ENV,
     finish,
     free_port,
+    kill_tree,
     launch,
     node_args,
     torchrun,
@@ -108,7 +109,7 @@ def kill_check(work: Path, mode: str, rng: random.Random) -> dict:
             os.kill(pid, signal.SIGKILL)
             what = f"worker of rank {rank}"
         else:
-            os.killpg(nodes[1].pid, signal.SIGKILL)
+            kill_tree(nodes[1])
             nodes[1].wait()
             time.sleep(2)
             nodes[1] = launch(args, cwds[1], logs[1], env[1])
@@ -270,15 +271,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, required=True, help="folder for runs and outputs")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", default="kill,translate,preempt")
+    ap.add_argument(
+        "--only", default="kill,translate,preempt", help="also kill-worker, kill-launcher"
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
     only = args.only.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
     print(json.dumps({"load_before": uptime()}), flush=True)
     results = []
-    if "kill" in only:
-        for mode in ("worker", "launcher"):
+    for mode in ("worker", "launcher"):
+        if "kill" in only or f"kill-{mode}" in only:
             results.append(kill_check(args.work, mode, rng))
             print(json.dumps(results[-1]), flush=True)
     if "preempt" in only:

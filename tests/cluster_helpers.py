@@ -109,9 +109,20 @@ def finish(procs: list[subprocess.Popen], timeout: float) -> list[int]:
             pass
     for p in procs:
         if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_tree(p)
             p.wait()
     return [p.returncode for p in procs]
+
+
+def kill_tree(launcher: subprocess.Popen) -> None:
+    """SIGKILL a launcher and its workers, as a node failure would. torchrun starts each
+    worker in a session of its own, so killing the launcher's session leaves them running."""
+    for pid in children(launcher.pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the worker and its DataLoader processes
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

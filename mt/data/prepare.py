@@ -9,6 +9,7 @@ a uniform sample of `tokenizer.input_sentence_size` sentences drawn in one strea
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import os
@@ -225,8 +226,36 @@ def open_or_build(
     log: bool = True,
     protect: bool = False,
 ) -> TokenStore:
-    """The store for `source`: mapped when a trusted one exists, else built (if `build`)."""
+    """The store for `source`: mapped when a trusted one exists, else built (if `build`).
+
+    Builders lock the cache folder first (`flock` on the folder itself, so no file is left
+    beside the stores): the nodes of a multi-node run whose cache folders are one shared folder
+    build each store once, the others wait and map it."""
     folder = store_folder(cache, source, tokenizer, f, limit, protect)
+    if not build:
+        return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd = os.open(cache, os.O_RDONLY)
+    except OSError as err:
+        raise MtError(f"{cache}: cannot create the token cache ({err.strerror or err})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _open_or_build(
+    source: Source,
+    tokenizer: Tokenizer,
+    folder: Path,
+    f: Filter | None,
+    limit: int,
+    build: bool,
+    log: bool,
+    protect: bool,
+) -> TokenStore:
     if folder.exists():
         try:
             store = TokenStore.open(folder)
