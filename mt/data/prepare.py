@@ -9,12 +9,9 @@ a uniform sample of `tokenizer.input_sentence_size` sentences drawn in one strea
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import itertools
 import os
 import queue
-import re
 import sys
 import threading
 import time
@@ -25,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mt.config import Config, DataConfig
+from mt.data.cache import build_lock, cache_dir, store_folder
 from mt.data.corpus import Chunk, Source, directions, pair_chunks, split_sources, train_sources
 from mt.data.mixing import always_allowed, pair_weights, piece_counts
 from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
@@ -105,33 +103,6 @@ def _read_ahead(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
                 q.get(timeout=0.1)
             except queue.Empty:
                 pass
-
-
-def _identity(source: Source) -> str:
-    """What a store must change with: the files (path, size, mtime) or the dataset name."""
-    parts = [source.format, source.root, source.name, source.src_lang, source.tgt_lang]
-    parts.append(source.hf_subset)
-    for p in source.paths():
-        st = p.stat() if p.exists() else None
-        parts.append(f"{p.resolve()}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}")
-    return "|".join(parts)
-
-
-def store_folder(
-    cache: Path,
-    source: Source,
-    tokenizer: Tokenizer,
-    f: Filter | None,
-    limit: int,
-    protect: bool = False,
-) -> Path:
-    """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters and
-    the masking of spans."""
-    settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
-    key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
-    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"
-    return cache / f"{name}-{key}"
 
 
 def build_store(
@@ -228,22 +199,13 @@ def open_or_build(
 ) -> TokenStore:
     """The store for `source`: mapped when a trusted one exists, else built (if `build`).
 
-    Builders lock the cache folder first (`flock` on the folder itself, so no file is left
-    beside the stores): the nodes of a multi-node run whose cache folders are one shared folder
-    build each store once, the others wait and map it."""
+    Builders hold the cache folder's lock (`cache.build_lock`): the nodes of a multi-node run
+    whose cache folders are one shared folder build each store once."""
     folder = store_folder(cache, source, tokenizer, f, limit, protect)
     if not build:
         return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        fd = os.open(cache, os.O_RDONLY)
-    except OSError as err:
-        raise MtError(f"{cache}: cannot create the token cache ({err.strerror or err})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with build_lock(cache):
         return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
-    finally:
-        os.close(fd)  # drops the lock
 
 
 def _open_or_build(
@@ -367,10 +329,6 @@ class Prepared:
     valid: list[TokenStore]
     sources: list[Source]
     valid_sources: list[Source]
-
-
-def cache_dir(cfg: Config, run_dir: Path) -> Path:
-    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
 
 
 def prepare(
