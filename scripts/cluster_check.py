@@ -163,7 +163,8 @@ def translate_check(work: Path, ckpt: Path) -> list[dict]:
     for name, search, rounds in (("greedy", ["--greedy"], 2), ("beam 5", ["--beam", "5"], 1)):
         base = [str(ckpt), "--input", str(src), "--device", "cpu", "--buffer-lines", "500"]
         base += search
-        ref = work / "translate" / f"ref-{search[-1]}.txt"
+        tag = name.replace(" ", "")
+        ref = work / "translate" / f"ref-{tag}.txt"
         one = [sys.executable, "-m", "mt", "translate", *base, "--output", str(ref)]
         t_ref = timed(one, 1, log)
         times: dict[str, list[float]] = {"1x2": [], "2x1": []}
@@ -171,7 +172,7 @@ def translate_check(work: Path, ckpt: Path) -> list[dict]:
         for r in range(rounds):
             order = ["1x2", "2x1"] if r % 2 == 0 else ["2x1", "1x2"]
             for kind in order:
-                target = work / "translate" / f"{kind}-{search[-1]}-{r}.txt"
+                target = work / "translate" / f"{kind}-{tag}-{r}.txt"
                 if kind == "1x2":
                     cmd = [sys.executable, "-m", "mt", "translate", *base, "--output", str(target)]
                     times[kind].append(timed(cmd, 2, log))
