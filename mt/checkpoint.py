@@ -8,6 +8,7 @@ uses `torch.load(weights_only=True)`: a file carrying pickled code is refused, n
 
 from __future__ import annotations
 
+import io
 import pickle
 import zipfile
 from dataclasses import dataclass
@@ -63,13 +64,15 @@ def resolve_checkpoint(path: Path) -> Path:
     return path
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read and check a checkpoint; every way it can be wrong is one MtError line."""
+def load(path: str | Path, raw: bytes | None = None) -> dict[str, Any]:
+    """Read and check a checkpoint; every way it can be wrong is one MtError line. `raw`: the
+    file's bytes, already read (sent by another process); `path` then only names it."""
     path = Path(path)
-    if not path.is_file():
+    if raw is None and not path.is_file():
         raise MtError(f"{path}: checkpoint not found")
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        source = path if raw is None else io.BytesIO(raw)
+        data = torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         # Every refusal starts "Weights only load failed", corrupt bytes too; only a GLOBAL
         # (a class or function to import) means the file carries code or objects.

@@ -56,7 +56,9 @@ class DataConfig:
     max_len_ratio: float = 3.0  # ... and pairs whose token-length ratio exceeds this
     max_train_examples: int = 0  # 0 keeps all; tests and demos take a slice
     max_valid_examples: int = 0  # 0 keeps all of the dev set; else its first N pairs
-    cache_dir: str = ""  # prepared token stores; empty means `{run_dir}/cache`
+    # Prepared token stores; empty means env MT_CACHE when set (a node's own folder in a
+    # multi-node job), else `{run_dir}/cache`.
+    cache_dir: str = ""
     protect: bool = False  # spans (%s, {0}, tags, URLs) as reserved pieces on both sides
     # One model for several directions (mt/languages.py): "src-tgt" items, each read as
     # `{split}.{src}` / `{split}.{tgt}` under `root` like one pair; empty: src_lang -> tgt_lang.
@@ -128,6 +130,12 @@ class TrainConfig:
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-clock budget for training; 0 = no limit
     patience: int = 0  # evaluations without a better dev BLEU before stopping; 0 = never
+    # Also write last.pt when this many minutes of training passed since the last one, so a
+    # kill or a preemption loses at most this much work, not up to eval_every steps; 0 = off.
+    checkpoint_minutes: float = 0.0
+    # Seconds a process waits in a collective (all-reduce, barrier) under torchrun before the
+    # run stops with one line: a hung or vanished peer ends the run instead of holding it.
+    collective_timeout_s: float = 1800.0
     log_every: int = 100  # updates between log lines and metrics.jsonl records
     eval_every: int = 1000  # updates between evaluations on the dev set (and checkpoints)
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
@@ -328,6 +336,8 @@ def validate(cfg: Config) -> None:
         (t.max_epochs >= 0, "train.max_epochs must be >= 0"),
         (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
         (t.patience >= 0, "train.patience must be >= 0"),
+        (t.checkpoint_minutes >= 0, "train.checkpoint_minutes must be >= 0"),
+        (t.collective_timeout_s > 0, "train.collective_timeout_s must be > 0"),
         (t.log_every > 0, "train.log_every must be > 0"),
         (t.eval_every > 0, "train.eval_every must be > 0"),
         (t.keep_last >= 0, "train.keep_last must be >= 0"),

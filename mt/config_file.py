@@ -199,7 +199,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     cfg = _with_overrides(raw, overrides or [], source)
     cfg.data.root = expand_env(cfg.data.root)
     cfg.train.run_dir = expand_env(cfg.train.run_dir)
-    cfg.data.cache_dir = expand_env(cfg.data.cache_dir)
+    # Unset in the config: the node's own cache folder when MT_CACHE is set (nodes of one job
+    # share the config but not necessarily a filesystem).
+    cfg.data.cache_dir = expand_env(cfg.data.cache_dir or "${MT_CACHE:-}")
     for c in cfg.data.corpora:
         c.root = expand_env(c.root)
     return cfg

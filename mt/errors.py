@@ -8,6 +8,9 @@ EXIT_USAGE = 2  # bad config, flag, file or checkpoint
 EXIT_GATE = 1  # `mt eval --min-bleu` not met
 EXIT_LINES = 1  # `mt translate`: some lines could not be translated (named on stderr)
 EXIT_DIVERGED = 3  # training stopped: the loss or gradients stayed non-finite
+# Training stopped by SIGTERM or SIGUSR1 (a scheduler's preemption notice) after writing last.pt:
+# "requeue me", EX_TEMPFAIL of sysexits.h; the requeued job continues with --resume.
+EXIT_REQUEUE = 75
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 

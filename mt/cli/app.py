@@ -1,6 +1,7 @@
 """The `mt` Typer app and its entry point: user errors become one line and an exit code.
 
-User errors (MtError) print one line on stderr and exit with their code; Ctrl-C exits 130 and a
+User errors (MtError) print one line on stderr and exit with their code (a preempted training
+run: `mt: stopped: ...` and exit 75, "requeue me"); Ctrl-C exits 130 and a
 closed pipe (`mt translate | head`) exits quietly. Tracebacks are left for real bugs.
 """
 
@@ -11,7 +12,7 @@ import sys
 import typer
 
 from mt.device import yield_when_waiting
-from mt.errors import EXIT_INTERRUPTED, MtError
+from mt.errors import EXIT_INTERRUPTED, EXIT_REQUEUE, MtError
 
 app = typer.Typer(
     add_completion=False,
@@ -27,7 +28,8 @@ def main() -> None:
     try:
         rc = app(standalone_mode=False)
     except MtError as err:
-        print(f"mt: error: {err}", file=sys.stderr)
+        kind = "stopped" if err.code == EXIT_REQUEUE else "error"  # preemption is no error
+        print(f"mt: {kind}: {err}", file=sys.stderr)
         sys.exit(err.code)
     except KeyboardInterrupt:
         print("mt: interrupted", file=sys.stderr)

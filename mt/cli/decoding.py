@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -12,16 +13,20 @@ import typer
 from mt.cli.app import app
 from mt.cli.options import (
     BeamOption,
+    BufferLinesOption,
     CheckpointsArg,
+    ChunkLinesOption,
     DeviceOption,
     FromOption,
     Int8Option,
     MaxTokensOption,
     ProtectOption,
+    ShardOption,
     StopEarlyOption,
     TargetVocabOption,
     ThreadsOption,
     ToOption,
+    chunked_job,
     open_session,
     text_lines,
     use_threads,
@@ -82,8 +87,14 @@ def translate(
         ),
     ] = None,
     threads: ThreadsOption = None,
+    buffer_lines: BufferLinesOption = None,
+    shard: ShardOption = None,
+    chunk_lines: ChunkLinesOption = None,
 ) -> None:
-    """Translate one sentence per line, from stdin (or --input) to stdout (or --output)."""
+    """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
+
+    Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
+    share of --input's chunks and OUT is the one-process output, in order."""
     from mt.decode.requests import read_requests
     from mt.decode.session import DecodeOptions
     from mt.decode.translator import write_translations
@@ -104,7 +115,7 @@ def translate(
         int8=int8,
         max_tokens=max_tokens,
         no_repeat_ngram=no_repeat_ngram,
-        buffer_lines=1 if typing else None,
+        buffer_lines=1 if typing else buffer_lines,
         sample=sample or None,
         topk=topk,
         topp=topp,
@@ -116,7 +127,6 @@ def translate(
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", protect=protect, targets=targets
     )
-    src = open(input, "rb") if input is not None else sys.stdin.buffer
     name = str(input) if input is not None else "<stdin>"
     failures: list[int] = []
 
@@ -124,30 +134,47 @@ def translate(
         failures.append(line)
         typer.echo(f"{name}:{line}: could not translate this line ({error})", err=True)
 
-    with src:
+    def work(lines, out, first: int = 0) -> None:
         if input_format == "html":
             from mt.decode.markup import translate_html
 
-            translations = translate_html(translator, text_lines(src), name)
+            translations = translate_html(translator, lines, name)
         else:
-            requests = read_requests(text_lines(src), input_format, name)
+            requests = read_requests(lines, input_format, name, first)
             if pivot is not None:
                 from mt.decode.pivot import translate_via
 
                 translations = translate_via(translator, requests, pivot)
             else:
                 translations = translator.translate_stream(requests)
-        write_output(
-            output,
-            lambda out: write_translations(
-                translations,
-                out,
-                nbest=translator.cfg.nbest,
-                alignment=alignment,
-                jsonl=output_format == "jsonl",
-                failed=failed,
-            ),
+        write_translations(
+            translations,
+            out,
+            nbest=translator.cfg.nbest,
+            alignment=alignment,
+            jsonl=output_format == "jsonl",
+            failed=failed,
+            start=first,
         )
+
+    settings = {
+        "command": "translate",
+        "checkpoints": [str(c) for c in checkpoints],
+        "decode": asdict(translator.cfg),
+        "formats": [input_format, output_format],
+        "alignment": alignment,
+        "protect": protect,
+        "languages": [to, from_, pivot, target_vocab],
+    }
+    job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
+    if job is not None and input_format == "po":
+        raise MtError("--input-format po is one catalogue: it cannot be shared out by lines")
+    if job is not None:
+        job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
+    else:
+        src = open(input, "rb") if input is not None else sys.stdin.buffer
+        with src:
+            write_output(output, lambda out: work(text_lines(src), out))
     warn_truncated(translator.truncated, translator.max_src, "input")
     if failures:
         typer.echo(
@@ -248,10 +275,13 @@ def score(
     ] = True,
     to: ToOption = None,
     threads: ThreadsOption = None,
+    buffer_lines: BufferLinesOption = None,
+    shard: ShardOption = None,
+    chunk_lines: ChunkLinesOption = None,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
-    from mt.decode.score import count_parallel, score_files, write_scores
+    from mt.decode.score import count_parallel, score_chunk, score_files, write_scores
     from mt.decode.session import DecodeOptions
 
     use_threads("score", threads)
@@ -260,9 +290,28 @@ def score(
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
     session = open_session(checkpoints, device)
-    scorer = session.scorer(DecodeOptions(max_tokens=max_tokens, int8=int8), protect=protect, to=to)
-    scores = score_files(scorer, src, tgt, scorer.cfg.buffer_lines)
-    write_output(output, lambda out: write_scores(scores, out, json_))
+    options = DecodeOptions(max_tokens=max_tokens, int8=int8, buffer_lines=buffer_lines)
+    scorer = session.scorer(options, protect=protect, to=to)
+    n = scorer.cfg.buffer_lines
+    settings = {
+        "command": "score",
+        "checkpoints": [str(c) for c in checkpoints],
+        "decode": asdict(scorer.cfg),
+        "json": json_,
+        "protect": protect,
+        "to": to,
+    }
+    job = chunked_job([src, tgt], output, shard, chunk_lines, n, settings)
+    if job is not None:
+        job.run(
+            lambda first, lines, out: write_scores(
+                score_chunk(scorer, lines[0], lines[1], first, n, tgt), out, json_
+            ),
+            "mt score",
+        )
+    else:
+        scores = score_files(scorer, src, tgt, n)
+        write_output(output, lambda out: write_scores(scores, out, json_))
     warn_truncated(scorer.truncated, scorer.max_src, "source")
 
 

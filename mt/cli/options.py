@@ -93,6 +93,49 @@ Int8Option = Annotated[
     bool | None,
     typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),
 ]
+BufferLinesOption = Annotated[
+    int | None,
+    typer.Option(help="Lines read ahead and sorted by length into batches (decode.buffer_lines)."),
+]
+# Decoding one file in many processes (mt.decode.shards).
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="K/N: write share K (0..N-1) of N of --input's chunks, then the last share to "
+        "finish merges --output (array jobs; under torchrun each rank takes its own share)."
+    ),
+]
+ChunkLinesOption = Annotated[
+    int | None,
+    typer.Option(help="Lines per chunk when shared out; a multiple of the buffer lines."),
+]
+
+
+def chunked_job(
+    inputs: list[Path | None],
+    output: Path | None,
+    shard: str | None,
+    chunk_lines: int | None,
+    buffer_lines: int,
+    settings: dict,
+):
+    """The chunks this process writes when the input is shared out (`--shard`, or torchrun
+    with several processes); None for one process doing it all."""
+    from mt.decode.shards import ChunkedJob, this_shard
+
+    share = this_shard(shard)
+    if share is None:
+        return None
+    if output is None or any(p is None for p in inputs):
+        raise MtError("decoding in shares (--shard or torchrun) needs --input and --output files")
+    chunk = chunk_lines or buffer_lines
+    if chunk <= 0 or chunk % buffer_lines:
+        raise MtError(
+            f"--chunk-lines must be a positive multiple of the buffer lines ({buffer_lines}), "
+            f"got {chunk}: a chunk is then batched as one process batches it"
+        )
+    paths = [p for p in inputs if p is not None]
+    return ChunkedJob(paths, output, chunk, settings, share)
 
 
 def use_threads(command: str, asked: int | None, say: bool | None = None):

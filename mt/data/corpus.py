@@ -317,3 +317,25 @@ def read_pairs(source: Source, limit: int = 0) -> tuple[list[str], list[str]]:
         src += s
         tgt += t
     return src, tgt
+
+
+def chunk_offsets(path: Path, chunk_lines: int) -> tuple[list[int], int]:
+    """The byte offset of lines 0, `chunk_lines`, 2 * `chunk_lines`, ... of an uncompressed
+    text file, and its number of lines: one pass, memory for the offsets only."""
+    offsets: list[int] = []
+    n = pos = 0
+    with _open(path) as f:
+        for raw in f:
+            if n % chunk_lines == 0:
+                offsets.append(pos)
+            pos += len(raw)
+            n += 1
+    return offsets, n
+
+
+def line_range(path: Path, offset: int, count: int, first: int) -> list[str]:
+    """`count` lines of `path` from byte `offset` (line number `first`, 0-based), without
+    their newlines."""
+    with _open(path) as f:
+        f.seek(offset)
+        return _decode(list(itertools.islice(f, count)), path, first)

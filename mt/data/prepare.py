@@ -9,11 +9,9 @@ a uniform sample of `tokenizer.input_sentence_size` sentences drawn in one strea
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import queue
-import re
 import sys
 import threading
 import time
@@ -24,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from mt.config import Config, DataConfig
+from mt.data.cache import build_lock, cache_dir, store_folder
 from mt.data.corpus import Chunk, Source, directions, pair_chunks, split_sources, train_sources
 from mt.data.mixing import always_allowed, pair_weights, piece_counts
 from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
@@ -104,33 +103,6 @@ def _read_ahead(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
                 q.get(timeout=0.1)
             except queue.Empty:
                 pass
-
-
-def _identity(source: Source) -> str:
-    """What a store must change with: the files (path, size, mtime) or the dataset name."""
-    parts = [source.format, source.root, source.name, source.src_lang, source.tgt_lang]
-    parts.append(source.hf_subset)
-    for p in source.paths():
-        st = p.stat() if p.exists() else None
-        parts.append(f"{p.resolve()}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}")
-    return "|".join(parts)
-
-
-def store_folder(
-    cache: Path,
-    source: Source,
-    tokenizer: Tokenizer,
-    f: Filter | None,
-    limit: int,
-    protect: bool = False,
-) -> Path:
-    """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters and
-    the masking of spans."""
-    settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
-    key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
-    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"
-    return cache / f"{name}-{key}"
 
 
 def build_store(
@@ -225,8 +197,27 @@ def open_or_build(
     log: bool = True,
     protect: bool = False,
 ) -> TokenStore:
-    """The store for `source`: mapped when a trusted one exists, else built (if `build`)."""
+    """The store for `source`: mapped when a trusted one exists, else built (if `build`).
+
+    Builders hold the cache folder's lock (`cache.build_lock`): the nodes of a multi-node run
+    whose cache folders are one shared folder build each store once."""
     folder = store_folder(cache, source, tokenizer, f, limit, protect)
+    if not build:
+        return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
+    with build_lock(cache):
+        return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
+
+
+def _open_or_build(
+    source: Source,
+    tokenizer: Tokenizer,
+    folder: Path,
+    f: Filter | None,
+    limit: int,
+    build: bool,
+    log: bool,
+    protect: bool,
+) -> TokenStore:
     if folder.exists():
         try:
             store = TokenStore.open(folder)
@@ -340,18 +331,23 @@ class Prepared:
     valid_sources: list[Source]
 
 
-def cache_dir(cfg: Config, run_dir: Path) -> Path:
-    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
-
-
-def prepare(cfg: Config, run_dir: Path, build: bool = True, log: bool = True) -> Prepared:
+def prepare(
+    cfg: Config,
+    run_dir: Path,
+    build: bool = True,
+    log: bool = True,
+    tokenizer: Tokenizer | None = None,
+) -> Prepared:
     """Tokenizer and stores for `cfg`, built where missing (`build`) or only opened.
 
-    `mt prepare` and the first `mt train` build; under torchrun the other ranks only open what
-    rank 0 built, so every process maps the same files.
+    `mt prepare` and the first `mt train` build; under torchrun each node's local rank 0
+    builds or checks the node's stores with the `tokenizer` global rank 0 sent it, and the
+    node's other ranks only open them, so every process of a node maps the same files.
     """
     d: DataConfig = cfg.data
-    if build:
+    if tokenizer is not None:
+        tok = tokenizer
+    elif build:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:

@@ -69,13 +69,14 @@ def request_from_object(obj: Any, where: str) -> Request:
     return Request(src.replace("\n", " "), prefix.strip(), phrases, tuple(fmt), to=to, frm=frm)
 
 
-def read_requests(lines: Iterable[str], fmt: str, name: str) -> Iterator[Request]:
+def read_requests(lines: Iterable[str], fmt: str, name: str, first: int = 0) -> Iterator[Request]:
     """Requests from text lines (`fmt` text: each line is the source), JSON lines, or the
-    messages of a gettext catalogue (`po`: each msgid, with its format flags)."""
+    messages of a gettext catalogue (`po`: each msgid, with its format flags); `first` is the
+    0-based number of the first line, for error messages."""
     if fmt == "po":
         yield from po_requests("".join(lines), name)
         return
-    for i, line in enumerate(lines, 1):
+    for i, line in enumerate(lines, first + 1):
         if fmt == "jsonl":
             stripped = line.strip()
             yield parse_jsonl_line(stripped, f"{name}:{i}") if stripped else Request("")

@@ -191,6 +191,19 @@ def score_files(scorer: Scorer, src: Path, tgt: Path, buffer_lines: int) -> Iter
         raise MtError(f"{src} and {tgt} have different line counts (after line {done})")
 
 
+def score_chunk(
+    scorer: Scorer, src: list[str], tgt: list[str], first: int, buffer_lines: int, where: Path
+) -> Iterator[PairScore]:
+    """Scores of one chunk of a longer pair of files (line `first` on, 0-based), a buffer at
+    a time as `score_files` reads them."""
+    for start in range(0, len(src), buffer_lines):
+        end = start + buffer_lines
+        try:
+            yield from scorer.score_lines(src[start:end], tgt[start:end])
+        except TargetTooLong as err:
+            raise MtError(f"{where}:{first + start + err.index + 1}: {err}") from None
+
+
 def format_score(s: PairScore, as_json: bool) -> str:
     """`LOGPROB<TAB>SCORE`, or one JSON object with the tokens and their log-probabilities."""
     if as_json:

@@ -289,19 +289,21 @@ def write_translations(
     alignment: bool = False,
     jsonl: bool = False,
     failed: Callable[[int, str], None] | None = None,
+    start: int = 0,
 ) -> int:
     """Write and flush after each buffer-sized group; returns the number of input lines.
     With `jsonl`, one JSON object per input line (see `translation_record`). A line that
     could not be translated is written empty (so later lines keep their line numbers) and
-    reported to `failed(line number, error)`."""
+    reported to `failed(line number, error)`. `start`: the 0-based number of the first input
+    line (n-best indices and line numbers of a chunk of a longer input)."""
     n = 0
     for n, t in enumerate(translations, 1):
         if t.error and failed is not None:
-            failed(n, t.error)
+            failed(start + n, t.error)
         if jsonl:
             out.write(json.dumps(translation_record(t, alignment), ensure_ascii=False) + "\n")
         else:
-            for line in format_translation(t, n - 1, nbest, alignment):
+            for line in format_translation(t, start + n - 1, nbest, alignment):
                 out.write(line + "\n")
         if out is sys.stdout or n % 64 == 0:
             out.flush()

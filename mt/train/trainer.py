@@ -6,10 +6,12 @@ checkpoints `last.pt` (with the full training state), `best.pt` (best dev BLEU) 
 `keep_last` step checkpoints. `--resume` continues from `last.pt` with the same model,
 optimizer, scaler, RNG and data position, so a resumed run follows the uninterrupted one.
 
-This module is the procedure; the rooms beside it hold the parts: `evaluation` (dev loss and
-BLEU), `metrics_log` (records and their sinks), `rotation` (which checkpoints are kept),
-`stop` (stop rules, ETA, divergence), `signals` (Ctrl-C), `state` (counters, run id, RNG) and
-`logline` (the log window and its stderr line).
+This module is the procedure; the rooms beside it hold the parts: `update` (one optimizer
+step), `evaluation` (dev loss and BLEU), `metrics_log` (records and their sinks), `rotation`
+(which checkpoints are kept), `stop` (stop rules, ETA, divergence), `signals` (Ctrl-C and a
+scheduler's preemption), `state` (counters, run id, RNG), `resume` (what `last.pt` brings back),
+`nodes` (tokenizer and token stores on every node), `distributed` (torchrun) and `logline`
+(the log window and its stderr line).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,29 +35,27 @@ from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
 from mt.data.loader import TrainingSet, iterate
-from mt.data.prepare import prepare
 from mt.device import (
-    autocast,
     choose_threads,
     resolve_device,
     resolve_precision,
     set_threads,
     usable_cores,
 )
-from mt.errors import MtError
+from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
-from mt.tokenizer import PAD
-from mt.train import distributed, finetune, tensorboard
+from mt.train import distributed, finetune, nodes, tensorboard
 from mt.train.evaluation import Evaluator, dev_sets_of
 from mt.train.logline import SlowdownWatch, Window, log_line
-from mt.train.loss import label_smoothed_loss
 from mt.train.metrics_log import JsonlSink, MetricsLog
+from mt.train.resume import decide, read_last, restore, training_state, trim_metrics
 from mt.train.rotation import Checkpoints
-from mt.train.rundir import RunLock, lock_run_dir, refuse_finished_run
+from mt.train.rundir import RunLock
 from mt.train.schedule import learning_rate
 from mt.train.signals import StopSignals
-from mt.train.state import TrainState, rng_state, set_rng_state
+from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, stop_reason
+from mt.train.update import Update
 
 
 class Trainer:
@@ -75,23 +74,20 @@ class Trainer:
             processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         )
         set_threads(self.threads)
-        self.dist, self.device = distributed.init(resolve_device(t.device, "train.device"))
+        device = resolve_device(t.device, "train.device")
+        self.dist, self.device = distributed.init(device, t.collective_timeout_s)
         self.precision = resolve_precision(t.precision, self.device)
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
+        last = run_dir / "last.pt"
+        resume, resumed = decide(self.dist, self.device, run_dir, resume)
 
-        # Rank 0 makes the run directory, tokenizer and token stores; the others then map them.
         d = cfg.data
         # Fine-tuning (train.init_from): the checkpoint's model config and tokenizer.
         self.init = finetune.load_init(cfg, run_dir, resume, log=self.dist.main)
-        for turn in (True, False):
-            if self.dist.main == turn:
-                if turn:
-                    self.lock = lock_run_dir(run_dir, "train")
-                    refuse_finished_run(run_dir, resume)
-                    finetune.write_tokenizer(self.init, run_dir)
-                prepared = prepare(cfg, run_dir, build=turn, log=turn)
-            distributed.barrier(self.dist)
+        prepared, self.lock = nodes.prepare_run(
+            cfg, run_dir, resume, self.dist, self.device, self.init
+        )
         self.tokenizer = prepared.tokenizer
         langs = self.tokenizer.languages
         self.train_set = TrainingSet(
@@ -104,41 +100,34 @@ class Trainer:
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
         finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
-        self.net: torch.nn.Module = self.model  # what training calls: the DDP wrapper if any
-        self.optimizer = torch.optim.Adam(
-            [p for p in self.model.parameters() if p.requires_grad],  # not train.freeze's
-            lr=learning_rate(1, t, cfg.model),
-            betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
-            eps=t.optimizer_eps,
-            weight_decay=t.weight_decay,
-            fused=True,  # one kernel for all parameters instead of one per tensor
-        )
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
-        self.bad_run = torch.zeros((), dtype=torch.long, device=self.device)
-        self.bad_total = torch.zeros((), dtype=torch.long, device=self.device)
+        self.update = Update(cfg, self.model, self.dist, self.device, self.precision)
+        self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.state = TrainState()
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
+        self.saved_at = time.monotonic()  # when last.pt was last written (train.checkpoint_minutes)
         self.last_metrics: dict[str, float] = {}  # of the latest evaluation
-        resumed = resume and (run_dir / "last.pt").exists()
         if resumed:
-            self._restore(run_dir / "last.pt")
+            data = read_last(self.dist, last, self.device)
+            self.state = restore(
+                data, last, cfg, self.model, self.optimizer, self.scaler, self.device
+            )
+            del data
+            if self.dist.main:
+                tqdm.write(f"resumed at step {self.state.step} from {last}", file=sys.stderr)
             if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
                 torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
-        if self.dist.active:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            # The only buffer is the constant sinusoid table: nothing to broadcast each step.
-            self.net = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=ids, broadcast_buffers=False
-            )
-        if t.compile:  # recompiles once when batch shapes first change, then shapes are dynamic
-            self.net = torch.compile(self.net)
+        net = distributed.wrap(self.dist, self.model, self.device)  # DDP under torchrun
+        # torch.compile recompiles once when batch shapes first change, then they are dynamic.
+        self.update.net = torch.compile(net) if t.compile else net
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
         self.evaluate = Evaluator(
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
         )
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
+        if self.dist.main:  # records a killed run wrote past its checkpoint are done again
+            trim_metrics(run_dir / "metrics.jsonl", self.state.step)
         self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])
         self.tensorboard: tensorboard.TensorBoardSink | None = None
         if use_tensorboard and self.dist.main:
@@ -151,83 +140,20 @@ class Trainer:
 
     # -- training state ----------------------------------------------------------------------
 
-    def _restore(self, path: Path) -> None:
-        data = checkpoint.load(path)
-        if data.get("train_state") is None:
-            raise MtError(f"{path}: holds no training state to resume from")
-        if data["config"]["model"] != asdict(self.cfg.model):
-            raise MtError(f"{path}: model config differs from the one being resumed")
-        ts = data["train_state"]
-        self.model.load_state_dict(data["model"])
-        self.optimizer.load_state_dict(ts["optimizer"])
-        self.scaler.load_state_dict(ts["scaler"])
-        set_rng_state(ts["rng"], self.device)
-        self.state = TrainState(**ts["state"])
-
     def _save_last(self) -> None:
         """`last.pt` with everything `--resume` needs."""
-        train_state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rng_state(self.device),
-            "state": asdict(self.state),
-        }
+        train_state = training_state(self.optimizer, self.scaler, self.device, self.state)
         self.log.flush()  # every record up to this step is on disk before the checkpoint
         self.checkpoints.save("last.pt", self.state.step, train_state)
+        self.saved_at = time.monotonic()
 
-    # -- one step ----------------------------------------------------------------------------
-
-    def _update(self, group: list[Batch]) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
-        """One optimizer step over `group` (gradient accumulation): the loss sums, target
-        tokens and gradient norm before clipping, left on the device."""
-        t = self.cfg.train
-        lr = learning_rate(self.state.step + 1, t, self.cfg.model)
-        for g in self.optimizer.param_groups:
-            g["lr"] = lr
-        ntok = sum(b.tgt_tokens for b in group)
-        scale: float | torch.Tensor = 1.0 / ntok
-        if self.dist.active:
-            # DDP averages gradients over ranks, so scale by world / global tokens to get the
-            # gradient of the loss per target token of the whole global batch. The count stays
-            # on the device: no host sync per step.
-            tok = torch.tensor(float(ntok), device=self.device)
-            scale = self.dist.world / distributed.all_sum(self.dist, tok)
-        loss_sum = torch.zeros((), device=self.device)
-        nll_sum = torch.zeros((), device=self.device)
-        for i, b in enumerate(group):
-            b = b.to(self.device)
-            last = i == len(group) - 1
-            sync = contextlib.nullcontext() if last or not self.dist.active else self.net.no_sync()
-            with sync:
-                with autocast(self.device, self.precision):
-                    logits = self.net(b.src, b.tgt_in)
-                loss, nll = label_smoothed_loss(logits, b.tgt_out, t.label_smoothing, PAD)
-                self.scaler.scale(loss * scale).backward()
-            loss_sum += loss.detach()
-            nll_sum += nll.detach()
-        self.scaler.unscale_(self.optimizer)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if t.clip_norm:
-            norm = torch.nn.utils.clip_grad_norm_(params, t.clip_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        # A non-finite loss or gradient: skip the update on the device (fused Adam reads
-        # `found_inf`), with no host sync; fp16's scaler does the same with its own flag.
-        bad = ~torch.isfinite(norm)
-        if not self.scaler.is_enabled():
-            self.optimizer.found_inf = bad.float()
-            self.optimizer.grad_scale = None
-        self.bad_run = (self.bad_run + 1) * bad  # updates skipped in a row
-        self.bad_total += bad
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
-        return loss_sum, nll_sum, ntok, norm.detach()
+    # -- between steps ------------------------------------------------------------------------
 
     def _check_divergence(self) -> None:
         """Stop (saving the last good state) once `max_bad_updates` were skipped in a row."""
-        error = diverged(self.cfg.train, self.state, int(self.bad_run), self.run_dir / "last.pt")
+        error = diverged(
+            self.cfg.train, self.state, int(self.update.bad_run), self.run_dir / "last.pt"
+        )
         if error is None:
             return
         if self.dist.main:
@@ -252,7 +178,7 @@ class Trainer:
             "grad_norm": window.mean_grad_norm(),  # the same on every rank (all-reduced)
             "tgt_tokens_per_s": w_tok / span,
             "elapsed": round(s.elapsed, 1),
-            "skipped_updates": int(self.bad_total),
+            "skipped_updates": int(self.update.bad_total),
         }
         self.log.write(rec)
         warning = self.slowdown.observe(rec["tgt_tokens_per_s"]) if d.main else None
@@ -324,12 +250,31 @@ class Trainer:
             self.state.elapsed += time.perf_counter() - tick
         window.eval_seconds += time.perf_counter() - tick
 
-    def _interrupted(self, bar: tqdm) -> None:
+    def _interrupted(self, bar: tqdm, preempted: str | None) -> None:
+        """Save `last.pt` and stop: Ctrl-C exits 130; a scheduler's signal (`preempted`, on
+        any rank) exits `EXIT_REQUEUE`, which asks for the job to be requeued."""
         bar.close()
         if self.dist.main:
             self._save_last()
             tqdm.write(f"interrupted at step {self.state.step}; saved {self.run_dir}/last.pt")
-        raise KeyboardInterrupt
+        if preempted is None:
+            raise KeyboardInterrupt
+        raise MtError(
+            f"train: {preempted} at step {self.state.step}: saved {self.run_dir / 'last.pt'}; "
+            f"exit {EXIT_REQUEUE} asks for a requeue, which continues with --resume",
+            EXIT_REQUEUE,
+        )
+
+    def _stop_signal(self, signals: StopSignals) -> tuple[bool, str | None]:
+        """Whether any rank was signalled to stop, and by a scheduler (its signal's name)."""
+        code = 2 if signals.preempted else 1 if signals.requested else 0
+        code = distributed.highest(self.dist, code, self.device)
+        return code > 0, (signals.preempted or "a preemption signal") if code == 2 else None
+
+    def _checkpoint_due(self) -> bool:
+        """`train.checkpoint_minutes` passed since `last.pt` was written (rank 0's clock)."""
+        minutes = self.cfg.train.checkpoint_minutes
+        return bool(minutes) and time.monotonic() - self.saved_at >= 60 * minutes
 
     def _stop_reason(self) -> str | None:
         """Rank 0's clock decides the time budget, so all ranks stop at the same step."""
@@ -371,7 +316,7 @@ class Trainer:
         stops at once."""
         try:
             with StopSignals() as signals:
-                return self._loop(signals)
+                return distributed.guarded(self.dist, lambda: self._loop(signals))
         finally:
             self.log.close()
             distributed.shutdown(self.dist)
@@ -400,8 +345,11 @@ class Trainer:
                     if s.step % t.eval_every == 0:
                         self._evaluate_in_loop(window)
                     # After the step's log and evaluation, so a resumed run misses neither.
-                    if distributed.agree(d, signals.requested, self.device):
-                        self._interrupted(bar)
+                    stop, preempted = self._stop_signal(signals)
+                    if stop:
+                        self._interrupted(bar, preempted)
+                    if d.main and self._checkpoint_due():
+                        self._save_last()
                     reason = self._stop_reason()
             reason = self._end_of_epoch(len(batches)) or reason
         bar.close()
@@ -425,7 +373,8 @@ class Trainer:
         t, s = self.cfg.train, self.state
         tick = time.perf_counter()
         group = list(itertools.islice(stream, t.accum_steps))
-        window.add(*self._update(group))
+        window.add(*self.update(group, s.step + 1))
+        s.step += 1
         s.batch_in_epoch += len(group)
         if self.device.type == "cpu" or s.step % t.log_every == 0:
             self._check_divergence()  # free on CPU; a host sync on CUDA

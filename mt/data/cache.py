@@ -1,0 +1,76 @@
+"""The token cache: which folder holds a corpus's store, which cache folder a run (or a node)
+uses, and the lock that lets one process at a time build there.
+
+A store's folder is `{cache}/{name}-{key}`, the key a hash of what the store depends on, so a
+changed corpus, tokenizer or filter never reuses an old store. The cache folder is
+`data.cache_dir` (which defaults to env MT_CACHE, set per node in a multi-node job) or
+`{run_dir}/cache`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mt.config import Config
+from mt.data.corpus import Source
+from mt.errors import MtError
+from mt.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from mt.data.prepare import Filter
+
+
+def cache_dir(cfg: Config, run_dir: Path) -> Path:
+    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
+
+
+def _identity(source: Source) -> str:
+    """What a store must change with: the files (path, size, mtime) or the dataset name."""
+    parts = [source.format, source.root, source.name, source.src_lang, source.tgt_lang]
+    parts.append(source.hf_subset)
+    for p in source.paths():
+        st = p.stat() if p.exists() else None
+        parts.append(f"{p.resolve()}:{st.st_size if st else -1}:{st.st_mtime_ns if st else -1}")
+    return "|".join(parts)
+
+
+def store_folder(
+    cache: Path,
+    source: Source,
+    tokenizer: Tokenizer,
+    f: Filter | None,
+    limit: int,
+    protect: bool = False,
+) -> Path:
+    """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters and
+    the masking of spans."""
+    settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
+    key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"
+    return cache / f"{name}-{key}"
+
+
+@contextmanager
+def build_lock(cache: Path) -> Iterator[None]:
+    """Hold the cache folder's lock while checking and building a store: processes that share
+    the folder (the nodes of a multi-node run on one shared filesystem) build each store once,
+    the others wait and then map it. `flock` on the folder itself, so no file is left beside
+    the stores; the kernel drops it when the process ends, however it ends."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd = os.open(cache, os.O_RDONLY)
+    except OSError as err:
+        raise MtError(f"{cache}: cannot create the token cache ({err.strerror or err})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the lock

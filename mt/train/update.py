@@ -1,0 +1,96 @@
+"""One optimizer update: gradient accumulation over a group of batches, DDP's gradient sync on
+the last of them, clipping, and a non-finite update skipped on the device.
+
+The loss is scaled to the gradient per target token of the whole global batch (all batches of
+the group on all ranks), so the update does not depend on how the batch was split. An update
+whose loss or gradient is not finite is skipped without a host sync (fused Adam reads
+`found_inf`); `bad_run` counts such updates in a row for the divergence rule, `bad_total` all of
+them for the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from mt.batching import Batch
+from mt.config import Config
+from mt.device import autocast
+from mt.tokenizer import PAD
+from mt.train import distributed
+from mt.train.distributed import Dist
+from mt.train.loss import label_smoothed_loss
+from mt.train.schedule import learning_rate
+
+
+class Update:
+    """The optimizer (Adam), the fp16 scaler and the steps they take; `net` is what the
+    forward pass calls: `model`, or its DDP or compiled wrapper once the trainer sets it."""
+
+    def __init__(
+        self, cfg: Config, model: torch.nn.Module, d: Dist, device: torch.device, precision: str
+    ) -> None:
+        t = cfg.train
+        self.cfg, self.model, self.net = cfg, model, model
+        self.dist, self.device, self.precision = d, device, precision
+        self.optimizer = torch.optim.Adam(
+            [p for p in model.parameters() if p.requires_grad],  # not train.freeze's
+            lr=learning_rate(1, t, cfg.model),
+            betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
+            eps=t.optimizer_eps,
+            weight_decay=t.weight_decay,
+            fused=True,  # one kernel for all parameters instead of one per tensor
+        )
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        self.bad_run = torch.zeros((), dtype=torch.long, device=device)
+        self.bad_total = torch.zeros((), dtype=torch.long, device=device)
+
+    def __call__(
+        self, group: list[Batch], step: int
+    ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
+        """Optimizer step number `step` over `group`: the loss sums, target tokens and
+        gradient norm before clipping, left on the device."""
+        t = self.cfg.train
+        lr = learning_rate(step, t, self.cfg.model)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        ntok = sum(b.tgt_tokens for b in group)
+        scale: float | torch.Tensor = 1.0 / ntok
+        if self.dist.active:
+            # DDP averages gradients over ranks, so scale by world / global tokens to get the
+            # gradient of the loss per target token of the whole global batch. The count stays
+            # on the device: no host sync per step.
+            tok = torch.tensor(float(ntok), device=self.device)
+            scale = self.dist.world / distributed.all_sum(self.dist, tok)
+        loss_sum = torch.zeros((), device=self.device)
+        nll_sum = torch.zeros((), device=self.device)
+        for i, b in enumerate(group):
+            b = b.to(self.device)
+            last = i == len(group) - 1
+            sync = contextlib.nullcontext() if last or not self.dist.active else self.net.no_sync()
+            with sync:
+                with autocast(self.device, self.precision):
+                    logits = self.net(b.src, b.tgt_in)
+                loss, nll = label_smoothed_loss(logits, b.tgt_out, t.label_smoothing, PAD)
+                self.scaler.scale(loss * scale).backward()
+            loss_sum += loss.detach()
+            nll_sum += nll.detach()
+        self.scaler.unscale_(self.optimizer)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if t.clip_norm:
+            norm = torch.nn.utils.clip_grad_norm_(params, t.clip_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        # A non-finite loss or gradient: skip the update on the device (fused Adam reads
+        # `found_inf`), with no host sync; fp16's scaler does the same with its own flag.
+        bad = ~torch.isfinite(norm)
+        if not self.scaler.is_enabled():
+            self.optimizer.found_inf = bad.float()
+            self.optimizer.grad_scale = None
+        self.bad_run = (self.bad_run + 1) * bad  # updates skipped in a row
+        self.bad_total += bad
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum, nll_sum, ntok, norm.detach()
