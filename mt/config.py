@@ -205,6 +205,7 @@ MAX_BATCH_TOKENS = 1 << 24  # train.max_tokens, decode.max_tokens, --max-tokens
 MAX_ACCUM = 1_024
 MAX_THREADS = 4_096
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+MAX_TIMEOUT_S = 30 * 24 * 3600  # a collective timeout of a month: longer is a typo
 
 
 def in_range(name: str, value: float, low: float, high: float) -> tuple[bool, str]:
@@ -337,7 +338,10 @@ def validate(cfg: Config) -> None:
         (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
         (t.patience >= 0, "train.patience must be >= 0"),
         (t.checkpoint_minutes >= 0, "train.checkpoint_minutes must be >= 0"),
-        (t.collective_timeout_s > 0, "train.collective_timeout_s must be > 0"),
+        (
+            0 < t.collective_timeout_s <= MAX_TIMEOUT_S,
+            f"train.collective_timeout_s must be in (0, {MAX_TIMEOUT_S:,}] seconds",
+        ),
         (t.log_every > 0, "train.log_every must be > 0"),
         (t.eval_every > 0, "train.eval_every must be > 0"),
         (t.keep_last >= 0, "train.keep_last must be >= 0"),

@@ -55,6 +55,8 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "model.activation_dropout": ("WEE",),
     "model.max_positions": ("EEE",),
     "train.seed": ("WEE",),
+    "train.checkpoint_minutes": ("WEW",),  # 0: by steps only; huge: never by time
+    "train.collective_timeout_s": ("EEE",),  # at most a month
     "train.threads": ("WEE",),
     "train.loader_workers": ("WEE",),
     "train.max_tokens": ("EEE",),
@@ -110,6 +112,10 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("attention", "--head"): "WWE",
     ("attention", "--beam"): "EEE",
     ("score", "--max-tokens"): "EEE",
+    ("translate", "--buffer-lines"): "EEE",
+    ("translate", "--chunk-lines"): "EEE",
+    ("score", "--buffer-lines"): "EEE",
+    ("score", "--chunk-lines"): "EEE",
     # serve: W means the value was accepted; the missing checkpoint then stops it (see below)
     ("serve", "--port"): "WEE",  # 0: the OS picks a free port
     ("serve", "--max-items"): "EEW",

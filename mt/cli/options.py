@@ -111,6 +111,9 @@ ChunkLinesOption = Annotated[
 ]
 
 
+MAX_CHUNK_LINES = 10**9  # far above any real chunk: larger is a typo
+
+
 def chunked_job(
     inputs: list[Path | None],
     output: Path | None,
@@ -123,6 +126,8 @@ def chunked_job(
     with several processes); None for one process doing it all."""
     from mt.decode.shards import ChunkedJob, this_shard
 
+    if chunk_lines is not None and not 0 < chunk_lines <= MAX_CHUNK_LINES:
+        raise MtError(f"--chunk-lines must be in [1, {MAX_CHUNK_LINES:,}], got {chunk_lines:,}")
     share = this_shard(shard)
     if share is None:
         return None
