@@ -82,11 +82,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MEMBERSHIP = Path("/proc/self/cgroup")  # which cgroup this process is in, per hierarchy
 V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
-# Decoding's steps are many small operations (a few rows of a small model per step), where a
-# second thread's hand-offs cost about what it saves: one thread per process decoded about as
-# fast as two on the free 2-core EPYC, and far faster beside other work (docs/benchmarks.md,
-# "Busy and limited machines"). Larger machines: `--threads N`.
-DECODE_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -202,27 +197,27 @@ def env_threads(environ: MutableMapping[str, str] = os.environ) -> int | None:
 
 
 def choose_threads(
-    work: str,
     cores: Cores,
     asked: int | None = None,
     source: str = "--threads",
     processes: int = 1,
     environ: MutableMapping[str, str] = os.environ,
 ) -> Threads:
-    """The intra-op thread count for `work` ("train" or "decode"), never above the usable cores.
+    """The intra-op thread count of a process, never above the usable cores.
 
     A count the user asked for (`--threads`, train.threads) comes first, then OMP_NUM_THREADS,
-    then the policy: training takes its share of the usable cores (`processes` is how many
-    training processes share them, as torchrun starts on one machine); decoding takes
-    DECODE_THREADS.
+    then the policy: each process takes its share of the usable cores (`processes` is how many
+    share them, as torchrun starts on one machine). Decoding too: with idle threads sleeping
+    (yield_when_waiting), two decoding threads beat one by a fifth on the free 2-core EPYC and
+    lost no more than one beside a competing training (docs/benchmarks.md, "Busy and limited
+    machines"); it was the spinning, not the second thread, that collapsed beside other work.
     """
     if asked is None and env_threads(environ) is not None:
         asked, source = env_threads(environ), "OMP_NUM_THREADS"
     share = max(1, cores.usable // max(1, processes))
     if asked is not None:
         return Threads(min(asked, share), cores, asked, source)
-    count = share if work == "train" else min(DECODE_THREADS, share)
-    return Threads(count, cores)
+    return Threads(share, cores)
 
 
 def set_threads(threads: Threads) -> None:

@@ -273,6 +273,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--conditions", default=",".join(CONDITIONS))
+    p.add_argument(
+        "--also", nargs="*", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+        help="also time this tree with these environment variables, e.g. "
+        "new-2:OMP_NUM_THREADS=2 or spin:GOMP_SPINCOUNT=30000",
+    )  # fmt: skip
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     conditions = [c for c in args.conditions.split(",") if c]
@@ -285,6 +290,7 @@ def main() -> None:
         work = Path(tmp)
         old, new = Variant("old", old_tree), Variant("new", REPO)
         one = Variant("omp1", old_tree, {"OMP_NUM_THREADS": "1"})
+        extra = [also_variant(spec) for spec in args.also]
         bench = Bench(args, work)
         subprocess.run(
             new.mt("prepare", bench.config, "--run-dir", bench.prepared),
@@ -300,6 +306,7 @@ def main() -> None:
         for name in conditions:
             cond = Condition(name, bench)
             variants = [old, new, one] if name in ONE_CPU else [old, new]
+            variants += extra
             before = load()
             for mode in modes:
                 best = results.setdefault(mode, {}).setdefault(name, {})
@@ -313,6 +320,13 @@ def main() -> None:
             loads[name] = f"{before} -> {load()}"
             print(f"{name}: load average (1/5/15 min) {loads[name]}", flush=True)
         report(results, loads, bench.start_lines)
+
+
+def also_variant(spec: str) -> Variant:
+    """`NAME:VAR=VALUE[,VAR=VALUE]`: this tree under extra environment variables."""
+    name, _, assigns = spec.partition(":")
+    env = dict(a.split("=", 1) for a in assigns.split(",") if a)
+    return Variant(name, REPO, env)
 
 
 def report(results: dict, loads: dict[str, str], start_lines: dict[str, str]) -> None:

@@ -16,7 +16,6 @@ from conftest import REPO, reverse_task_config, run_in_process
 
 from mt.config import MAX_THREADS
 from mt.device import (
-    DECODE_THREADS,
     Cores,
     cgroup_quota,
     choose_threads,
@@ -95,19 +94,20 @@ def test_usable_cores_are_the_affinity_capped_by_the_quota(tmp_path):
 # -- the count --------------------------------------------------------------------------------
 
 
-def test_training_takes_the_usable_cores_and_decoding_its_own_count():
-    assert choose_threads("train", Cores(8, 3.0), environ=NO_ENV).count == 3
-    assert choose_threads("train", Cores(8, None), processes=4, environ=NO_ENV).count == 2
-    assert choose_threads("train", Cores(2, None), processes=4, environ=NO_ENV).count == 1
-    assert choose_threads("decode", Cores(8, None), environ=NO_ENV).count == DECODE_THREADS
-    assert choose_threads("decode", Cores(1, None), environ=NO_ENV).count == 1
+def test_a_process_takes_its_share_of_the_usable_cores():
+    assert choose_threads(Cores(8, 3.0), environ=NO_ENV).count == 3
+    assert choose_threads(Cores(8, 2.5), environ=NO_ENV).count == 2
+    assert choose_threads(Cores(8, None), environ=NO_ENV).count == 8
+    assert choose_threads(Cores(8, None), processes=4, environ=NO_ENV).count == 2
+    assert choose_threads(Cores(2, None), processes=4, environ=NO_ENV).count == 1
+    assert choose_threads(Cores(1, None), environ=NO_ENV).count == 1
 
 
 def test_an_asked_count_never_exceeds_the_usable_cores():
-    capped = choose_threads("decode", Cores(1, None), asked=4, environ=NO_ENV)
+    capped = choose_threads(Cores(1, None), asked=4, environ=NO_ENV)
     assert capped.count == 1
     assert capped.describe() == "1 thread (--threads 4 capped at the 1 usable core: affinity 1)"
-    kept = choose_threads("decode", Cores(8, 2.0), asked=2, environ=NO_ENV)
+    kept = choose_threads(Cores(8, 2.0), asked=2, environ=NO_ENV)
     assert kept.count == 2
     why = "2 usable cores: affinity 8, cgroup quota 2 CPUs"
     assert kept.describe() == f"2 threads (--threads; {why})"
@@ -115,10 +115,10 @@ def test_an_asked_count_never_exceeds_the_usable_cores():
 
 def test_omp_num_threads_is_a_request_and_threads_beat_it():
     env = {"OMP_NUM_THREADS": "4"}
-    assert choose_threads("decode", Cores(8, None), environ=env).count == 4
-    assert choose_threads("decode", Cores(8, None), environ=env).source == "OMP_NUM_THREADS"
-    assert choose_threads("decode", Cores(2, None), environ=env).count == 2
-    assert choose_threads("decode", Cores(8, None), asked=3, environ=env).count == 3
+    assert choose_threads(Cores(8, None), environ=env).count == 4
+    assert choose_threads(Cores(8, None), environ=env).source == "OMP_NUM_THREADS"
+    assert choose_threads(Cores(2, None), environ=env).count == 2
+    assert choose_threads(Cores(8, None), asked=3, environ=env).count == 3
     assert env_threads({"OMP_NUM_THREADS": "3,1"}) == 3  # nested levels: the outer one
     assert env_threads({"OMP_NUM_THREADS": "0"}) is None
     assert env_threads({"OMP_NUM_THREADS": "many"}) is None

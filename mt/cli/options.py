@@ -86,7 +86,7 @@ ThreadsOption = Annotated[
     int | None,
     typer.Option(
         help="CPU threads, at most the usable cores (affinity mask, container CPU quota); "
-        "default: 1 for decoding, or OMP_NUM_THREADS."
+        "default: OMP_NUM_THREADS, else those cores."
     ),
 ]
 Int8Option = Annotated[
@@ -151,7 +151,7 @@ def use_threads(command: str, asked: int | None, say: bool | None = None):
 
     if asked is not None:
         check_threads(asked)
-    threads = choose_threads("decode", usable_cores(), asked)
+    threads = choose_threads(usable_cores(), asked)
     set_threads(threads)
     if say or (say is None and sys.stderr.isatty()):
         typer.echo(f"mt {command}: {threads.describe()}", err=True)

@@ -67,7 +67,6 @@ class Trainer:
         use_tensorboard = tensorboard.enabled(t.tensorboard)  # before any work: true needs it
         # torchrun's processes on this machine share its cores (it sets LOCAL_WORLD_SIZE).
         self.threads = choose_threads(
-            "train",
             usable_cores(),
             t.threads or None,
             "train.threads",
