@@ -111,6 +111,36 @@ def test_bad_languages_are_one_line_exit_2(multi_run, tmp_path, capsys, monkeypa
     assert "en" in err and "fr" in err  # the model's languages are named
 
 
+@pytest.mark.parametrize(
+    "stdin, line, needle",
+    [
+        (False, {"src": "Ein Hund.", "to": "cs"}, "does not write 'cs'"),
+        (True, {"src": "Ein Hund.", "to": "fr", "from": "xx"}, "does not read 'xx'"),
+        (False, {"src": "Ein Hund."}, "say which with --to"),
+    ],
+)
+def test_a_bad_language_on_a_jsonl_line_names_the_line(
+    multi_run, mt_cli, tmp_path, stdin, line, needle
+):
+    """Line 3 of a JSONL input asks for a language the model cannot give: one line naming
+    FILE:3 (`<stdin>:3` read from stdin), exit 2; lines 1-2 are good."""
+    good = [{"src": "Ein Hund läuft.", "to": "en"}, {"src": "A dog runs.", "to": "fr"}]
+    text = "".join(json.dumps(x) + "\n" for x in [*good, line])
+    args = ["translate", multi_run / "best.pt", "--input-format", "jsonl", "--greedy"]
+    if stdin:
+        result = mt_cli(*args, stdin=text)
+        name = "<stdin>"
+    else:
+        path = tmp_path / "in.jsonl"
+        path.write_text(text, encoding="utf-8")
+        result = mt_cli(*args, "--input", path)
+        name = str(path)
+    assert result.rc == 2, result.err
+    assert result.err.startswith(f"mt: error: {name}:3: "), result.err
+    assert needle in result.err and result.err.count("\n") == 1, result.err
+    assert all(code in result.err for code in ("de", "en", "fr"))  # the model's languages
+
+
 def test_bilingual_model_needs_no_flag_and_refuses_other_languages(
     tiny_run, tmp_path, capsys, monkeypatch
 ):

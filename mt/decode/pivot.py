@@ -29,7 +29,7 @@ def translate_via(
         chunk = list(itertools.islice(it, translator.cfg.buffer_lines))
         if not chunk:
             return
-        ends = [targets.resolve(r.to) for r in chunk]
+        ends = [targets.resolve(r.to, where=r.where) for r in chunk]
         middle = translator.translate(
             [replace(r, to=pivot, prefix="", constraints=[]) if r.src.strip() else r for r in chunk]
         )

@@ -27,6 +27,7 @@ class Request:
     keep: tuple[str, ...] = ()  # spans of the source search may write (mt.decode.protect)
     to: str | None = None  # target language (a multilingual model; None: the translator's)
     frm: str | None = None  # source language, checked against the model's ("from" in JSON)
+    where: str = ""  # `file:line` (or `items[i]`) of a JSON request: its language errors name it
 
 
 def parse_jsonl_line(line: str, where: str) -> Request:
@@ -66,7 +67,8 @@ def request_from_object(obj: Any, where: str) -> Request:
     for key, value in (("to", to), ("from", frm)):
         if value is not None and not isinstance(value, str):
             raise MtError(f"{where}: '{key}' must be a language code string")
-    return Request(src.replace("\n", " "), prefix.strip(), phrases, tuple(fmt), to=to, frm=frm)
+    src = src.replace("\n", " ")
+    return Request(src, prefix.strip(), phrases, tuple(fmt), to=to, frm=frm, where=where)
 
 
 def read_requests(lines: Iterable[str], fmt: str, name: str, first: int = 0) -> Iterator[Request]:

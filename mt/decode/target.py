@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from mt.decode.steps import Hypothesis
+from mt.errors import MtError
 from mt.languages import Languages
 from mt.tokenizer import BOS, Tokenizer
 
@@ -87,13 +88,19 @@ class Targets:
         if self.languages is not None and (to is not None or len(self.languages.targets) == 1):
             self.default = self.languages.check(to, frm, where)
 
-    def resolve(self, to: str | None, frm: str | None = None) -> str | None:
+    def resolve(self, to: str | None, frm: str | None = None, where: str = "") -> str | None:
         """The language a request writes: its own `to`, the translator's, or the only one;
-        none of these is one line naming the model's languages. A bilingual model writes its
-        one language (the session has checked any `to` given)."""
+        none of these is one line naming the model's languages (and `where`, the JSONL line
+        or item that asked). A bilingual model writes its one language (the session has
+        checked any `to` given)."""
         if self.languages is None:
             return None
-        return self.languages.check(to or self.default, frm or self.frm, self.where)
+        try:
+            return self.languages.check(to or self.default, frm or self.frm, self.where)
+        except MtError as err:
+            if not where:
+                raise
+            raise MtError(f"{where}: {err}") from None
 
     def of(self, lang: str | None) -> Target:
         if lang is None or self.languages is None:

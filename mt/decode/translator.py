@@ -172,7 +172,7 @@ class Translator:
         constraint_ids = self._constraint_ids(requests)
         results: list[list[Hypothesis]] = [[] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        langs = [self.targets.resolve(r.to, r.frm) for r in requests]
+        langs = [self.targets.resolve(r.to, r.frm, r.where) for r in requests]
         for i in todo:
             mark = self.targets.of(langs[i]).src_mark
             if len(ids[i]) + len(mark) > self.max_src:
