@@ -28,6 +28,10 @@ its concatenated ones, which leaves the function unchanged. It also holds `sourc
 applies Moses punctuation normalisation when `sacremoses` is installed (mt does not), `generate`
 scores with HF's length penalty (score / len ** lp, not GNMT's), and its `max_new_tokens` is
 one limit per batch. Marian is post-norm only, so a pre-norm model exports to CTranslate2 only.
+
+A multilingual model exports with its language tokens where each engine can be asked for them,
+and `languages.json` saying how, with mt's target-language guard as banned tokens
+(mt/export_languages.py).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import torch
 from mt.checkpoint import Loaded
 from mt.config import Config
 from mt.errors import MtError
+from mt.export_languages import how_to_ask, language_card, marian_piece_names, write_card
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
 TARGETS = ("ctranslate2", "marian")
@@ -204,7 +209,8 @@ def _save_marian_tokenizer(tok: Tokenizer, out_dir: Path) -> None:
     """The files `MarianTokenizer.from_pretrained` reads: the spm models and piece -> id maps."""
     (out_dir / "source.spm").write_bytes(tok.src_proto)
     (out_dir / "target.spm").write_bytes(tok.tgt_proto)
-    vocab = {tok.src.id_to_piece(i): i for i in range(tok.src_vocab_size)}
+    names = marian_piece_names(tok)  # `>>fr<<` for a source-side language token
+    vocab = {names.get(i) or tok.src.id_to_piece(i): i for i in range(tok.src_vocab_size)}
     (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     settings: dict[str, Any] = {"tokenizer_class": "MarianTokenizer", "separate_vocabs": False}
     if not tok.joint:
@@ -282,6 +288,11 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.bos_token, spec.config.eos_token = tgt_vocab[BOS], tgt_vocab[EOS]
     spec.config.unk_token, spec.config.decoder_start_token = tgt_vocab[UNK], tgt_vocab[BOS]
+    langs = tok.languages
+    if langs is not None and langs.placement == "target":
+        # mt's decoder starts from the language token, not BOS: no start token of the model's
+        # own, so the caller's target_prefix `<2fr>` is the decoder's first input.
+        spec.config.decoder_start_token = None
     spec.config.add_source_eos = True  # mt's encoder sees `pieces </s>`; callers pass pieces
     spec.validate()
     try:
@@ -307,8 +318,9 @@ def export(
     out_dir: Path,
     quantization: str | None = None,
     force: bool = False,
-) -> None:
-    """Export `checkpoint` for `target` into `out_dir`, all or nothing.
+) -> list[str]:
+    """Export `checkpoint` for `target` into `out_dir`, all or nothing; for a multilingual
+    model, the lines that tell a user how to ask the exported model for a language.
 
     Everything is written into a temporary folder beside `out_dir` and renamed into place, so an
     interrupted export never leaves a half-written model where a server would load it.
@@ -323,13 +335,7 @@ def export(
     from mt.decode.session import Session
 
     loaded = Session([checkpoint], "cpu").loaded[0]  # one model: an ensemble has no one file
-    if loaded.tokenizer.languages is not None:
-        # Their decoders would start from BOS, not from the language token: a wrong model.
-        pairs = loaded.tokenizer.languages.describe_pairs()
-        raise MtError(
-            f"{checkpoint}: exporting a multilingual model ({pairs}) is not supported yet; "
-            "export a bilingual one"
-        )
+    card = language_card(loaded, target)
     if target == "marian":
         _check_marian(loaded)  # before any folder is made
     parent = out_dir.absolute().parent
@@ -343,11 +349,14 @@ def export(
             write_marian(loaded, tmp)
         else:
             write_ctranslate2(loaded, tmp, quantization)
+        if card is not None:
+            write_card(card, tmp)
         _move_into_place(tmp, out_dir)
     except OSError as err:
         raise MtError(f"{out_dir}: cannot write ({err.strerror or err})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return [] if card is None else how_to_ask(card, target, out_dir)
 
 
 def _move_into_place(tmp: Path, out_dir: Path) -> None:

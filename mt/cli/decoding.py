@@ -330,5 +330,7 @@ def export_model(
     from mt.export import export
 
     use_threads("export", threads)
-    export(checkpoint, to, out_dir, quantization, force)
+    how = export(checkpoint, to, out_dir, quantization, force)
     typer.echo(f"exported {checkpoint} to {out_dir} ({to})", err=True)
+    for line in how:  # a multilingual model: how to ask it for a language
+        typer.echo(line, err=True)
