@@ -228,6 +228,11 @@ def write_marian(loaded: Loaded, out_dir: Path) -> None:
 
     hf = to_marian(loaded)
     hf.generation_config = generation_config(loaded.cfg.decode.beam, loaded.cfg.model.max_positions)
+    langs = loaded.tokenizer.languages
+    if langs is not None and langs.placement == "target":
+        # No start of its own: `generate` without the language's decoder_start_token_id is an
+        # error, as CTranslate2 refuses a line without its target_prefix.
+        hf.generation_config.decoder_start_token_id = hf.generation_config.bos_token_id = None
     logging.disable_progress_bar()  # one shard of a small model: a bar is noise on stderr
     hf.save_pretrained(out_dir)
     _save_marian_tokenizer(loaded.tokenizer, out_dir)

@@ -254,3 +254,26 @@ def test_export_says_how_to_ask_for_each_language(exported, loaded):
             assert f'">>{first}<< "' in printed
         else:
             assert f"decoder_start_token_id={loaded.tokenizer.lang_id(first)}" in printed
+
+
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+def test_without_a_language_a_target_placement_export_refuses(exported, loaded, sources):
+    """The decoder must start from a language token: asked for none, both engines refuse rather
+    than start from BOS (a sequence the model never saw). The source placement needs none."""
+    import ctranslate2
+    from transformers import MarianMTModel, MarianTokenizer
+
+    target = loaded.tokenizer.languages.placement == "target"
+    pieces = [loaded.tokenizer.src.encode(sources["de"][0], out_type=str)]
+    translator = ctranslate2.Translator(str(exported["ctranslate2"][0]), intra_threads=1)
+    folder = exported["marian"][0]
+    hf, hf_tok = MarianMTModel.from_pretrained(folder), MarianTokenizer.from_pretrained(folder)
+    batch = hf_tok(sources["de"][:1], return_tensors="pt")
+    if not target:
+        assert translator.translate_batch(pieces, beam_size=1, max_decoding_length=5)
+        assert hf.generate(**batch, num_beams=1, max_new_tokens=5).shape[0] == 1
+        return
+    with pytest.raises(ValueError, match="decoder start token"):
+        translator.translate_batch(pieces, beam_size=1, max_decoding_length=5)
+    with pytest.raises(ValueError, match="decoder_start_token_id"):
+        hf.generate(**batch, num_beams=1, max_new_tokens=5)
