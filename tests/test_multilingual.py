@@ -4,6 +4,7 @@ guard, per-direction dev scores, resume, and language identification of the outp
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -325,3 +326,35 @@ def test_bad_pairs_are_one_line_exit_2(tmp_path, capsys, monkeypatch, value, nee
     )
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_timing_script_compares_with_a_bilingual_model_of_the_same_size(
+    multi_run, tiny_run, multi30k_dir, tmp_path
+):
+    """scripts/bench_multilingual.py --bilingual on a few lines: every row timed, the ratio
+    printed; a bilingual model of another size (tiny_run: a smaller vocabulary) refused. The
+    same-size bilingual model is multi_run's weights without its languages (a shape, for the
+    script, not a translator)."""
+    import subprocess
+    import sys
+
+    data = torch.load(multi_run / "best.pt", weights_only=True)
+    data["tokenizer"]["languages"] = None
+    data["config"]["data"]["pairs"] = []
+    bilingual = tmp_path / "bilingual.pt"
+    torch.save(data, bilingual)
+
+    def bench(other: Path) -> subprocess.CompletedProcess:
+        args = [sys.executable, REPO / "scripts/bench_multilingual.py", multi_run / "best.pt"]
+        args += ["--src", multi30k_dir / "test_2016_flickr.de.gz", "--to", "en"]
+        args += ["--lines", "3", "--rounds", "1", "--beam", "2", "--bilingual", other]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+
+    ok = bench(bilingual)
+    assert ok.returncode == 0, ok.stderr
+    rows = {line.split("|")[1].strip(): line for line in ok.stdout.splitlines() if "x |" in line}
+    assert set(rows) == {"guard", "no guard", "bilingual"}
+    assert "| 1.000x |" in rows["bilingual"]  # the base of the ratios
+    refused = bench(tiny_run / "best.pt")
+    assert refused.returncode == 2 and "src_vocab_size is 600" in refused.stderr, refused.stderr
