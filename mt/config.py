@@ -140,7 +140,13 @@ class TrainConfig:
     eval_every: int = 1000  # updates between evaluations on the dev set (and checkpoints)
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
-    average_last: int = 0  # average the last N step checkpoints into averaged.pt at the end
+    # At the end, average the last N step checkpoints into averaged.pt and score it on the dev
+    # set; it is copied to best.pt when it beats the best evaluation (0 = off; <= keep_last).
+    average_last: int = 0
+    # Exponential moving average of the weights, updated after every optimizer step with this
+    # decay (warmed up as min(decay, (1+step)/(10+step))); dev evaluation, best.pt and the step
+    # checkpoints use it, last.pt keeps the raw weights and the average. 0 = off; e.g. 0.999.
+    ema_decay: float = 0.0
     # TensorBoard events in RUN_DIR/tensorboard (mt/train/tensorboard.py): "auto" when the
     # package is installed; true without it stops the run at the start.
     tensorboard: Literal["auto", True, False] = "auto"
@@ -346,7 +352,12 @@ def validate(cfg: Config) -> None:
         (t.eval_every > 0, "train.eval_every must be > 0"),
         (t.keep_last >= 0, "train.keep_last must be >= 0"),
         (t.average_last >= 0, "train.average_last must be >= 0"),
-        (t.average_last <= t.keep_last, "train.average_last must be <= train.keep_last"),
+        (
+            t.average_last <= t.keep_last,
+            f"train.average_last ({t.average_last}) must be <= train.keep_last "
+            f"({t.keep_last}): the run keeps only that many step checkpoints to average",
+        ),
+        (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
         in_range("train.threads", t.threads, 0, MAX_THREADS),
         (0 <= t.loader_workers <= 64, "train.loader_workers must be in [0, 64]"),
         (

@@ -78,6 +78,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "train.eval_every": ("EEW",),
     "train.keep_last": ("WEW",),
     "train.average_last": ("WEE",),
+    "train.ema_decay": ("WEE",),  # 0: off; an average's decay is below 1
     "decode.beam": ("EEE",),
     "decode.nbest": ("EEE",),
     "decode.alpha": ("WEE",),

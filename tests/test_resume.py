@@ -2,7 +2,8 @@
 
 One run trains N steps straight; another trains N/2 steps, stops, and resumes to N. With the
 same seed on CPU with one thread, the resumed run must log the same losses and end with the same
-weights: model, optimizer, dropout RNG and data position all come back from `last.pt`.
+weights: model, optimizer, the EMA of the weights, dropout RNG and data position all come back
+from `last.pt`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ N = 24  # steps; N/2 is where the interrupted run stops and resumes
 @pytest.fixture(scope="module")
 def config(tmp_path_factory) -> Path:
     # Dropout stays on (model default 0.1): the resumed run must restore the RNG as well.
-    # max_tokens 256 gives several batches per epoch, so N/2 stops mid-epoch.
-    return reverse_task_config(tmp_path_factory.mktemp("resume"), max_steps=N, eval_every=N // 2)
+    # max_tokens 256 gives several batches per epoch, so N/2 stops mid-epoch. An EMA of the
+    # weights (train.ema_decay) is on: the evaluations score the average, so they match only
+    # if the average came back too; without it the run takes the same path minus the EMA.
+    return reverse_task_config(
+        tmp_path_factory.mktemp("resume"), max_steps=N, eval_every=N // 2, ema_decay=0.9
+    )
 
 
 def logged(run_dir: Path) -> list[dict]:
@@ -61,3 +66,7 @@ def test_resumed_run_matches_uninterrupted_run(config, tmp_path, mt_cli):
     assert wa["model"].keys() == wb["model"].keys()
     for name, tensor in wa["model"].items():
         torch.testing.assert_close(wb["model"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    ema_a, ema_b = wa["train_state"]["ema"], wb["train_state"]["ema"]
+    assert len(ema_a) == len(ema_b) > 0
+    for x, y in zip(ema_a, ema_b, strict=True):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)

@@ -45,6 +45,7 @@ from mt.device import (
 from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
 from mt.train import distributed, finetune, nodes, tensorboard
+from mt.train.averaging import Ema, average_at_end, ema_weights
 from mt.train.evaluation import Evaluator, dev_sets_of
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.metrics_log import JsonlSink, MetricsLog
@@ -101,6 +102,7 @@ class Trainer:
         finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
         self.update = Update(cfg, self.model, self.dist, self.device, self.precision)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
+        self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
         self.state = TrainState()
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
@@ -111,6 +113,8 @@ class Trainer:
             self.state = restore(
                 data, last, cfg, self.model, self.optimizer, self.scaler, self.device
             )
+            if self.ema is not None:
+                self.ema.load_state_dict(data["train_state"].get("ema"))
             del data
             if self.dist.main:
                 tqdm.write(f"resumed at step {self.state.step} from {last}", file=sys.stderr)
@@ -142,6 +146,8 @@ class Trainer:
     def _save_last(self) -> None:
         """`last.pt` with everything `--resume` needs."""
         train_state = training_state(self.optimizer, self.scaler, self.device, self.state)
+        if self.ema is not None:
+            train_state["ema"] = self.ema.state_dict()
         self.log.flush()  # every record up to this step is on disk before the checkpoint
         self.checkpoints.save("last.pt", self.state.step, train_state)
         self.saved_at = time.monotonic()
@@ -199,26 +205,27 @@ class Trainer:
         checkpoint are written; `tensorboard_seconds` is what its texts, attention and picture
         held the trainer up, so their cost shows in every run."""
         s = self.state
-        tick = time.perf_counter()
-        evaluation = self.evaluate()
-        seconds = {"eval_seconds": round(time.perf_counter() - tick, 2)}
-        metrics = evaluation.metrics
-        board = 0.0
-        if self.tensorboard is not None:
+        with ema_weights(self.ema):  # the EMA, when on, is what is scored and kept
             tick = time.perf_counter()
-            self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
-            board = time.perf_counter() - tick
-        s.elapsed += time.perf_counter() - start
-        score = metrics.get("dev_bleu", -metrics["valid_loss"])
-        improved = score > s.best_score
-        if improved:
-            s.best_score, s.bad_evals = score, 0
-        else:
-            s.bad_evals += 1
-        s.last_eval_step = s.step
-        if improved:
-            self.checkpoints.save("best.pt", s.step, metrics=metrics)
-        self.checkpoints.save_step(s.step)
+            evaluation = self.evaluate()
+            seconds = {"eval_seconds": round(time.perf_counter() - tick, 2)}
+            metrics = evaluation.metrics
+            board = 0.0
+            if self.tensorboard is not None:
+                tick = time.perf_counter()
+                self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
+                board = time.perf_counter() - tick
+            s.elapsed += time.perf_counter() - start
+            score = metrics.get("dev_bleu", -metrics["valid_loss"])
+            improved = score > s.best_score
+            if improved:
+                s.best_score, s.bad_evals = score, 0
+            else:
+                s.bad_evals += 1
+            s.last_eval_step = s.step
+            if improved:
+                self.checkpoints.save("best.pt", s.step, metrics=metrics)
+            self.checkpoints.save_step(s.step)
         if self.tensorboard is not None:
             tick = time.perf_counter()
             self.tensorboard.wait()
@@ -297,15 +304,21 @@ class Trainer:
         return batches
 
     def _finish(self, reason: str | None) -> None:
-        """The last evaluation (unless this step had one), the stop record, averaging."""
+        """The last evaluation (unless this step had one), averaging (best.pt the better of
+        the two), the stop record."""
         s, t = self.state, self.cfg.train
         if s.last_eval_step != s.step:
             self._evaluate_and_save(time.perf_counter())
+        if t.average_last:
+            scores, better = average_at_end(
+                self.checkpoints, self.model, t.average_last, lambda: self.evaluate().metrics, s
+            )
+            self.log.write({"step": s.step, **{f"averaged_{k}": v for k, v in scores.items()}})
+            if better:
+                self._save_last()  # its best score is the average's now
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
         if self.tensorboard is not None and self.last_metrics:
             self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)
-        if t.average_last:
-            self.checkpoints.average_last(t.average_last)
 
     # -- the procedure -----------------------------------------------------------------------
 
@@ -374,6 +387,8 @@ class Trainer:
         group = list(itertools.islice(stream, t.accum_steps))
         window.add(*self.update(group, s.step + 1))
         s.step += 1
+        if self.ema is not None:
+            self.ema.update(s.step)
         s.batch_in_epoch += len(group)
         if self.device.type == "cpu" or s.step % t.log_every == 0:
             self._check_divergence()  # free on CPU; a host sync on CUDA
