@@ -147,6 +147,11 @@ class TrainConfig:
     # decay (warmed up as min(decay, (1+step)/(10+step))); dev evaluation, best.pt and the step
     # checkpoints use it, last.pt keeps the raw weights and the average. 0 = off; e.g. 0.999.
     ema_decay: float = 0.0
+    # Beam sizes and length penalties (decode.alpha) tried on the dev set at the end of the
+    # run; the best pair is stored in best.pt's decode section, which `mt translate` and
+    # `mt eval` use unless a flag overrides it. Both empty = off; one empty keeps decode's value.
+    tune_beam: list[int] = field(default_factory=list)
+    tune_alpha: list[float] = field(default_factory=list)  # decode.alpha values to try (above)
     # TensorBoard events in RUN_DIR/tensorboard (mt/train/tensorboard.py): "auto" when the
     # package is installed; true without it stops the run at the start.
     tensorboard: Literal["auto", True, False] = "auto"
@@ -358,6 +363,10 @@ def validate(cfg: Config) -> None:
             f"({t.keep_last}): the run keeps only that many step checkpoints to average",
         ),
         (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
+        (len(t.tune_beam) <= 16, "train.tune_beam takes at most 16 beam sizes"),
+        (len(t.tune_alpha) <= 16, "train.tune_alpha takes at most 16 length penalties"),
+        *(in_range("train.tune_beam", b, 1, MAX_BEAM) for b in t.tune_beam),
+        *(in_range("train.tune_alpha", a, 0.0, 10.0) for a in t.tune_alpha),
         in_range("train.threads", t.threads, 0, MAX_THREADS),
         (0 <= t.loader_workers <= 64, "train.loader_workers must be in [0, 64]"),
         (

@@ -79,6 +79,8 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "train.keep_last": ("WEW",),
     "train.average_last": ("WEE",),
     "train.ema_decay": ("WEE",),  # 0: off; an average's decay is below 1
+    "train.tune_beam": ("EEE",),  # one beam of the value; the beam's own bounds
+    "train.tune_alpha": ("WEE",),  # one length penalty of the value, in [0, 10]
     "decode.beam": ("EEE",),
     "decode.nbest": ("EEE",),
     "decode.alpha": ("WEE",),
@@ -100,6 +102,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
 FLAG_TABLE: dict[tuple[str, str], str] = {
     ("translate", "--beam"): "EEE",
     ("translate", "--nbest"): "EEE",
+    ("translate", "--alpha"): "WEE",
     ("translate", "--max-tokens"): "EEE",
     ("translate", "--no-repeat-ngram"): "WEE",
     ("translate", "--topk"): "WEW",  # 0: no limit; huge: all tokens
@@ -107,6 +110,7 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("translate", "--temperature"): "EEW",
     ("translate", "--seed"): "WEE",
     ("eval", "--beam"): "EEE",
+    ("eval", "--alpha"): "WEE",
     ("eval", "--max-tokens"): "EEE",
     ("eval", "--min-bleu"): "WWE",  # huge: the gate fails, exit 1 with one line
     ("attention", "--layer"): "WWE",
@@ -254,6 +258,8 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
         sets = []
     elif key == "train.optimizer_betas":
         sets = [f"{key}=[{value}, {value}]"]
+    elif key in ("train.tune_beam", "train.tune_alpha"):
+        sets = [f"{key}=[{value}]"]
     else:
         sets = [f"{key}={value}"]
     if key == "train.max_steps" and which != "huge":

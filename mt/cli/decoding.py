@@ -12,6 +12,7 @@ import typer
 
 from mt.cli.app import app
 from mt.cli.options import (
+    AlphaOption,
     BeamOption,
     BufferLinesOption,
     CheckpointsArg,
@@ -42,6 +43,7 @@ def translate(
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
     beam: BeamOption = None,
+    alpha: AlphaOption = None,
     nbest: Annotated[
         int | None, typer.Option(help="Lines per input: 'i ||| text ||| score'.")
     ] = None,
@@ -110,6 +112,7 @@ def translate(
     options = DecodeOptions(
         beam=beam,
         nbest=nbest,
+        alpha=alpha,
         greedy=greedy or None,
         stop_early=stop_early,
         int8=int8,
@@ -199,6 +202,7 @@ def evaluate(
     ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
     beam: BeamOption = None,
+    alpha: AlphaOption = None,
     greedy: Annotated[bool, typer.Option(help="Greedy search.")] = False,
     stop_early: StopEarlyOption = None,
     int8: Int8Option = None,
@@ -239,6 +243,7 @@ def evaluate(
         options = DecodeOptions(
             beam=beam,
             nbest=1,
+            alpha=alpha,
             greedy=greedy or None,
             stop_early=stop_early,
             int8=int8,

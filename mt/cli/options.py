@@ -44,6 +44,13 @@ CheckpointsArg = Annotated[
 ]
 DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or auto.")]
 BeamOption = Annotated[int | None, typer.Option(help="Beam size (default: decode.beam).")]
+AlphaOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Length penalty ((5 + len) / 6) ** alpha of beam search (default: the "
+        "checkpoint's decode.alpha, chosen on dev when the run had train.tune_alpha)."
+    ),
+]
 MaxTokensOption = Annotated[
     int | None,
     typer.Option(

@@ -54,6 +54,7 @@ class DecodeOptions:
 
     beam: int | None = None
     nbest: int | None = None
+    alpha: float | None = None
     greedy: bool | None = None
     stop_early: bool | None = None
     int8: bool | None = None

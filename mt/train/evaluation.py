@@ -124,12 +124,20 @@ class Evaluator:
             "valid_ppl": math.exp(min(nll_sum / ntok, 50.0)),
         }
 
+    def bleu(self, dcfg: DecodeConfig) -> float:
+        """Dev BLEU with these decode settings (the mean over directions), as `mt eval` would
+        score the model: for choosing decode settings on dev (mt/train/tune.py)."""
+        scores = [bleu(self.translate(d.sources, d.to, dcfg), d.references) for d in self.sets]
+        return float(np.mean(scores))
+
     @torch.no_grad()
-    def translate(self, lines: list[str], to: str | None = None) -> list[str]:
-        """Greedy translations (into `to`, for a multilingual model) with the decode section's
-        length limits."""
+    def translate(
+        self, lines: list[str], to: str | None = None, dcfg: DecodeConfig | None = None
+    ) -> list[str]:
+        """Translations (into `to`, for a multilingual model): greedy with the decode
+        section's length limits, or as `dcfg` says."""
         d = self.cfg.decode
-        dcfg = DecodeConfig(
+        dcfg = dcfg or DecodeConfig(
             beam=1, nbest=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b, max_tokens=d.max_tokens
         )
         was_training = self.model.training

@@ -56,6 +56,7 @@ from mt.train.schedule import learning_rate
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, stop_reason
+from mt.train.tune import tune_decode
 from mt.train.update import Update
 
 
@@ -305,7 +306,7 @@ class Trainer:
 
     def _finish(self, reason: str | None) -> None:
         """The last evaluation (unless this step had one), averaging (best.pt the better of
-        the two), the stop record."""
+        the two), decode settings chosen on dev, the stop record."""
         s, t = self.state, self.cfg.train
         if s.last_eval_step != s.step:
             self._evaluate_and_save(time.perf_counter())
@@ -316,6 +317,8 @@ class Trainer:
             self.log.write({"step": s.step, **{f"averaged_{k}": v for k, v in scores.items()}})
             if better:
                 self._save_last()  # its best score is the average's now
+        if t.tune_beam or t.tune_alpha:
+            self.log.write(tune_decode(self.cfg, self.run_dir / "best.pt", self.evaluate, s.step))
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
         if self.tensorboard is not None and self.last_metrics:
             self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)

@@ -1,0 +1,62 @@
+"""Decode settings chosen on the dev set at the end of a run (`train.tune_beam`,
+`train.tune_alpha`), stored in `best.pt`.
+
+The beam size and length penalty that score best depend on the model (a model trained longer
+often wants a different length penalty), so they are chosen on the dev set for the weights in
+`best.pt` and written into its `decode` section. `mt translate`, `mt eval` and `mt serve` read a
+checkpoint's decode settings, so the chosen ones are used unless a flag (`--beam`, `--alpha`)
+overrides them. The grid and its scores are kept in the checkpoint (`tuned_decode`) and logged
+to `metrics.jsonl`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from mt import checkpoint
+from mt.config import Config
+from mt.train.evaluation import Evaluator
+
+
+def grid(cfg: Config) -> list[tuple[int, float]]:
+    """(beam, alpha) pairs to try: each beam of `train.tune_beam` with each length penalty of
+    `train.tune_alpha`, an empty list standing for the decode section's value."""
+    t, d = cfg.train, cfg.decode
+    return [(b, a) for b in t.tune_beam or [d.beam] for a in t.tune_alpha or [d.alpha]]
+
+
+def tune_decode(cfg: Config, best: Path, evaluate: Evaluator, step: int) -> dict[str, Any]:
+    """Score each (beam, alpha) of the grid on the dev set with `best`'s weights, store the best
+    pair in its decode section (ties: the smaller beam, then the first alpha given) and return
+    the record for the metrics log. The evaluator's model holds `best`'s weights after."""
+    data = checkpoint.load(best)
+    with torch.no_grad():
+        evaluate.model.load_state_dict(data["model"])
+    tried = []
+    for beam, alpha in grid(cfg):
+        dcfg = dataclasses.replace(
+            cfg.decode, beam=beam, alpha=alpha, nbest=1, greedy=False, sample=False
+        )
+        tried.append({"beam": beam, "alpha": alpha, "dev_bleu": round(evaluate.bleu(dcfg), 4)})
+    chosen = max(tried, key=lambda r: (r["dev_bleu"], -r["beam"]))
+    data["config"]["decode"].update(beam=chosen["beam"], alpha=chosen["alpha"])
+    data["tuned_decode"] = tried
+    checkpoint.save(data, best)
+    tqdm.write(
+        f"decode settings chosen on dev for {best}: beam {chosen['beam']}, alpha "
+        f"{chosen['alpha']} (dev BLEU {chosen['dev_bleu']:.2f}; {len(tried)} tried)",
+        file=sys.stderr,
+    )
+    return {
+        "step": step,
+        "tuned_beam": chosen["beam"],
+        "tuned_alpha": chosen["alpha"],
+        "tuned_dev_bleu": chosen["dev_bleu"],
+        "tuned_grid": tried,
+    }

@@ -1,0 +1,90 @@
+"""Decode settings chosen on dev at the end of a run (`train.tune_beam`, `train.tune_alpha`) and
+stored in best.pt; `mt translate` and `mt eval` use a checkpoint's stored decode settings
+unless a flag overrides them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import _run_mt, reverse_task_config
+
+BEAMS, ALPHAS = [1, 3], [0.0, 2.0]
+
+
+@pytest.fixture(scope="module")
+def tuned_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tune")
+    config = reverse_task_config(
+        folder, eval_bleu=True, tune_beam=BEAMS, tune_alpha=ALPHAS, max_steps=40, eval_every=20
+    )
+    result = _run_mt("train", config, "--run-dir", folder / "run")
+    assert result.rc == 0, result.err
+    return folder / "run"
+
+
+def eval_bleu(mt_cli, ckpt: Path, *flags: str) -> float:
+    data = ckpt.parent.parent / "data"
+    result = mt_cli(
+        "eval", ckpt, "--src", data / "val.src", "--ref", data / "val.tgt", "--json", *flags
+    )
+    assert result.rc == 0, result.err
+    return json.loads(result.out)["bleu"]
+
+
+def test_the_best_pair_on_dev_is_stored_in_best_pt(tuned_run, mt_cli):
+    records = [json.loads(x) for x in (tuned_run / "metrics.jsonl").read_text().splitlines()]
+    tuned = [r for r in records if "tuned_beam" in r]
+    assert len(tuned) == 1 and records[-1]["stopped"] == "max_steps"
+    grid = tuned[0]["tuned_grid"]
+    assert [(g["beam"], g["alpha"]) for g in grid] == [(b, a) for b in BEAMS for a in ALPHAS]
+    top = max(g["dev_bleu"] for g in grid)
+    chosen = min((g for g in grid if g["dev_bleu"] == top), key=lambda g: g["beam"])
+    assert (tuned[0]["tuned_beam"], tuned[0]["tuned_alpha"]) == (chosen["beam"], chosen["alpha"])
+
+    best = torch.load(tuned_run / "best.pt", weights_only=True)
+    assert best["tuned_decode"] == grid
+    assert best["config"]["decode"]["beam"] == chosen["beam"]
+    assert best["config"]["decode"]["alpha"] == chosen["alpha"]
+    # The run's own config and its other checkpoints keep the config's decode settings.
+    assert torch.load(tuned_run / "last.pt", weights_only=True)["config"]["decode"]["beam"] == 5
+
+    # `mt eval` with no flag decodes as stored: the dev BLEU the tuning measured.
+    assert eval_bleu(mt_cli, tuned_run / "best.pt") == pytest.approx(chosen["dev_bleu"], abs=0.01)
+    # ... and flags override it: another pair of the grid, one that scored differently.
+    other = next(g for g in grid if g["dev_bleu"] != chosen["dev_bleu"])
+    flags = ("--beam", str(other["beam"]), "--alpha", str(other["alpha"]))
+    got = eval_bleu(mt_cli, tuned_run / "best.pt", *flags)
+    assert got == pytest.approx(other["dev_bleu"], abs=0.01)
+
+
+def with_decode(src: Path, dst: Path, **decode: object) -> Path:
+    data = torch.load(src, weights_only=True)
+    data["config"]["decode"].update(decode)
+    torch.save(data, dst)
+    return dst
+
+
+def nbest_lines(mt_cli, ckpt: Path, *flags: str) -> list[str]:
+    result = mt_cli("translate", ckpt, *flags, stdin="ka lo mi nu\nso tu\n")
+    assert result.rc == 0, result.err
+    return result.out.splitlines()
+
+
+def test_translate_uses_the_checkpoints_decode_settings_unless_a_flag_overrides(
+    tuned_run, mt_cli, tmp_path
+):
+    flat = with_decode(tuned_run / "best.pt", tmp_path / "a0.pt", beam=3, nbest=3, alpha=0.0)
+    long = with_decode(tuned_run / "best.pt", tmp_path / "a2.pt", beam=3, nbest=3, alpha=2.0)
+    lines = nbest_lines(mt_cli, flat)
+    assert len(lines) == 6 and [x.split(" ||| ")[0] for x in lines] == ["0"] * 3 + ["1"] * 3
+    assert len(nbest_lines(mt_cli, flat, "--nbest", "1")) == 2  # the flag wins
+
+    # The stored length penalty changes the scores (log-prob / ((5 + len) / 6) ** alpha);
+    # --alpha puts the other one back exactly.
+    stretched = nbest_lines(mt_cli, long)
+    assert [x.split(" ||| ")[2] for x in stretched] != [x.split(" ||| ")[2] for x in lines]
+    assert nbest_lines(mt_cli, long, "--alpha", "0") == lines
+    assert nbest_lines(mt_cli, flat, "--alpha", "2") == stretched
