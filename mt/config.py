@@ -82,6 +82,14 @@ class TokenizerConfig:
     joint: bool = True  # one vocabulary for both languages (needed by model.tie_embeddings)
     character_coverage: float = 1.0  # share of characters covered; rarer ones map to <unk>
     input_sentence_size: int = 1_000_000  # sentences sampled from the corpus to train it on
+    # Subword regularisation: training text segmented by sampling (sentencepiece, nbest -1)
+    # with this alpha: for unigram the smoothing of the piece probabilities (lower: more
+    # varied and longer segmentations), for bpe the BPE-dropout rate. 0 = off (the best
+    # segmentation); dev, test and decoding always use the best one.
+    sample_alpha: float = 0.0
+    # With sample_alpha: sampled copies of the training corpus prepared ahead (a token store
+    # each); epoch e trains on copy e mod N, so the hot path holds no Python per token.
+    sample_copies: int = 8
 
 
 @dataclass
@@ -334,6 +342,8 @@ def validate(cfg: Config) -> None:
         in_range("tokenizer.vocab_size", tok.vocab_size, 16, MAX_VOCAB),
         in_range("tokenizer.input_sentence_size", tok.input_sentence_size, 2, 2**31 - 1),
         (0.0 < tok.character_coverage <= 1.0, "tokenizer.character_coverage must be in (0, 1]"),
+        in_range("tokenizer.sample_alpha", tok.sample_alpha, 0.0, 1.0),
+        in_range("tokenizer.sample_copies", tok.sample_copies, 1, 64),
         (t.warmup > 0, "train.warmup must be > 0"),
         in_range("train.max_tokens", t.max_tokens, 1, MAX_BATCH_TOKENS),
         in_range("train.accum_steps", t.accum_steps, 1, MAX_ACCUM),

@@ -45,6 +45,8 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "tokenizer.vocab_size": ("EEE",),  # token ids are 16-bit in the token store
     "tokenizer.character_coverage": ("EEE",),
     "tokenizer.input_sentence_size": ("EEE",),
+    "tokenizer.sample_alpha": ("WEE",),  # 0: off; at most 1
+    "tokenizer.sample_copies": ("EEE",),  # 1 to 64 stores of the corpus
     "model.d_model": ("EEE",),  # huge: the memory check before building the model
     "model.n_heads": ("EEE",),
     "model.d_ff": ("EEE",),

@@ -73,7 +73,9 @@ class TrainingSet(torch.utils.data.Dataset):
     """The training corpora as one index space, indexed by whole batches (index arrays).
 
     `langs` gives each store's language token (a multilingual model: the id of `<2tgt>` of its
-    direction), placed as `placement` says; a batch then mixes directions freely."""
+    direction), placed as `placement` says; a batch then mixes directions freely. `copies`:
+    the corpora segmented by sampling (`tokenizer.sample_alpha`), one list of stores per copy;
+    `use_copy(epoch)` makes an epoch read one of them."""
 
     def __init__(
         self,
@@ -81,16 +83,27 @@ class TrainingSet(torch.utils.data.Dataset):
         weights: list[float],
         langs: list[int] | None = None,
         placement: str = "source",
+        copies: list[list[TokenStore]] | None = None,
     ) -> None:
-        self.stores, self.weights = stores, weights
-        self.langs, self.placement = langs, placement
+        self.weights, self.langs, self.placement = weights, langs, placement
+        self.copies = copies or []
+        self._use(stores)
+
+    def use_copy(self, epoch: int) -> None:
+        """Subword regularisation: epoch `epoch` reads sampled copy `epoch % copies` (the
+        segmentation changes between epochs, with no Python per token on the hot path)."""
+        if self.copies:
+            self._use(self.copies[epoch % len(self.copies)])
+
+    def _use(self, stores: list[TokenStore]) -> None:
+        self.stores = stores
         counts = [len(s) for s in stores]
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         # One corpus: the store's mapped array itself, no copy. Several: one small copy.
         self.sizes = (
             stores[0].sizes if len(stores) == 1 else np.concatenate([s.sizes for s in stores])
         )
-        if langs is not None and placement == "source":  # the token takes a source position
+        if self.langs is not None and self.placement == "source":  # a source position
             self.sizes = self.sizes.astype(np.int64) + 1
 
     def __len__(self) -> int:

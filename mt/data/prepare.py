@@ -16,10 +16,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import sentencepiece as spm
 
 from mt.config import Config, DataConfig
 from mt.data.cache import build_lock, cache_dir, store_folder
@@ -41,6 +42,16 @@ class Filter:
 
     max_len: int
     max_ratio: float
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Subword regularisation (`tokenizer.sample_alpha`): copy number `copy` of the training
+    text, each sentence segmented by sampling from sentencepiece's lattice (nbest -1) with
+    `alpha` (unigram: the smoothing of the piece probabilities; bpe: the BPE-dropout rate)."""
+
+    alpha: float
+    copy: int
 
 
 def drop_reasons(src_len: np.ndarray, tgt_len: np.ndarray, f: Filter) -> np.ndarray:
@@ -114,10 +125,17 @@ def build_store(
     n_threads: int = 0,
     log: bool = True,
     protect: bool = False,
+    sampling: Sampling | None = None,
 ) -> TokenStore:
     """Read, encode, filter and write one corpus into a store at `folder`; with `protect`,
-    spans are masked on both sides first (`mt.spans.mask_pair`)."""
-    n_threads = n_threads or threads()
+    spans are masked on both sides first (`mt.spans.mask_pair`); with `sampling`, each
+    sentence's segmentation is drawn (one thread from a seed per copy, so a copy built again
+    is the same)."""
+    encode: dict = {"num_threads": n_threads or threads()}
+    if sampling is not None:
+        spm.set_random_generator_seed(sampling.copy + 1)
+        encode = {"num_threads": 1, "enable_sampling": True, "alpha": sampling.alpha}
+        encode["nbest_size"] = -1
     dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
     writer = StoreWriter(folder, dtype)
     dropped = np.zeros(len(FILTERS) + 1, np.int64)
@@ -127,8 +145,8 @@ def build_store(
         for src_text, tgt_text in _read_ahead(pair_chunks(source, limit=limit)):
             if protect:
                 src_text, tgt_text = _masked(src_text, tgt_text)
-            src, src_len = _flat(tokenizer.src.encode(src_text, num_threads=n_threads), dtype)
-            tgt, tgt_len = _flat(tokenizer.tgt.encode(tgt_text, num_threads=n_threads), dtype)
+            src, src_len = _flat(tokenizer.src.encode(src_text, **encode), dtype)
+            tgt, tgt_len = _flat(tokenizer.tgt.encode(tgt_text, **encode), dtype)
             if f is not None:
                 reason = drop_reasons(src_len, tgt_len, f)
                 dropped += np.bincount(reason, minlength=len(dropped))
@@ -196,16 +214,18 @@ def open_or_build(
     build: bool = True,
     log: bool = True,
     protect: bool = False,
+    sampling: Sampling | None = None,
 ) -> TokenStore:
     """The store for `source`: mapped when a trusted one exists, else built (if `build`).
 
     Builders hold the cache folder's lock (`cache.build_lock`): the nodes of a multi-node run
     whose cache folders are one shared folder build each store once."""
-    folder = store_folder(cache, source, tokenizer, f, limit, protect)
+    folder = store_folder(cache, source, tokenizer, f, limit, protect, sampling)
+    args = (source, tokenizer, folder, f, limit, build, log, protect, sampling)
     if not build:
-        return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
+        return _open_or_build(*args)
     with build_lock(cache):
-        return _open_or_build(source, tokenizer, folder, f, limit, build, log, protect)
+        return _open_or_build(*args)
 
 
 def _open_or_build(
@@ -217,6 +237,7 @@ def _open_or_build(
     build: bool,
     log: bool,
     protect: bool,
+    sampling: Sampling | None,
 ) -> TokenStore:
     if folder.exists():
         try:
@@ -230,7 +251,7 @@ def _open_or_build(
             print(f"{folder}: rebuilding the token store ({err})", flush=True, file=sys.stderr)
     elif not build:
         raise MtError(f"{folder}: token store missing (the preparing process did not write it)")
-    return build_store(source, tokenizer, folder, f, limit, log=log, protect=protect)
+    return build_store(source, tokenizer, folder, f, limit, 0, log, protect, sampling)
 
 
 def sample_pairs(
@@ -329,6 +350,8 @@ class Prepared:
     valid: list[TokenStore]
     sources: list[Source]
     valid_sources: list[Source]
+    # tokenizer.sample_alpha: per copy, the training stores segmented by sampling
+    sampled: list[list[TokenStore]] = field(default_factory=list)
 
 
 def prepare(
@@ -365,6 +388,13 @@ def prepare(
         open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect)
         for s in sources
     ]
+    sampled = []  # tokenizer.sample_alpha: the training stores again, segmented by sampling
+    for c in range(cfg.tokenizer.sample_copies if cfg.tokenizer.sample_alpha else 0):
+        how = Sampling(cfg.tokenizer.sample_alpha, c)
+        limit = d.max_train_examples
+        sampled.append(
+            [open_or_build(s, tok, cache, f, limit, build, log, d.protect, how) for s in sources]
+        )
     valid_sources = split_sources(d, d.valid)
     valid = [
         open_or_build(v, tok, cache, None, d.max_valid_examples, build, log, d.protect)
@@ -375,4 +405,4 @@ def prepare(
         weights = pair_weights([len(s) for s in train], d.sampling_temperature)
         counts = piece_counts(tok, train, sources)
         tok.languages = Languages(directions(d), d.lang_token, counts, always_allowed(tok))
-    return Prepared(tok, train, weights, valid, sources, valid_sources)
+    return Prepared(tok, train, weights, valid, sources, valid_sources, sampled)

@@ -96,6 +96,7 @@ class Trainer:
             prepared.weights,
             [self.tokenizer.lang_id(s.tgt_lang) for s in prepared.sources] if langs else None,
             d.lang_token,
+            prepared.sampled,  # tokenizer.sample_alpha: one sampled copy per epoch
         )
         dev_sets = dev_sets_of(prepared, d.max_valid_examples)
 
@@ -294,6 +295,7 @@ class Trainer:
     def _epoch_batches(self) -> list[Any]:
         """This rank's share of the current epoch's batches (index arrays)."""
         t, d = self.cfg.train, self.dist
+        self.train_set.use_copy(self.state.epoch)  # tokenizer.sample_alpha's copies
         planned = self.train_set.epoch_batches(t.max_tokens, t.seed, self.state.epoch)
         batches = shard(planned, d.rank, d.world)
         if not batches:
