@@ -20,7 +20,8 @@ def tuned_run(tmp_path_factory) -> Path:
     config = reverse_task_config(
         folder, eval_bleu=True, tune_beam=BEAMS, tune_alpha=ALPHAS, max_steps=40, eval_every=20
     )
-    result = _run_mt("train", config, "--run-dir", folder / "run")
+    # 3-best output as configured: the stored settings keep it, within the chosen beam.
+    result = _run_mt("train", config, "--run-dir", folder / "run", "--set", "decode.nbest=3")
     assert result.rc == 0, result.err
     return folder / "run"
 
@@ -48,6 +49,7 @@ def test_the_best_pair_on_dev_is_stored_in_best_pt(tuned_run, mt_cli):
     assert best["tuned_decode"] == grid
     assert best["config"]["decode"]["beam"] == chosen["beam"]
     assert best["config"]["decode"]["alpha"] == chosen["alpha"]
+    assert best["config"]["decode"]["nbest"] == min(3, chosen["beam"])
     # The run's own config and its other checkpoints keep the config's decode settings.
     assert torch.load(tuned_run / "last.pt", weights_only=True)["config"]["decode"]["beam"] == 5
 

@@ -45,7 +45,10 @@ def tune_decode(cfg: Config, best: Path, evaluate: Evaluator, step: int) -> dict
         )
         tried.append({"beam": beam, "alpha": alpha, "dev_bleu": round(evaluate.bleu(dcfg), 4)})
     chosen = max(tried, key=lambda r: (r["dev_bleu"], -r["beam"]))
-    data["config"]["decode"].update(beam=chosen["beam"], alpha=chosen["alpha"])
+    stored = data["config"]["decode"]  # beam search with the pair, whatever the config said
+    nbest = min(stored["nbest"], chosen["beam"])
+    stored.update(beam=chosen["beam"], alpha=chosen["alpha"], nbest=nbest, greedy=False)
+    stored["sample"] = False
     data["tuned_decode"] = tried
     checkpoint.save(data, best)
     tqdm.write(
