@@ -84,6 +84,7 @@ def test_two_nodes_without_a_shared_folder_match_one_node(tmp_path):
         torch.testing.assert_close(wb[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_killed_worker_is_restarted_and_the_run_resumes_by_itself(tmp_path):
     """SIGKILL of a worker after the first checkpoint: torchrun restarts the group, the
     workers resume from last.pt without --resume, each step is logged once."""
@@ -123,6 +124,7 @@ def test_killed_worker_is_restarted_and_the_run_resumes_by_itself(tmp_path):
     assert torch.load(run / "last.pt", weights_only=True)["step"] == steps
 
 
+@pytest.mark.slow
 def test_a_hung_peer_ends_the_run_after_the_collective_timeout(tmp_path):
     config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000, log_every=1)
     port = free_port()

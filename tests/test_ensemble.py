@@ -71,6 +71,7 @@ def test_mt_translate_with_two_checkpoints(tiny_run, mt_cli, multi30k_dir):
     assert twice.out == alone.out
 
 
+@pytest.mark.slow
 def test_mt_eval_scores_an_ensemble_as_translate_outputs_it(
     tiny_run, mt_cli, multi30k_dir, tmp_path
 ):

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import reverse_task_config
 
@@ -90,6 +91,7 @@ def test_scheduler_signals_save_last_and_exit_requeue(tmp_path, mt_cli):
     assert _loss_steps(run) == list(range(1, again + 4))
 
 
+@pytest.mark.slow
 def test_checkpoint_minutes_bounds_what_a_kill_loses(tmp_path, mt_cli):
     minutes = 0.02  # 1.2 s
     config = reverse_task_config(

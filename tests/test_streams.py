@@ -38,6 +38,26 @@ def test_closed_pipe_exits_quietly(tiny_run):
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
+def cpu_ticks(pid: int) -> int:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def wait_until_idle(pid: int, quiet: float = 1.5, limit: float = 120.0) -> None:
+    """Until the process has used no CPU for `quiet` seconds (it waits for input), at most
+    `limit` seconds: a signal sent while it still imports its modules tests those modules."""
+    deadline = time.monotonic() + limit
+    last, since = cpu_ticks(pid), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = cpu_ticks(pid)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+    pytest.fail(f"process {pid} still busy after {limit:g} s")
+
+
 def test_ctrl_c_exits_130_without_traceback(tiny_run):
     mt = subprocess.Popen(
         translate_cmd(tiny_run / "best.pt"),
@@ -48,7 +68,7 @@ def test_ctrl_c_exits_130_without_traceback(tiny_run):
     )
     mt.stdin.write(b"Ein Hund rennt.\n" * 10)
     mt.stdin.flush()  # stdin stays open: mt is waiting for more, as at a terminal
-    time.sleep(3)
+    wait_until_idle(mt.pid)  # past its start-up (imports), blocked on stdin
     mt.send_signal(signal.SIGINT)
     _, err = mt.communicate(timeout=60)
     assert mt.returncode == 130

@@ -93,6 +93,7 @@ def test_scalars_equal_the_metrics_log_and_evaluations_show_examples(config, tmp
     assert acc.Scalars("hparam/bleu")[-1].value == pytest.approx(want["dev/bleu"][8], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_resumed_run_has_each_step_once_in_order(config, tmp_path, mt_cli):
     """A run killed after writing events past its last checkpoint, then resumed: the events
     after the checkpoint's step are written again, and TensorBoard shows each step once."""

@@ -104,6 +104,7 @@ def test_a_bad_jsonl_line_is_one_error_line(tiny_run, mt_cli, line, words):
         assert w in err[0]
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_and_varied(tiny_run, mt_cli, german):
     stdin = "\n".join(german[:20]) + "\n"
     ckpt = tiny_run / "last.pt"
