@@ -191,3 +191,14 @@ def reverse_task_config(folder: Path, **train: object) -> Path:
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     return path
+
+
+def start_training(config: Path, run: Path, *extra: str) -> subprocess.Popen:
+    """`mt train` as its own process group (so a test can signal or kill it), one thread."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(run), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+    )

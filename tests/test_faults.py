@@ -7,13 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from conftest import reverse_task_config, start_training
 
 
 def _strict_json(line: str) -> dict:
@@ -30,16 +29,6 @@ def _one_error_line(err: str) -> str:
     return lines[0]
 
 
-def _start_training(config: Path, run: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(run), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        start_new_session=True,
-    )
-
-
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
     end = time.monotonic() + timeout
     while not (path.exists() and path.stat().st_size > 0):
@@ -51,7 +40,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 def test_second_writer_is_refused_and_a_killed_holder_never_blocks(tmp_path, mt_cli):
     config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000)
     run = tmp_path / "run"
-    first = _start_training(config, run)
+    first = start_training(config, run)
     try:
         _wait_for(run / "metrics.jsonl", first)
         second = mt_cli("train", config, "--run-dir", run, "--resume")

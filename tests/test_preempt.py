@@ -8,25 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from conftest import reverse_task_config, start_training
 
 from mt.errors import EXIT_REQUEUE
-
-
-def _start(config: Path, run: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(run), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        start_new_session=True,
-    )
 
 
 def _loss_steps(run: Path) -> list[int]:
@@ -58,7 +47,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
 
 def _preempt(config: Path, run: Path, sig: signal.Signals, *extra: str) -> int:
     """Train until a few steps are logged, send `sig`; the step of the `last.pt` it saved."""
-    proc = _start(config, run, *extra)
+    proc = start_training(config, run, *extra)
     try:
         _wait_for_step(run, proc, max(_loss_steps(run), default=0) + 3)
         os.kill(proc.pid, sig)
@@ -102,7 +91,7 @@ def test_checkpoint_minutes_bounds_what_a_kill_loses(tmp_path, mt_cli):
         checkpoint_minutes=minutes,
     )
     run = tmp_path / "run"
-    proc = _start(config, run)
+    proc = start_training(config, run)
     try:
         _wait_for_step(run, proc, 2)
         end = time.monotonic() + 60
