@@ -90,6 +90,7 @@ def test_protected_paths_write_only_the_sources_spans(spanful_run, mt_cli, flags
     _check(LINES, r.out.splitlines())
 
 
+@pytest.mark.slow  # ~10-30 s; each feature's own default test covers it alone
 def test_nbest_ensemble_html_constraints_prefixes(spanful_run, mt_cli) -> None:
     ckpt = spanful_run / "best.pt"
     stdin = "".join(x + "\n" for x in LINES)

@@ -86,6 +86,7 @@ COPY_CONFIG = {
 }
 
 
+@pytest.mark.slow  # ~30 s; the README demo shows learning, quick runs stay default
 def test_copy_task_trains_to_high_bleu(tmp_path, mt_cli):
     data = tmp_path / "data"
     write_copy_task(data)

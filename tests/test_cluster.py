@@ -41,6 +41,7 @@ def train_args(config: Path, *sets: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # ~15 s; test_ddp and the srun test below run torchrun by default
 def test_two_nodes_without_a_shared_folder_match_one_node(tmp_path):
     config = reverse_task_config(tmp_path, max_steps=8, eval_every=8, log_every=2)
     one, a, b = (tmp_path / name for name in ("one", "node0", "node1"))

@@ -106,8 +106,9 @@ main()
 """
 
 
-# Mid-write of a step checkpoint (slow: the same atomic writer as last.pt's) or of last.pt.
-@pytest.mark.parametrize("kill_on_save", [pytest.param(5, marks=pytest.mark.slow), 6])
+# Mid-write of a step checkpoint or of last.pt (the same atomic writer).
+@pytest.mark.slow  # ~15 s each; test_sigkill_at_a_random_step_then_resume runs by default
+@pytest.mark.parametrize("kill_on_save", [5, 6])
 def test_sigkill_during_checkpoint_write_then_resume(straight, tmp_path, mt_cli, kill_on_save):
     config, straight_dir = straight
     run_dir = tmp_path / "killed"

@@ -258,6 +258,7 @@ def _write_three_languages(root: Path) -> None:
             (root / f"{name}.{lang}").write_text("\n".join(text) + "\n")
 
 
+@pytest.mark.slow  # ~10-30 s; test_resume checks exact resume by default
 def test_resume_with_several_directions_is_exact(tmp_path, mt_cli):
     _write_three_languages(tmp_path / "data")
     cfg = {

@@ -63,6 +63,7 @@ def _preempt(config: Path, run: Path, sig: signal.Signals, *extra: str) -> int:
     return torch.load(run / "last.pt", weights_only=True)["step"]
 
 
+@pytest.mark.slow  # ~10-30 s; test_cluster's srun USR1 test checks save-and-exit 75 by default
 def test_scheduler_signals_save_last_and_exit_requeue(tmp_path, mt_cli):
     config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000, log_every=1)
     run = tmp_path / "run"

@@ -123,6 +123,7 @@ def test_mask_pair_gives_twins_the_same_piece() -> None:
     assert mask_pair("Ein Hund.", "A dog.") == ("Ein Hund.", "A dog.")
 
 
+@pytest.mark.slow  # ~10-30 s; test_protect_cli checks spans end to end by default
 def test_data_protect_trains_on_masked_pairs_and_decodes(tmp_path, mt_cli) -> None:
     """A tokenizer with the reserved pieces, stores holding them, and a model that keeps
     every span through the placeholders it learned (the masked, constrained path)."""

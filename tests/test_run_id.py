@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import reverse_task_config
 
@@ -16,6 +17,7 @@ def run_ids(run_dir: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # ~10-30 s; test_averaging checks the id is kept by default
 def test_run_id_is_one_per_run_and_survives_resume(tmp_path, mt_cli):
     config = reverse_task_config(tmp_path, max_steps=8, eval_every=4, keep_last=2, average_last=2)
     first = tmp_path / "first"
