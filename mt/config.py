@@ -131,6 +131,10 @@ class TrainConfig:
     lr_scale: float = 1.0  # noam: lr = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
     lr: float = 5e-4  # inverse_sqrt: peak lr reached at `warmup`
     warmup: int = 4000  # updates over which the learning rate rises
+    # The last fraction of the budget (max_minutes, or max_steps when that ends first) over
+    # which the learning rate falls linearly to 0, so a run ends annealed rather than at its
+    # schedule's midway rate; with max_minutes it follows the clock. 0 = off; e.g. 0.2.
+    cooldown: float = 0.0
     label_smoothing: float = 0.1  # probability mass spread over the vocabulary in the loss
     clip_norm: float = 0.0  # 0 disables gradient clipping
     max_bad_updates: int = 20  # updates in a row with a non-finite gradient before the run stops
@@ -372,6 +376,7 @@ def validate(cfg: Config) -> None:
             f"train.average_last ({t.average_last}) must be <= train.keep_last "
             f"({t.keep_last}): the run keeps only that many step checkpoints to average",
         ),
+        (0.0 <= t.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {t.cooldown}"),
         (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
         (len(t.tune_beam) <= 16, "train.tune_beam takes at most 16 beam sizes"),
         (len(t.tune_alpha) <= 16, "train.tune_alpha takes at most 16 length penalties"),

@@ -162,6 +162,16 @@ def agree(d: Dist, flag: bool, device: torch.device) -> bool:
     return bool(t.item())
 
 
+def from_rank0(d: Dist, value: float, device: torch.device) -> float:
+    """Rank 0's `value` on every rank: its clock rules the time budget, so every rank takes
+    the same learning rate (train.cooldown) and stops at the same step."""
+    if not d.active:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return float(t.item())
+
+
 def highest(d: Dist, value: int, device: torch.device) -> int:
     """The largest `value` of any rank: a signal that reached one process stops them all."""
     if not d.active:

@@ -52,7 +52,7 @@ from mt.train.metrics_log import JsonlSink, MetricsLog
 from mt.train.resume import decide, read_last, restore, training_state, trim_metrics
 from mt.train.rotation import Checkpoints
 from mt.train.rundir import RunLock
-from mt.train.schedule import learning_rate
+from mt.train.schedule import budget_used
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, stop_reason
@@ -181,7 +181,7 @@ class Trainer:
             "epoch": s.epoch,
             "loss": w_loss / w_tok,
             "nll": w_nll / w_tok,
-            "lr": learning_rate(s.step, t, self.cfg.model),
+            "lr": self.update.optimizer.param_groups[0]["lr"],
             "grad_norm": window.mean_grad_norm(),  # the same on every rank (all-reduced)
             "tgt_tokens_per_s": w_tok / span,
             "elapsed": round(s.elapsed, 1),
@@ -390,7 +390,10 @@ class Trainer:
         t, s = self.cfg.train, self.state
         tick = time.perf_counter()
         group = list(itertools.islice(stream, t.accum_steps))
-        window.add(*self.update(group, s.step + 1))
+        used = budget_used(t, s.step, s.elapsed)  # before this update: the last gets > 0
+        if t.cooldown and self.dist.active:  # rank 0's clock, as for the stop rule
+            used = distributed.from_rank0(self.dist, used, self.device)
+        window.add(*self.update(group, s.step + 1, used))
         s.step += 1
         if self.ema is not None:
             self.ema.update(s.step)

@@ -47,12 +47,13 @@ class Update:
         self.bad_total = torch.zeros((), dtype=torch.long, device=device)
 
     def __call__(
-        self, group: list[Batch], step: int
+        self, group: list[Batch], step: int, used: float = 0.0
     ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor]:
-        """Optimizer step number `step` over `group`: the loss sums, target tokens and
-        gradient norm before clipping, left on the device."""
+        """Optimizer step number `step` over `group` with `used` of the budget spent (for
+        train.cooldown): the loss sums, target tokens and gradient norm before clipping, left
+        on the device."""
         t = self.cfg.train
-        lr = learning_rate(step, t, self.cfg.model)
+        lr = learning_rate(step, t, self.cfg.model, used)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         ntok = sum(b.tgt_tokens for b in group)
