@@ -239,7 +239,8 @@ def run_trial(trial: Trial, args: argparse.Namespace, work: Path) -> list[str]:
             result = f"train killed at the time limit ({3 * budget + args.timeout:.0f} s)"
         if best.is_file():
             erc, out, last = run_logged(evaluate, work / f"{run_dir.name}.eval.log", args.timeout)
-            if erc == 0:
+            if erc == 0:  # every score (chrF, TER, lowercased BLEU) beside the logs
+                write_text(work / f"{run_dir.name}.eval.json", out)
                 test_bleu, decode = json.loads(out)["bleu"], decode_of(best)
             elif rc == 0:
                 result = f"eval exit {erc}: {last}"
