@@ -21,6 +21,10 @@ round (with its slowest beside it); the ratios printed at the end compare best r
     pip install -e '.[bench]'
     python scripts/bench_decode.py runs/multi30k_de_en/best.pt --src $MT_DATA/test_2016_flickr.de.gz
 
+`--baseline OLD.pt` decodes a second mt checkpoint (e.g. the previous recipe's model) in the
+same rounds as `mt-baseline`, so a new model shape's speed is compared with the old one's on
+the same machine at the same moment (`mt / mt-baseline`).
+
 On a GPU: `--device cuda --dtype fp16` runs every engine there in that precision (mt through
 decode.dtype, HF with its weights cast, CTranslate2 with that compute type); `--engines mt,hf`
 leaves out CTranslate2 where its CUDA libraries are missing.
@@ -127,9 +131,8 @@ def run_engine(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
     ntok = sum(len(tok.encode_tgt([x])[0]) for x in out)
     return {
-        "engine": args.engine
-        + ("-int8" if args.int8 else "")
-        + ("-early" if args.stop_early else ""),
+        "engine": args.name
+        or args.engine + ("-int8" if args.int8 else "") + ("-early" if args.stop_early else ""),
         "beam": beam,
         "sentences": len(lines),
         "seconds": round(seconds, 2),
@@ -155,6 +158,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=list(CT2_TYPES), help="CUDA precision")
     p.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset")
+    p.add_argument("--baseline", help="another mt checkpoint decoded in the same rounds")
+    p.add_argument("--name", help=argparse.SUPPRESS)
     p.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)
     p.add_argument("--beam", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--ct2-dir", help=argparse.SUPPRESS)
@@ -177,6 +182,8 @@ def main() -> None:
         broken: set[tuple[str, bool]] = set()  # (engine, int8) whose child failed
         for beam in [int(x) for x in args.beams.split(",")]:
             variants = [(e, False, False) for e in engines]  # (engine, int8, stop early)
+            if args.baseline:
+                variants.append(("mt-baseline", False, False))
             if beam > 1:
                 variants.append(("mt", False, True))
             if args.int8:
@@ -231,7 +238,7 @@ def main() -> None:
         )
     speed = {(r["engine"], r["beam"]): r["sent_per_s"] for r in rows}
     print()
-    pairs = [("mt", "hf"), ("mt", "ct2"), ("mt-early", "ct2")]
+    pairs = [("mt", "hf"), ("mt", "ct2"), ("mt-early", "ct2"), ("mt", "mt-baseline")]
     for ours, peer in pairs + [("mt-int8", "ct2-int8"), ("mt-int8-early", "ct2-int8")]:
         for beam in sorted({r["beam"] for r in rows}):
             if (ours, beam) in speed and (peer, beam) in speed:
@@ -247,7 +254,10 @@ def run_child(
     args: argparse.Namespace, engine: str, beam: int, int8: bool, ct2: Path, early: bool
 ) -> dict:
     """One engine in a fresh process (its own peak memory); its JSON result line."""
-    cmd = [sys.executable, __file__, args.checkpoint, "--src", args.src, "--engine", engine]
+    checkpoint, name = args.checkpoint, []
+    if engine == "mt-baseline":  # mt on the --baseline checkpoint
+        checkpoint, engine, name = args.baseline, "mt", ["--name", "mt-baseline"]
+    cmd = [sys.executable, __file__, checkpoint, "--src", args.src, "--engine", engine, *name]
     cmd += ["--beam", str(beam), "--threads", str(args.threads), "--limit", str(args.limit)]
     cmd += ["--batch", str(args.batch), "--max-tokens", str(args.max_tokens), "--ct2-dir", str(ct2)]
     cmd += ["--device", args.device, "--dtype", args.dtype]
