@@ -58,6 +58,14 @@ def wait_until_idle(pid: int, quiet: float = 1.5, limit: float = 120.0) -> None:
     pytest.fail(f"process {pid} still busy after {limit:g} s")
 
 
+def as_at_a_terminal() -> None:
+    """The child's SIGINT as a shell hands it over: default handling, not blocked. Both an
+    ignored SIGINT and a blocked one pass from parent to child, and a process running many
+    tests may hold either, which left mt deaf to Ctrl-C (it then exited 0 at end of input)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def test_ctrl_c_exits_130_without_traceback(tiny_run):
     mt = subprocess.Popen(
         translate_cmd(tiny_run / "best.pt"),
@@ -65,6 +73,7 @@ def test_ctrl_c_exits_130_without_traceback(tiny_run):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=ENV,
+        preexec_fn=as_at_a_terminal,
     )
     mt.stdin.write(b"Ein Hund rennt.\n" * 10)
     mt.stdin.flush()  # stdin stays open: mt is waiting for more, as at a terminal
