@@ -391,7 +391,7 @@ class Trainer:
         tick = time.perf_counter()
         group = list(itertools.islice(stream, t.accum_steps))
         used = budget_used(t, s.step, s.elapsed)  # before this update: the last gets > 0
-        if t.cooldown and self.dist.active:  # rank 0's clock, as for the stop rule
+        if t.cooldown and t.max_minutes and self.dist.active:  # rank 0's clock, as stops use
             used = distributed.from_rank0(self.dist, used, self.device)
         window.add(*self.update(group, s.step + 1, used))
         s.step += 1
