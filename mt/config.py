@@ -127,9 +127,11 @@ class TrainConfig:
     optimizer_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])  # Adam's betas
     optimizer_eps: float = 1e-9  # Adam's epsilon
     weight_decay: float = 0.0  # L2 penalty added to the gradient (torch Adam's); 0: none
-    schedule: Literal["noam", "inverse_sqrt"] = "noam"  # the learning-rate schedule
+    # The learning-rate schedule: noam (the paper's), inverse_sqrt (fairseq's), constant (warmup
+    # then flat; with `cooldown` below, warmup-stable-decay).
+    schedule: Literal["noam", "inverse_sqrt", "constant"] = "noam"
     lr_scale: float = 1.0  # noam: lr = scale * d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)
-    lr: float = 5e-4  # inverse_sqrt: peak lr reached at `warmup`
+    lr: float = 5e-4  # inverse_sqrt, constant: peak lr reached at `warmup`
     warmup: int = 4000  # updates over which the learning rate rises
     # The last fraction of the budget (max_minutes, or max_steps when that ends first) over
     # which the learning rate falls linearly to 0, so a run ends annealed rather than at its

@@ -10,6 +10,7 @@ from conftest import reverse_task_config
 from mt.config import ModelConfig, TrainConfig
 from mt.train.schedule import (
     budget_used,
+    constant_lr,
     cooldown_factor,
     inverse_sqrt_lr,
     learning_rate,
@@ -37,6 +38,16 @@ def test_inverse_sqrt_known_values():
     assert inverse_sqrt_lr(0, peak, w) == inverse_sqrt_lr(1, peak, w)
 
 
+def test_constant_warms_up_then_stays_at_the_peak():
+    peak, w = 2e-3, 100
+    assert constant_lr(1, peak, w) == pytest.approx(peak / w)
+    assert constant_lr(w // 2, peak, w) == pytest.approx(peak / 2)
+    assert constant_lr(0, peak, w) == constant_lr(1, peak, w)
+    assert [constant_lr(s, peak, w) for s in (w, 2 * w, 100 * w)] == [peak] * 3
+    values = [constant_lr(s, peak, w) for s in range(1, w + 1)]
+    assert all(a < b for a, b in zip(values, values[1:]))
+
+
 @pytest.mark.parametrize(
     "lr",
     [lambda s: noam_lr(s, 64, 50), lambda s: inverse_sqrt_lr(s, 1e-3, 50)],
@@ -58,6 +69,10 @@ def test_learning_rate_dispatches_on_config():
     assert learning_rate(7, noam, model) == pytest.approx(noam_lr(7, 64, 10, 2.0))
     assert learning_rate(7, inv, model) == pytest.approx(inverse_sqrt_lr(7, 3e-3, 10))
     assert learning_rate(10, inv, model) == pytest.approx(3e-3)
+    flat = TrainConfig(schedule="constant", warmup=10, lr=3e-3, cooldown=0.5)
+    assert learning_rate(7, flat, model) == pytest.approx(constant_lr(7, 3e-3, 10))
+    assert learning_rate(900, flat, model, used=0.4) == pytest.approx(3e-3)
+    assert learning_rate(900, flat, model, used=0.75) == pytest.approx(3e-3 / 2)  # the cooldown
 
 
 def test_budget_used_is_the_budget_nearer_its_end():

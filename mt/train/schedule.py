@@ -18,6 +18,12 @@ def inverse_sqrt_lr(step: int, peak: float, warmup: int) -> float:
     return peak * min(step / warmup, (warmup / step) ** 0.5)
 
 
+def constant_lr(step: int, peak: float, warmup: int) -> float:
+    """Linear warmup to `peak` at `warmup`, then flat: with `train.cooldown` the
+    warmup-stable-decay shape, which spends a short budget nearer the peak than 1/sqrt does."""
+    return peak * min(max(step, 1) / warmup, 1.0)
+
+
 def budget_used(train: TrainConfig, step: int, elapsed: float) -> float:
     """The share of the run's budget spent at `step` after `elapsed` seconds of training: of
     max_steps, or of max_minutes when the clock is nearer its end (in [0, 1])."""
@@ -39,6 +45,8 @@ def learning_rate(step: int, train: TrainConfig, model: ModelConfig, used: float
     """The rate of update `step` when `used` of the budget is spent (budget_used)."""
     if train.schedule == "noam":
         lr = noam_lr(step, model.d_model, train.warmup, train.lr_scale)
+    elif train.schedule == "constant":
+        lr = constant_lr(step, train.lr, train.warmup)
     else:
         lr = inverse_sqrt_lr(step, train.lr, train.warmup)
     return lr * cooldown_factor(train.cooldown, used)
