@@ -138,6 +138,9 @@ class TrainConfig:
     # schedule's midway rate; with max_minutes it follows the clock. 0 = off; e.g. 0.2.
     cooldown: float = 0.0
     label_smoothing: float = 0.1  # probability mass spread over the vocabulary in the loss
+    # R-Drop's alpha: each batch goes through the model twice (two dropout masks), and the loss
+    # adds alpha times the symmetric KL divergence of the two predictions. 0 = off; e.g. 5.
+    rdrop: float = 0.0
     clip_norm: float = 0.0  # 0 disables gradient clipping
     max_bad_updates: int = 20  # updates in a row with a non-finite gradient before the run stops
     max_steps: int = 100_000  # updates before the run stops
@@ -378,6 +381,7 @@ def validate(cfg: Config) -> None:
             f"train.average_last ({t.average_last}) must be <= train.keep_last "
             f"({t.keep_last}): the run keeps only that many step checkpoints to average",
         ),
+        (0.0 <= t.rdrop <= 100.0, f"train.rdrop must be in [0, 100], got {t.rdrop}"),
         (0.0 <= t.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {t.cooldown}"),
         (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
         (len(t.tune_beam) <= 16, "train.tune_beam takes at most 16 beam sizes"),

@@ -81,6 +81,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "train.keep_last": ("WEW",),
     "train.average_last": ("WEE",),
     "train.ema_decay": ("WEE",),  # 0: off; an average's decay is below 1
+    "train.rdrop": ("WEE",),  # 0: off; alpha at most 100
     "train.cooldown": ("WEE",),  # 0: off; a share of the budget, below 1
     "train.tune_beam": ("EEE",),  # one beam of the value; the beam's own bounds
     "train.tune_alpha": ("WEE",),  # one length penalty of the value, in [0, 10]

@@ -1,4 +1,4 @@
-"""Label-smoothed cross entropy against a hand computation."""
+"""Label-smoothed cross entropy against a hand computation, and R-Drop's term and update."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mt.train.loss import label_smoothed_loss
+from mt.batching import Batch
+from mt.config import Config, ModelConfig
+from mt.model import Transformer
+from mt.train.distributed import Dist
+from mt.train.loss import label_smoothed_loss, symmetric_kl
+from mt.train.update import Update
 
 PAD = 0
 # Two positions over a vocabulary of 4, given as probabilities so the sums can be done by hand.
@@ -86,3 +91,69 @@ def test_half_precision_logits_give_float32_loss():
     logits = logits_of(PROBS).to(torch.bfloat16)
     loss, nll = label_smoothed_loss(logits, torch.tensor([[3, 2]]), 0.1, PAD)
     assert loss.dtype == torch.float32 and nll.dtype == torch.float32
+
+
+def test_symmetric_kl_is_the_mean_of_both_divergences_over_real_targets():
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 5)
+    target = torch.tensor([[1, 2, PAD], [3, PAD, PAD]])
+    pa, pb = F.log_softmax(a, -1), F.log_softmax(b, -1)
+    kl_ab = F.kl_div(pb, pa, log_target=True, reduction="none").sum(-1)  # KL(p_a || p_b)
+    kl_ba = F.kl_div(pa, pb, log_target=True, reduction="none").sum(-1)
+    keep = target.ne(PAD)
+    want = ((kl_ab + kl_ba) / 2)[keep].sum()
+    assert symmetric_kl(a, b, target, PAD).item() == pytest.approx(want.item(), rel=1e-5)
+    assert symmetric_kl(b, a, target, PAD).item() == pytest.approx(want.item(), rel=1e-5)
+    assert symmetric_kl(a, a, target, PAD).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def update_of(rdrop: float, dropout: float) -> tuple[Update, torch.nn.Module]:
+    cfg = Config()
+    cfg.model = ModelConfig(
+        d_model=16, n_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=dropout
+    )
+    cfg.train.rdrop, cfg.train.schedule, cfg.train.warmup = rdrop, "inverse_sqrt", 1
+    torch.manual_seed(0)
+    model = Transformer(cfg.model, 12, 12).train()
+    return Update(cfg, model, Dist(), torch.device("cpu"), "fp32"), model
+
+
+def a_batch() -> Batch:
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, PAD]])
+    tgt_in = torch.tensor([[1, 4, 5], [1, 6, PAD]])
+    tgt_out = torch.tensor([[4, 5, 2], [6, 2, PAD]])
+    return Batch(src, tgt_in, tgt_out, src_tokens=7, tgt_tokens=5)
+
+
+def test_rdrop_without_dropout_is_plain_training():
+    """Two passes with no dropout agree, so the KL term is 0: the same loss and gradient as
+    plain training, and an update runs with it."""
+    runs = []
+    for rdrop in (0.0, 5.0):
+        update, model = update_of(rdrop, dropout=0.0)
+        loss, nll, objective = update._losses(a_batch())
+        objective.backward()
+        runs.append((loss, nll, objective, [p.grad.clone() for p in model.parameters()]))
+        assert update([a_batch()], 1)[2] == 5
+    (loss, nll, objective, grads), (rd_loss, rd_nll, rd_objective, rd_grads) = runs
+    assert rd_loss.item() == pytest.approx(loss.item(), rel=1e-5)
+    assert rd_nll.item() == pytest.approx(nll.item(), rel=1e-5)
+    assert rd_objective.item() == pytest.approx(objective.item(), rel=1e-5)
+    for plain, rd in zip(grads, rd_grads):
+        torch.testing.assert_close(plain, rd, rtol=1e-4, atol=1e-6)
+
+
+def test_rdrop_adds_the_divergence_of_two_dropout_masks():
+    update, model = update_of(5.0, dropout=0.3)
+    torch.manual_seed(1)
+    loss, nll, objective = update._losses(a_batch())
+    torch.manual_seed(1)  # the same masks: the stacked pass, taken apart by hand
+    b = a_batch()
+    two = [torch.cat([x, x]) for x in (b.src, b.tgt_in, b.tgt_out)]
+    logits = model(two[0], two[1])
+    both, both_nll = label_smoothed_loss(logits, two[2], 0.1, PAD)
+    kl = symmetric_kl(*logits.chunk(2), b.tgt_out, PAD)
+    assert kl.item() > 0  # different masks, different predictions
+    assert loss.item() == pytest.approx(both.item() / 2, rel=1e-5)  # the mean of the two
+    assert nll.item() == pytest.approx(both_nll.item() / 2, rel=1e-5)
+    assert objective.item() == pytest.approx(both.item() / 2 + 2.5 * kl.item(), rel=1e-5)

@@ -1,4 +1,4 @@
-"""Label-smoothed cross entropy that ignores padding."""
+"""Label-smoothed cross entropy that ignores padding, and R-Drop's consistency term."""
 
 from __future__ import annotations
 
@@ -24,3 +24,14 @@ def label_smoothed_loss(
     # Zeroing pads rather than indexing with `keep` keeps shapes static: boolean indexing
     # would make the host wait for the device (to size the result) on every micro-batch.
     return loss.masked_fill(~keep, 0.0).sum(), nll.masked_fill(~keep, 0.0).sum()
+
+
+def symmetric_kl(
+    logits_a: torch.Tensor, logits_b: torch.Tensor, target: torch.Tensor, pad_id: int
+) -> torch.Tensor:
+    """Summed over non-pad targets: (KL(p_a || p_b) + KL(p_b || p_a)) / 2, R-Drop's term that
+    pulls two dropout-masked predictions of the same batch together."""
+    logp_a = F.log_softmax(logits_a.float(), dim=-1)
+    logp_b = F.log_softmax(logits_b.float(), dim=-1)
+    kl = ((logp_a.exp() - logp_b.exp()) * (logp_a - logp_b)).sum(dim=-1) / 2  # both KLs, halved
+    return kl.masked_fill(target.eq(pad_id), 0.0).sum()

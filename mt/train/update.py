@@ -20,7 +20,7 @@ from mt.device import autocast
 from mt.tokenizer import PAD
 from mt.train import distributed
 from mt.train.distributed import Dist
-from mt.train.loss import label_smoothed_loss
+from mt.train.loss import label_smoothed_loss, symmetric_kl
 from mt.train.schedule import learning_rate
 
 
@@ -71,10 +71,8 @@ class Update:
             last = i == len(group) - 1
             sync = contextlib.nullcontext() if last or not self.dist.active else self.net.no_sync()
             with sync:
-                with autocast(self.device, self.precision):
-                    logits = self.net(b.src, b.tgt_in)
-                loss, nll = label_smoothed_loss(logits, b.tgt_out, t.label_smoothing, PAD)
-                self.scaler.scale(loss * scale).backward()
+                loss, nll, objective = self._losses(b)
+                self.scaler.scale(objective * scale).backward()
             loss_sum += loss.detach()
             nll_sum += nll.detach()
         self.scaler.unscale_(self.optimizer)
@@ -95,3 +93,21 @@ class Update:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum, nll_sum, ntok, norm.detach()
+
+    def _losses(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch's summed smoothed loss and NLL (for the log) and the objective to descend.
+        With train.rdrop the batch runs twice in one forward pass (stacked, so two dropout
+        masks); the loss is the mean of the two and the objective adds alpha times their
+        symmetric KL: R-Drop's loss (Liang et al., 2021) halved."""
+        t = self.cfg.train
+        src, tgt_in, tgt_out = b.src, b.tgt_in, b.tgt_out
+        if t.rdrop:
+            src, tgt_in, tgt_out = (torch.cat([x, x]) for x in (src, tgt_in, tgt_out))
+        with autocast(self.device, self.precision):
+            logits = self.net(src, tgt_in)
+        loss, nll = label_smoothed_loss(logits, tgt_out, t.label_smoothing, PAD)
+        if not t.rdrop:
+            return loss, nll, loss
+        loss, nll = loss / 2, nll / 2
+        kl = symmetric_kl(*logits.chunk(2), b.tgt_out, PAD)
+        return loss, nll, loss + t.rdrop * kl / 2
