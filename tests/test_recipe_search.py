@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import reverse_task_config
 
-from mt.config_file import parse_override
+from mt.config_file import load_config, parse_override
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -88,3 +88,16 @@ def test_a_search_appends_one_row_per_trial(tmp_path):
     assert ema[6] == f"{best_dev:.2f}"
     assert broken[0] == "broken" and broken[3] == "0" and broken[7] == "-"
     assert broken[-1].startswith("config: --set model.d_model=7: model.d_model (7) must be")
+
+
+def test_every_shipped_trial_is_a_valid_recipe():
+    """A misspelt key or a value out of bounds in scripts/recipe_trials.yaml fails here, not
+    minutes into a search."""
+    trials = recipe_search.read_trials(REPO / "scripts" / "recipe_trials.yaml")
+    assert len(trials) >= 20 and "base" in [t.name for t in trials]
+    for recipe in ("multi30k_de_en", "multi30k_en_de"):
+        for t in trials:
+            cfg = load_config(REPO / "configs" / f"{recipe}.yaml", t.sets)
+            for key, value in map(parse_override, t.sets):
+                section, name = key.split(".")
+                assert getattr(getattr(cfg, section), name) == value, (t.name, key)
