@@ -139,7 +139,8 @@ class TrainConfig:
     cooldown: float = 0.0
     label_smoothing: float = 0.1  # probability mass spread over the vocabulary in the loss
     # R-Drop's alpha: each batch goes through the model twice (two dropout masks), and the loss
-    # adds alpha times the symmetric KL divergence of the two predictions. 0 = off; e.g. 5.
+    # adds alpha/2 times the mean of the two KL divergences between the predictions (the
+    # paper's loss, halved). 0 = off; e.g. 5.
     rdrop: float = 0.0
     clip_norm: float = 0.0  # 0 disables gradient clipping
     max_bad_updates: int = 20  # updates in a row with a non-finite gradient before the run stops

@@ -97,8 +97,9 @@ class Update:
     def _losses(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch's summed smoothed loss and NLL (for the log) and the objective to descend.
         With train.rdrop the batch runs twice in one forward pass (stacked, so two dropout
-        masks); the loss is the mean of the two and the objective adds alpha times their
-        symmetric KL: R-Drop's loss (Liang et al., 2021) halved."""
+        masks); the loss is the mean of the two and the objective adds alpha/2 times their
+        symmetric KL (the mean of both KLs): R-Drop's loss (Liang et al., 2021) halved, so
+        alpha means what it means there."""
         t = self.cfg.train
         src, tgt_in, tgt_out = b.src, b.tgt_in, b.tgt_out
         if t.rdrop:
