@@ -12,7 +12,7 @@ from mt.batching import Batch
 from mt.config import Config, ModelConfig
 from mt.model import Transformer
 from mt.train.distributed import Dist
-from mt.train.loss import label_smoothed_loss, symmetric_kl
+from mt.train.loss import label_smoothed_loss, log_probs, symmetric_kl
 from mt.train.update import Update
 
 PAD = 0
@@ -102,9 +102,9 @@ def test_symmetric_kl_is_the_mean_of_both_divergences_over_real_targets():
     kl_ba = F.kl_div(pa, pb, log_target=True, reduction="none").sum(-1)
     keep = target.ne(PAD)
     want = ((kl_ab + kl_ba) / 2)[keep].sum()
-    assert symmetric_kl(a, b, target, PAD).item() == pytest.approx(want.item(), rel=1e-5)
-    assert symmetric_kl(b, a, target, PAD).item() == pytest.approx(want.item(), rel=1e-5)
-    assert symmetric_kl(a, a, target, PAD).item() == pytest.approx(0.0, abs=1e-6)
+    assert symmetric_kl(pa, pb, target, PAD).item() == pytest.approx(want.item(), rel=1e-5)
+    assert symmetric_kl(pb, pa, target, PAD).item() == pytest.approx(want.item(), rel=1e-5)
+    assert symmetric_kl(pa, pa, target, PAD).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def update_of(rdrop: float, dropout: float) -> tuple[Update, torch.nn.Module]:
@@ -152,7 +152,7 @@ def test_rdrop_adds_the_divergence_of_two_dropout_masks():
     two = [torch.cat([x, x]) for x in (b.src, b.tgt_in, b.tgt_out)]
     logits = model(two[0], two[1])
     both, both_nll = label_smoothed_loss(logits, two[2], 0.1, PAD)
-    kl = symmetric_kl(*logits.chunk(2), b.tgt_out, PAD)
+    kl = symmetric_kl(*log_probs(logits).chunk(2), b.tgt_out, PAD)
     assert kl.item() > 0  # different masks, different predictions
     assert loss.item() == pytest.approx(both.item() / 2, rel=1e-5)  # the mean of the two
     assert nll.item() == pytest.approx(both_nll.item() / 2, rel=1e-5)

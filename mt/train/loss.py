@@ -15,7 +15,20 @@ def label_smoothed_loss(
     vocabulary (the paper's eps_ls = 0.1), i.e. loss = (1 - eps) * nll + eps * mean_v(-log p_v).
     Sums, not means, so gradient accumulation and DDP can normalise by the true token count.
     """
-    logp = F.log_softmax(logits.float(), dim=-1).view(-1, logits.size(-1))  # (N, V)
+    return smoothed_loss_of_log_probs(log_probs(logits), target, smoothing, pad_id)
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """Log-softmax over the vocabulary in fp32 (under autocast the logits may be half)."""
+    return F.log_softmax(logits.float(), dim=-1)
+
+
+def smoothed_loss_of_log_probs(
+    logp: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """label_smoothed_loss from log-probabilities already computed, so that R-Drop's KL term
+    reuses them instead of normalising the (batch, length, vocabulary) logits a second time."""
+    logp = logp.view(-1, logp.size(-1))  # (N, V)
     target = target.reshape(-1)
     keep = target.ne(pad_id)
     nll = -logp.gather(1, target[:, None]).squeeze(1)
@@ -27,11 +40,10 @@ def label_smoothed_loss(
 
 
 def symmetric_kl(
-    logits_a: torch.Tensor, logits_b: torch.Tensor, target: torch.Tensor, pad_id: int
+    logp_a: torch.Tensor, logp_b: torch.Tensor, target: torch.Tensor, pad_id: int
 ) -> torch.Tensor:
     """Summed over non-pad targets: (KL(p_a || p_b) + KL(p_b || p_a)) / 2, R-Drop's term that
-    pulls two dropout-masked predictions of the same batch together."""
-    logp_a = F.log_softmax(logits_a.float(), dim=-1)
-    logp_b = F.log_softmax(logits_b.float(), dim=-1)
+    pulls two dropout-masked predictions of the same batch together. Takes log-probabilities
+    (`log_probs`), which the smoothed loss of the same forward pass has already computed."""
     kl = ((logp_a.exp() - logp_b.exp()) * (logp_a - logp_b)).sum(dim=-1) / 2  # both KLs, halved
     return kl.masked_fill(target.eq(pad_id), 0.0).sum()

@@ -20,7 +20,7 @@ from mt.device import autocast
 from mt.tokenizer import PAD
 from mt.train import distributed
 from mt.train.distributed import Dist
-from mt.train.loss import label_smoothed_loss, symmetric_kl
+from mt.train.loss import log_probs, smoothed_loss_of_log_probs, symmetric_kl
 from mt.train.schedule import learning_rate
 
 
@@ -106,9 +106,10 @@ class Update:
             src, tgt_in, tgt_out = (torch.cat([x, x]) for x in (src, tgt_in, tgt_out))
         with autocast(self.device, self.precision):
             logits = self.net(src, tgt_in)
-        loss, nll = label_smoothed_loss(logits, tgt_out, t.label_smoothing, PAD)
+        logp = log_probs(logits)
+        loss, nll = smoothed_loss_of_log_probs(logp, tgt_out, t.label_smoothing, PAD)
         if not t.rdrop:
             return loss, nll, loss
         loss, nll = loss / 2, nll / 2
-        kl = symmetric_kl(*logits.chunk(2), b.tgt_out, PAD)
+        kl = symmetric_kl(*logp.chunk(2), b.tgt_out, PAD)
         return loss, nll, loss + t.rdrop * kl / 2
