@@ -19,6 +19,6 @@ on test_2016_flickr. The demo is bounded by steps, so the score does not depend 
 machine's speed: on a 2-core AMD EPYC (AVX2) it printed 23.61 BLEU (dev BLEU 22.55); 284 of
 its steps took 3 minutes on free cores, and the whole run 45 minutes while other jobs held the
 cores (load 5-9).
-The 30-minute recipe scored 40.11 BLEU on the same test set and machine:
+The 30-minute recipe scored 40.03 BLEU on the same test set and machine:
     mt train configs/multi30k_de_en.yaml
 NOTE
