@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+import regex
+
 _CONV = r"[diouxXeEfFgGaAcspn@]"
 _PRINTF = (
     r"(?<![\d%])%(?:\d+\$)?[-+0#']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|w)?"
@@ -113,7 +115,7 @@ ELEMENTS = frozenset(
 )
 
 
-_CLOSE = re.compile(r"</([A-Za-z][\w:.-]*)\s*>")
+CLOSING_TAG = re.compile(r"</([A-Za-z][\w:.-]*)\s*>")
 
 
 @lru_cache(maxsize=64)
@@ -145,7 +147,7 @@ def find_spans(text: str, flags: Iterable[str] | frozenset[str] | None = None) -
     fams = flags if isinstance(flags, frozenset) else families(flags)
     out: list[Span] = []
     icu = _icu_spans(text) if "icu" in fams else []
-    closed = set(_CLOSE.findall(text)) if "</" in text else set()
+    closed = set(CLOSING_TAG.findall(text)) if "</" in text else set()
     pos = 0
     for s in icu + [Span(len(text), len(text), "", "")]:
         for m in _compiled(fams).finditer(text, pos, s.start):
@@ -156,6 +158,90 @@ def find_spans(text: str, flags: Iterable[str] | frozenset[str] | None = None) -
             out.append(s)
         pos = s.end
     return out
+
+
+# -- spans under way: what text appended to a line could still complete ----------------------
+# The same patterns, for the `regex` module, whose partial matching says whether a string
+# could still grow into a match. ICU arguments are written as one recursive pattern here (the
+# balanced braces `_icu_spans` counts); e-mail addresses are apart (`open_starts`).
+_KEYWORDS = r"plural|select|selectordinal|number|date|time|spellout|ordinal|duration"
+_ICU_WHOLE = (
+    rf"\{{\s*[A-Za-z_]\w*\s*,\s*(?:{_KEYWORDS})\s*(?:\}}|,(?:[^{{}}\n]|(?&icub))*\}})"
+    r"(?(DEFINE)(?<icub>\{(?:[^{}\n]|(?&icub))*\}))"
+)
+_EMAIL = next(p for _, kind, p in PATTERNS if kind == "email")
+_GROWING = regex.compile(
+    "|".join(f"(?:{p})" for _, kind, p in PATTERNS if kind != "email") + f"|(?:{_ICU_WHOLE})"
+)
+_GROWING_EMAIL = regex.compile(_EMAIL)
+WINDOW_CHARS = 300  # a span still open after this many characters is taken for text
+
+
+def growth(text: str, i: int, done: int) -> tuple[bool, bool]:
+    """For a span that starts at `text[i]` (the characters before it read by lookbehinds):
+    (alive, completed). `alive`: a pattern matches `text[i:]` up to its end, partly or
+    wholly, so appending text could still complete a span there (a whole span at the end
+    may grow: `$HO` -> `$HOME`). `completed`: a pattern's match from `i` ends after `done`
+    (a span was completed by what follows `done`). An e-mail address counts only once its
+    `@` is there: its local part is any word (see `open_starts`)."""
+    alive = completed = False
+    for pattern in (_GROWING, _GROWING_EMAIL):
+        if pattern is _GROWING_EMAIL and "@" not in text[i:]:
+            continue
+        m = pattern.match(text, i, partial=True)
+        if m is None:
+            continue
+        alive |= m.end() == len(text)
+        completed |= not m.partial and m.end() > done
+    return alive, completed
+
+
+@lru_cache(maxsize=1)
+def _starters() -> tuple[str, str]:
+    """(characters a span of any syntax can start with, those of them that start only
+    addresses: URLs and e-mail, which hold no white space), read off the patterns over the
+    printable ASCII characters (spans are made of ASCII)."""
+    chars = [chr(c) for c in range(33, 127)]
+    any_ = [c for c in chars if any(
+        regex.match(p, c, partial=True) for p in (_GROWING.pattern, _EMAIL)
+    )]  # fmt: skip
+    others = [p for _, kind, p in PATTERNS if kind not in ("url", "email")] + [_ICU_WHOLE]
+    address = [c for c in any_ if not any(regex.match(p, c, partial=True) for p in others)]
+    return "".join(any_), "".join(address)
+
+
+def open_starts(text: str, lo: int = 0) -> list[int]:
+    """Positions `i >= lo` of `text` (and within its last `WINDOW_CHARS`) at which a span of
+    any syntax (`WIDEST`) is under way: text appended to the line could still complete, or
+    extend, a span that starts at `i`. Read from the patterns themselves (`growth`), so a tag
+    with braces in its attributes (`<p a {0`) or an ICU argument is open as long as its
+    pattern says it is.
+
+    Addresses hold no white space, so their starts are looked for in the line's last word
+    only. An e-mail address is open only once its `@` is written: before that its local part
+    is any word (`ka`), and what would complete it is a piece holding `@` and a domain,
+    which `mt.decode.bans` bans whatever word precedes it."""
+    starters, address = _starters()
+    lo = max(lo, len(text) - WINDOW_CHARS)
+    last_word = max(lo, len(text) - len(re.split(r"\s", text)[-1]))
+    found = [m.start() for m in _starts_re(starters, address).finditer(text, lo)]
+    found += [  # addresses start at a word boundary (`\b`)
+        i
+        for i in range(last_word, len(text))
+        if text[i] in address and (i == 0 or _word(text[i - 1]) != _word(text[i]))
+    ]
+    return [i for i in sorted(found) if growth(text, i, len(text))[0]]
+
+
+@lru_cache(maxsize=1)
+def _starts_re(starters: str, address: str) -> re.Pattern[str]:
+    """The characters that start spans other than addresses, as one character class."""
+    return re.compile("[" + re.escape("".join(c for c in starters if c not in address)) + "]")
+
+
+def _word(c: str) -> bool:
+    """Whether `c` is a word character for `\b`."""
+    return c.isalnum() or c == "_"
 
 
 @lru_cache(maxsize=4096)

@@ -12,69 +12,92 @@ holds whatever the model has learned. A mask is a bool tensor, True where a toke
   write is one the source does not hold. `SpanRule` bans every token that would complete one.
 
 A span is banned when it would be completed, not when it could start: `50 %` and `a < b`
-stay writable, `%s` and `<b>` do not. Rows whose recent tokens hold nothing a span starts
-with (most rows) get one fixed mask; the others are checked against their text, by the same
-patterns that find spans in the source.
+stay writable, `%s` and `<b>` do not. The rule reads the state of each row from the span
+patterns themselves (`mt.spans.open_starts`): where in the row's text a span is under way,
+and, for that open text, which pieces would complete a span (`SpanRule.completing`).
 """
 
 from __future__ import annotations
 
-import bisect
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from mt.spans import WIDEST, find_spans
+from mt.spans import CLOSING_TAG, WIDEST, find_spans, growth, open_starts
 from mt.tokenizer import Tokenizer
 
-WINDOW = 12  # tokens of a row's end in which a span may be under way (a word rarely has more)
-CONTEXTS = ("", " ", "a", "5", "a.")  # what a row's last word may end with, for a span to start
-# A piece that can start or continue a span: a character spans are made of, or the start of a
-# `www.` / `http://` / `ftp://` address.
-_SUSPECT = re.compile(r"[%<>&{}$@]|(?:^|\W)(?:w{1,3}\.?|h|ht|htt|https?|f|ft|ftp):?/{0,2}$")
-_TRIGGER = re.compile(r"[%<&{$@]|(?<!\w)(?:w{1,3}\.?|h|ht|htt|https?|f|ft|ftp):?/{0,2}(?!\w)")
-# What ends a span of each syntax: if none of these makes a span of a row's end, no piece can.
-PROBES = ("s", "d", "1", "E", "x", ">", ";", "}", "%", "%>", ".x", "://x", "/x", "y.z", "x;")
-_OPEN = re.compile(
-    r"(?:<[A-Za-z/%]|\{\s*[\w{])[^<>{}]*$"
-)  # a tag or brace still open (spaces may follow)
-OPEN_CHARS = 40  # a tag or brace open longer than this is taken for text
-CACHE = 4096  # row ends whose bans are kept
+# What a row's text may end with before a piece, for a span to start inside the piece: the
+# patterns look back one character (`\b`, `(?<![\d%])`), and these are its kinds (none, a
+# space, a letter, a digit, a mark).
+CONTEXTS = ("", " ", "a", "5", ".")
+CACHE = 4096  # open texts whose completing pieces are kept
+SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
+
+
+@dataclass
+class _Node:
+    """A node of the trie of piece texts: the pieces that end here, and the longer ones."""
+
+    ends: list[int] = field(default_factory=list)
+    next: dict[str, _Node] = field(default_factory=dict)
+
+    def all(self) -> list[int]:
+        """Every piece at or below this node."""
+        out = list(self.ends)
+        for child in self.next.values():
+            out += child.all()
+        return out
 
 
 class SpanRule:
     """Which next tokens would write a span (`mt.spans.PATTERNS`), for one target vocabulary.
 
-    `alone` bans the pieces that complete a span after any ordinary word (`%s`, `<b>`,
-    `&amp;`, `{0}`, `$HOME` as single pieces, or `@x.de` after a name); it applies to every row.
-    A row with a suspect piece among its last `WINDOW` tokens, or an open `<` or `{`, is
-    checked against its own end: every piece that would complete a span there is banned.
+    Two cases, by where the span would start:
 
-    A sentence may be `allowed` spans (its source's own, when the model writes them itself):
-    a span that is one of them, or the start of one (`$HO` on the way to `$HOME`), may be
+    - inside the next piece (`%s`, `<b>`, `&amp;`, `{0}` as single pieces, or `@x.de`
+      completing an address after any word): `alone`, one fixed mask for every row, computed
+      once per vocabulary over each kind of character the row may end with;
+    - in the row's text, where a span is under way (`%`, `<a href=`, `$HO`, `{n, plural, `):
+      the row's open text is read off the patterns (`mt.spans.open_starts`), and the pieces
+      that would complete a span after it are found by walking the trie of piece texts with
+      the patterns' partial matches, pruning every branch no pattern can still match
+      (`completing`). So a row ending is a dictionary lookup once its open text was seen.
+
+    Only rows holding a piece that can open a span (`opener`) are read as text. A sentence
+    may be `allowed` spans (its source's own, when the model writes them itself): a span
+    that is one of them, or the start of one (`$HO` on the way to `$HOME`), may be
     completed; how many times is the caller's to enforce.
     """
 
     def __init__(self, tokenizer: Tokenizer, device: torch.device) -> None:
         self.texts = piece_texts(tokenizer)
         self.device = device
-        suspect = [bool(_SUSPECT.search(t)) for t in self.texts]
-        # The spans each piece completes after an ordinary word, where it completes any.
+        self.trie = _Node()
+        for v, t in enumerate(self.texts):
+            if t:
+                node = self.trie
+                for c in t:
+                    node = node.next.setdefault(c, _Node())
+                node.ends.append(v)
+        # The spans each piece completes by itself after each kind of row end, where any.
         self.alone_spans = {
-            v: found for v, (t, s) in enumerate(zip(self.texts, suspect))
-            if s and (found := {x for c in CONTEXTS for x in _completed(c, t)})
+            v: found for v, t in enumerate(self.texts)
+            if t and (found := {x for c in CONTEXTS for x in _completed(c, t)})
         }  # fmt: skip
-        self.suspect = torch.tensor(suspect, dtype=torch.bool, device=device)
         self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
         self.alone[list(self.alone_spans)] = True
-        self.opens = torch.tensor([bool(re.search(r"[<{]", t)) for t in self.texts], device=device)
-        self.closes = torch.tensor([bool(re.search(r"[>}]", t)) for t in self.texts], device=device)
-        # Pieces that start with a space complete a span under way only inside `<...>`/`{...}`.
-        self.glued = [v for v, t in enumerate(self.texts) if t and not t[0].isspace()]
-        self._cache: dict[str, list[tuple[int, list[str]]]] = {}  # `_scan` by row end
+        # A piece that can hold the start of a span under way (`%`, ` w`, `@`, `<a`): a row
+        # without one has no open text. Open text is prefix-closed (what could still grow into
+        # a span could before its last character too), so the piece holding a span's first
+        # character, or its `@`, is one of these.
+        self.opener = torch.tensor(
+            [any(open_starts(c + t, len(c) - 1 if c else 0) for c in CONTEXTS) for t in self.texts],
+            dtype=torch.bool,
+            device=device,
+        )
+        self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
         self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
-        self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor | None] = {}  # by row end
+        self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # bans by open text
 
     def mask(
         self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
@@ -86,14 +109,10 @@ class SpanRule:
         out = self._alone(allowed)[sent] if rows_allowed else self.alone
         if t == 0:
             return out
-        danger = self.suspect[history[:, -WINDOW:]].any(1)
-        pos = torch.arange(1, t + 1, device=history.device)
-        last_open = (self.opens[history] * pos).amax(1)
-        danger |= last_open > (self.closes[history] * pos).amax(1)
-        rows = danger.nonzero().squeeze(1).tolist()
+        rows = self.opener[history].any(1).nonzero().squeeze(1).tolist()
         for r, toks in zip(rows, history[rows].tolist()):
             ok = rows_allowed[r] if rows_allowed else ()
-            ids = self._row_bans("".join(self.texts[v] for v in toks), ok)
+            ids = self.row_bans("".join(self.texts[v] for v in toks), ok)
             if ids is not None and len(ids):
                 if out.dim() == 1:
                     out = out.expand(R, -1).clone()
@@ -114,74 +133,59 @@ class SpanRule:
             self._last_alone = (key, out)
         return self._last_alone[1]
 
-    def _row_bans(self, text: str, ok: tuple[str, ...]) -> torch.Tensor | None:
-        """Token ids that would complete a span not `ok` after `text`; None when its end
-        holds nothing a span could grow from (then `alone` covers it)."""
-        word = len(text) - len(re.split(r"\s", text)[-1])  # where the last word starts
-        done = [x.end for x in find_spans(text[word:], WIDEST)]
-        word += max(done, default=0)  # what a complete span ends is no start of another
-        opened = _OPEN.search(text, max(0, len(text) - OPEN_CHARS))
-        start = min(word, opened.start()) if opened else word
-        key = (text[max(0, start - 1) :], ok)
+    def row_bans(self, text: str, ok: tuple[str, ...] = ()) -> torch.Tensor | None:
+        """Token ids that would complete a span not `ok` that is under way in `text`; None
+        when no span is (then `alone` covers the row)."""
+        starts = open_starts(text)
+        if not starts:
+            return None
+        cut = max(0, starts[0] - 1)  # with the character before, for the lookbehinds
+        # A lone `<Name>` is markup when the line closes it (`mt.spans`): the line's closing
+        # tags before the open text go with it, apart from it (`SEPARATOR` ends any span).
+        closes = sorted(set(CLOSING_TAG.findall(text, 0, cut)))
+        head = "".join(f"</{n}>" for n in closes) + SEPARATOR if closes else ""
+        end = text[cut:]
+        key = (head + end, ok)
         if key not in self._rows:
             if len(self._rows) >= CACHE:
                 self._rows.pop(next(iter(self._rows)))
-            self._rows[key] = self._end_bans(text, start, opened is not None, ok)
+            found = self.completing(head, end, [s - cut for s in starts])
+            ids = [v for v, spans in found if any(not _may(x, ok) for x in spans)]
+            self._rows[key] = torch.tensor(ids, dtype=torch.long, device=self.device)
         return self._rows[key]
 
-    def _end_bans(self, text: str, start: int, opened: bool, ok: tuple[str, ...]):
-        """`_row_bans` for `text` whose span under way, if any, starts at `start`."""
-        end = text[max(0, start - 1) :][-200:]  # with the character before, for lookbehinds
-        if not opened:  # from the first trigger a span can still grow from
-            for m in _TRIGGER.finditer(text, start):
-                t = m.start()
-                before = text[max(0, start - 1) : t] if text[t] == "@" else _kind(text[t - 1 : t])
-                if _viable(before + text[t:]):
-                    end = before + text[t:]
-                    break
-            else:
-                return None  # `%INE`: nothing appended makes a span of it any more
-        if end not in self._cache:  # what each piece completes there, whatever is allowed
-            if len(self._cache) >= CACHE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[end] = self._scan(end, range(len(self.texts)) if opened else self.glued)
-        ids = [v for v, found in self._cache[end] if any(not _may(x, ok) for x in found)]
-        return torch.tensor(ids, dtype=torch.long, device=self.device)
+    def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
+        """(piece, the spans it completes) for the pieces that complete a span after `end`,
+        whose spans under way start at `starts`: the trie of pieces is walked with the
+        patterns' partial matches (`mt.spans.growth`), a branch dropped as soon as no span
+        from `starts` can still match along it, and each piece on a branch where one was
+        completed is checked by `find_spans` itself (after `head`, the line's closing tags)."""
+        if head + end in self._found:
+            return self._found[head + end]
+        candidates: list[int] = []
 
-    def _scan(self, end: str, pieces) -> list[tuple[int, list[str]]]:
-        """(piece, the spans it completes after `end`) for the `pieces` that complete any.
-        One pass of the patterns over all `end + piece` lines at once: no pattern crosses a
-        line break followed by `<` (`SEPARATOR`), so each line's spans are its own."""
-        pieces = [v for v in pieces if self.texts[v]]
-        lines = [end + self.texts[v] for v in pieces]
-        starts, pos = [], 0
-        for line in lines:
-            starts.append(pos)
-            pos += len(line) + len(SEPARATOR)
-        found: dict[int, list[str]] = {}
-        for s in find_spans(SEPARATOR.join(lines), WIDEST):
-            k = bisect.bisect_right(starts, s.start) - 1
-            if s.end > starts[k] + len(end):
-                found.setdefault(pieces[k], []).append(s.text)
-        return list(found.items())
+        def walk(node: _Node, text: str, live: list[int]) -> None:
+            for c, child in node.next.items():
+                line = text + c
+                states = [(s, *growth(line, s, len(end))) for s in live]
+                if any(done for _, _, done in states):
+                    candidates.extend(child.all())  # checked one by one below
+                    continue
+                still = [s for s, alive, _ in states if alive]
+                if still:
+                    walk(child, line, still)
 
-
-SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
-
-
-def _kind(c: str) -> str:
-    """A character as the patterns' lookbehinds see it (so `(%` and `:%` share a scan)."""
-    if not c or c.isspace():
-        return c and " "
-    return "5" if c.isdigit() else "%" if c == "%" else "a" if c.isalnum() or c == "_" else "."
-
-
-def _viable(pending: str) -> bool:
-    """Whether some ending makes a span that starts in `pending` (its first character may be
-    the one before the span)."""
-    return any(
-        x.start < len(pending) < x.end for p in PROBES for x in find_spans(pending + p, WIDEST)
-    )
+        walk(self.trie, end, starts)
+        out = []
+        line = head + end
+        for v in candidates:
+            spans = [x.text for x in find_spans(line + self.texts[v], WIDEST) if x.end > len(line)]
+            if spans:
+                out.append((v, spans))
+        if len(self._found) >= CACHE:
+            self._found.pop(next(iter(self._found)))
+        self._found[line] = out
+        return out
 
 
 def _may(span: str, ok: tuple[str, ...]) -> bool:
