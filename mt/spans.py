@@ -223,25 +223,22 @@ def open_starts(text: str, lo: int = 0) -> list[int]:
     which `mt.decode.bans` bans whatever word precedes it."""
     starters, address = _starters()
     lo = max(lo, len(text) - WINDOW_CHARS)
-    last_word = max(lo, len(text) - len(re.split(r"\s", text)[-1]))
+    last_word = max(lo, len(text) - len(_LAST_WORD.search(text).group()))
     found = [m.start() for m in _starts_re(starters, address).finditer(text, lo)]
     found += [  # addresses start at a word boundary (`\b`)
-        i
-        for i in range(last_word, len(text))
-        if text[i] in address and (i == 0 or _word(text[i - 1]) != _word(text[i]))
+        m.start() for m in _WORD_START.finditer(text, last_word) if m.group() in address
     ]
     return [i for i in sorted(found) if growth(text, i, len(text))[0]]
+
+
+_LAST_WORD = re.compile(r"\S*\Z")
+_WORD_START = re.compile(r"(?<!\w)\w")
 
 
 @lru_cache(maxsize=1)
 def _starts_re(starters: str, address: str) -> re.Pattern[str]:
     """The characters that start spans other than addresses, as one character class."""
     return re.compile("[" + re.escape("".join(c for c in starters if c not in address)) + "]")
-
-
-def _word(c: str) -> bool:
-    """Whether `c` is a word character for `\b`."""
-    return c.isalnum() or c == "_"
 
 
 @lru_cache(maxsize=4096)

@@ -53,12 +53,14 @@ def machine() -> dict[str, Any]:
     flags = set(fields.get("Flags", "").split())
     info: dict[str, Any] = {
         "cpu": fields.get("Model name", "unknown"),
+        "family": fields.get("CPU family", "?"),
         "cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "avx2": "avx2" in flags,
         "avx512f": "avx512f" in flags,
         "amx_bf16": "amx_bf16" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
     if "torch" in sys.modules:  # only ask a torch the script already imported
@@ -69,12 +71,15 @@ def machine() -> dict[str, Any]:
 
 
 def describe_machine(info: dict[str, Any] | None = None) -> str:
-    """One line for a report: 'AMD EPYC ..., 2 cores (AVX2), load 1.2'."""
+    """One line for a report: 'AMD EPYC (family 25), 2 cores (AVX2), load 1.2'. The family
+    tells CPUs apart that share a model name (Zen 3 is 25, Zen 5 is 26)."""
     info = info or machine()
-    isa = (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AMX", "amx_bf16"))
+    isa = (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("avx512_bf16", "avx512_bf16"),
+           ("AMX", "amx_bf16"))  # fmt: skip
     have = [name for name, key in isa if info.get(key)]
     sets = f" ({', '.join(have)})" if have else ""
-    return f"{info['cpu']}, {info['cpus']} cores{sets}, load {info['loadavg'][0]}"
+    family = f" (family {info['family']})" if info.get("family", "?") != "?" else ""
+    return f"{info['cpu']}{family}, {info['cpus']} cores{sets}, load {info['loadavg'][0]}"
 
 
 def load_checkpoint(path: str | Path, threads: int) -> Any:

@@ -19,6 +19,7 @@ and, for that open text, which pieces would complete a span (`SpanRule.completin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -30,6 +31,10 @@ from mt.tokenizer import Tokenizer
 # patterns look back one character (`\b`, `(?<![\d%])`), and these are its kinds (none, a
 # space, a letter, a digit, a mark).
 CONTEXTS = ("", " ", "a", "5", ".")
+# The same for a span under way that starts inside a piece, or (an address) at the row's
+# last character: a start of line reads as a space, and a mark as a space does.
+OPEN_CONTEXTS = (" ", "a", "5")
+_PLAIN = re.compile(r"[\w\s]*")
 CACHE = 4096  # open texts whose completing pieces are kept
 SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
 
@@ -80,9 +85,11 @@ class SpanRule:
                     node = node.next.setdefault(c, _Node())
                 node.ends.append(v)
         # The spans each piece completes by itself after each kind of row end, where any.
+        # Every span holds a mark (`%<{$&@:.`...): a piece of words and spaces completes none.
+        marked = {v for v, t in enumerate(self.texts) if t and not _PLAIN.fullmatch(t)}
         self.alone_spans = {
-            v: found for v, t in enumerate(self.texts)
-            if t and (found := {x for c in CONTEXTS for x in _completed(c, t)})
+            v: found for v in marked
+            if (found := {x for c in CONTEXTS for x in _completed(c, self.texts[v])})
         }  # fmt: skip
         self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
         self.alone[list(self.alone_spans)] = True
@@ -90,8 +97,12 @@ class SpanRule:
         # without one has no open text. Open text is prefix-closed (what could still grow into
         # a span could before its last character too), so the piece holding a span's first
         # character, or its `@`, is one of these.
+        # (A piece of words and spaces opens only a URL, at a word start: after a space.)
         self.opener = torch.tensor(
-            [any(open_starts(c + t, len(c) - 1 if c else 0) for c in CONTEXTS) for t in self.texts],
+            [
+                any(open_starts(c + t) for c in (OPEN_CONTEXTS if v in marked else (" ",)))
+                for v, t in enumerate(self.texts)
+            ],  # fmt: skip
             dtype=torch.bool,
             device=device,
         )

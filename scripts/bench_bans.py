@@ -1,0 +1,112 @@
+"""What the span ban costs: protected decoding with this tree's `SpanRule` against an earlier
+commit's, and against no protection, in the same process, taking turns over rounds.
+
+Two workloads, each optional:
+
+- `--injected CKPT`: a Multi30k model on test_2016_flickr sentences with spans injected as
+  `bench_protect.py` does (seed 1): the model never writes span characters, so this is the
+  cost every protected line pays (the fixed ban, the rows read as text).
+- `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model, or the
+  software-strings model), sampled on its own source lines: the ban works at every step, which
+  is where reading each row's open span and finding its completing pieces costs.
+
+Every round builds each rule afresh, as each `mt translate` process does, so the first
+lookups of each open text are in the time. One thread each.
+
+    python scripts/bench_bans.py --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
+        --baseline 82cd87c --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from bench_protect import inject_text
+from common import alternate, describe_machine, git, load_checkpoint, markdown_table, read_lines
+
+from mt.decode.bans import Bans, SpanRule
+from mt.decode.protect import translate_protected
+from mt.decode.translator import Translator
+
+
+def baseline_rule(commit: str) -> type:
+    """`SpanRule` of `mt/decode/bans.py` at `commit`, loaded as a module of its own."""
+    source = git("show", f"{commit}:mt/decode/bans.py")
+    folder = Path(tempfile.mkdtemp(prefix="mt-bans-"))
+    path = folder / "bans_baseline.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("bans_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bans_baseline"] = module
+    spec.loader.exec_module(module)
+    return module.SpanRule
+
+
+def runner(loaded, lines: list[str], rule: type | None, sample: bool):
+    """A call that translates `lines` with protection by a fresh `rule` (None: unprotected)."""
+    cfg = dataclasses.replace(loaded.cfg.decode, sample=sample, seed=3) if sample else None
+    cfg = cfg or loaded.cfg.decode
+    dev = torch.device("cpu")
+
+    def run() -> list[str]:
+        tr = Translator(loaded.model, loaded.tokenizer, cfg, dev, protect=rule is not None,
+                        around=translate_protected if rule is not None else None)  # fmt: skip
+        if rule is not None:
+            tr.bans = Bans(spans=rule(loaded.tokenizer, dev))
+        return [t.text for t in tr.translate_stream(lines)]
+
+    return run
+
+
+def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
+    runs = {f"{k}": runner(loaded, lines, r, sample) for k, r in rules.items()}
+    outs, secs = alternate(rounds, runs)
+    best = {k: min(v) for k, v in secs.items()}
+    base = best["no protection"]
+    rows = [[k, f"{best[k]:.2f}", f"{best[k] / base:.2f}x", " ".join(f"{s:.2f}" for s in secs[k])]
+            for k in runs]  # fmt: skip
+    same = outs["this tree"] == outs["baseline"]
+    return (f"### {name}: {len(lines)} lines\n\n"
+            + markdown_table(("rule", "best s", "vs unprotected", "rounds (s)"), rows)
+            + f"\n\nprotected outputs identical between the two rules: {'yes' if same else 'no'}"
+            )  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--injected", type=Path, help="a Multi30k checkpoint (de->en)")
+    p.add_argument("--spanful", type=Path, help="a checkpoint that writes spans of its own")
+    p.add_argument("--spanful-src", type=Path, help="its source lines (default: its val.src)")
+    data = Path(os.environ.get("MT_DATA", "data/multi30k"))
+    p.add_argument("--src", type=Path, default=data / "test_2016_flickr.de.gz")
+    p.add_argument("--limit", type=int, default=300)
+    p.add_argument("--baseline", default="82cd87c", help="the commit whose SpanRule to compare")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    rules = {"this tree": SpanRule, "baseline": baseline_rule(args.baseline), "no protection": None}
+    print(f"machine: {describe_machine()}; torch threads 1; baseline {args.baseline}\n")
+    if args.injected:
+        loaded = load_checkpoint(args.injected, 1)
+        rng = random.Random(1)
+        src = read_lines(args.src)[: args.limit]
+        lines = [inject_text(s, k, rng)[0] for k, s in enumerate(src)]
+        print(workload("injected spans, beam", loaded, lines, rules, args.rounds, False), "\n")
+    if args.spanful:
+        loaded = load_checkpoint(args.spanful, 1)
+        path = args.spanful_src or args.spanful.parent.parent / "val.src"
+        lines = read_lines(path)[: args.limit]
+        print(workload("spanful model, sampling", loaded, lines, rules, args.rounds, True))
+    print(f"\nmachine after: {describe_machine()}")
+
+
+if __name__ == "__main__":
+    main()
