@@ -40,6 +40,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from re import _constants as _c
+from re import _parser as _p
 
 import regex
 
@@ -194,6 +196,109 @@ def growth(text: str, i: int, done: int) -> tuple[bool, bool]:
         alive |= m.end() == len(text)
         completed |= not m.partial and m.end() > done
     return alive, completed
+
+
+def ends_in_mark(text: str, starts: list[int]) -> bool:
+    """Whether every span under way at `starts` of `text` can only be completed by a mark
+    (`>`, `;`, `}`: a tag, template, entity, brace or ICU argument), never by a letter, digit
+    or space, so a piece of words and spaces completes none of them (`mt.decode.bans`)."""
+    for i in starts:
+        for pattern, marked in _EACH:
+            m = pattern.match(text, i, partial=True)
+            if m is not None and m.end() == len(text) and not marked:
+                return False
+    return True
+
+
+def _last_chars(items) -> tuple[set[int], bool]:
+    """(the ASCII codes, and whether any other character) a match of the parsed expression
+    `items` (`re._parser`) can end with: the last set of its Glushkov automaton."""
+    codes: set[int] = set()
+    other = False
+    for op, av in reversed(list(items)):
+        if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+            continue  # zero width: the character before it ends the match
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+            sub = _last_chars(av[2])
+            nullable = av[0] == 0 or _nullable(av[2])
+        elif op == _c.SUBPATTERN:
+            sub, nullable = _last_chars(av[3]), _nullable(av[3])
+        elif op == _c.BRANCH:
+            parts = [_last_chars(b) for b in av[1]]
+            sub = (set().union(*(x for x, _ in parts)), any(o for _, o in parts))
+            nullable = any(_nullable(b) for b in av[1])
+        else:
+            sub, nullable = _chars(op, av), False
+        codes |= sub[0]
+        other |= sub[1]
+        if not nullable:
+            break
+    return codes, other
+
+
+def _nullable(items) -> bool:
+    """Whether the parsed expression `items` can match the empty string."""
+    for op, av in items:
+        if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+            continue
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+            if av[0] > 0 and not _nullable(av[2]):
+                return False
+        elif op == _c.SUBPATTERN:
+            if not _nullable(av[3]):
+                return False
+        elif op == _c.BRANCH:
+            if not any(_nullable(b) for b in av[1]):
+                return False
+        else:
+            return False
+    return True
+
+
+def _chars(op, av) -> tuple[set[int], bool]:
+    """The characters one atom of a parsed expression matches: ASCII codes, and whether any
+    other character."""
+    test = re.compile(  # the atom itself, rebuilt for the engine to answer
+        "(?s)" + ("." if op == _c.ANY else "[" + _class_text(op, av) + "]")
+    )
+    codes = {c for c in range(128) if test.fullmatch(chr(c))}
+    return codes, any(test.fullmatch(c) for c in "éß€\u3042")
+
+
+def _class_text(op, av) -> str:
+    """A parsed atom (LITERAL, NOT_LITERAL or IN) written back as a character class body."""
+    if op == _c.LITERAL:
+        return re.escape(chr(av))
+    if op == _c.NOT_LITERAL:
+        return "^" + re.escape(chr(av))
+    categories = {_c.CATEGORY_WORD: r"\w", _c.CATEGORY_NOT_WORD: r"\W", _c.CATEGORY_DIGIT: r"\d",
+                  _c.CATEGORY_NOT_DIGIT: r"\D", _c.CATEGORY_SPACE: r"\s",
+                  _c.CATEGORY_NOT_SPACE: r"\S"}  # fmt: skip
+    out = []
+    for kind, x in av:
+        if kind == _c.NEGATE:
+            out.insert(0, "^")
+        elif kind == _c.LITERAL:
+            out.append(re.escape(chr(x)))
+        elif kind == _c.RANGE:
+            out.append(f"{re.escape(chr(x[0]))}-{re.escape(chr(x[1]))}")
+        elif kind == _c.CATEGORY:
+            out.append(categories[x])
+    return "".join(out)
+
+
+def _marks_only(pattern: str) -> bool:
+    """Whether every match of `pattern` ends with a mark: no letter, digit, `_` or space."""
+    codes, other = _last_chars(_p.parse(pattern))
+    return not other and not any(chr(c).isalnum() or chr(c) in "_" or chr(c).isspace()
+                                 for c in codes)  # fmt: skip
+
+
+# Each pattern for partial matching, with whether its matches end with a mark; an ICU
+# argument ends with its balancing `}`.
+_EACH = [(regex.compile(p), _marks_only(p)) for _, _, p in PATTERNS] + [
+    (regex.compile(_ICU_WHOLE), True)
+]
 
 
 @lru_cache(maxsize=1)

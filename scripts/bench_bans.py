@@ -6,9 +6,12 @@ Two workloads, each optional:
 - `--injected CKPT`: a Multi30k model on test_2016_flickr sentences with spans injected as
   `bench_protect.py` does (seed 1): the model never writes span characters, so this is the
   cost every protected line pays (the fixed ban, the rows read as text).
-- `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model, or the
-  software-strings model), sampled on its own source lines: the ban works at every step, which
-  is where reading each row's open span and finding its completing pieces costs.
+- `--strings CKPT --strings-src FILE`: the software-strings model (docs/decoding.md,
+  `scripts/software_strings.py`) on its test part, beam search: real strings whose `%s`,
+  `<%s>` and tags the model writes itself, so rows hold open spans.
+- `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
+  sampled on its own source lines: the ban works at every step, which is where reading each
+  row's open span and finding its completing pieces costs.
 
 Every round builds each rule afresh, as each `mt translate` process does, so the first
 lookups of each open text are in the time. One thread each.
@@ -84,6 +87,8 @@ def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, samp
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--injected", type=Path, help="a Multi30k checkpoint (de->en)")
+    p.add_argument("--strings", type=Path, help="a software-strings checkpoint")
+    p.add_argument("--strings-src", type=Path, help="its test sources (test.de)")
     p.add_argument("--spanful", type=Path, help="a checkpoint that writes spans of its own")
     p.add_argument("--spanful-src", type=Path, help="its source lines (default: its val.src)")
     data = Path(os.environ.get("MT_DATA", "data/multi30k"))
@@ -100,6 +105,10 @@ def main() -> None:
         src = read_lines(args.src)[: args.limit]
         lines = [inject_text(s, k, rng)[0] for k, s in enumerate(src)]
         print(workload("injected spans, beam", loaded, lines, rules, args.rounds, False), "\n")
+    if args.strings:
+        loaded = load_checkpoint(args.strings, 1)
+        lines = read_lines(args.strings_src)[: args.limit]
+        print(workload("software strings, beam", loaded, lines, rules, args.rounds, False), "\n")
     if args.spanful:
         loaded = load_checkpoint(args.spanful, 1)
         path = args.spanful_src or args.spanful.parent.parent / "val.src"

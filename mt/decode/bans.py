@@ -19,12 +19,21 @@ and, for that open text, which pieces would complete a span (`SpanRule.completin
 
 from __future__ import annotations
 
+import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from mt.spans import CLOSING_TAG, WIDEST, find_spans, growth, open_starts
+from mt.spans import (
+    CLOSING_TAG,
+    WIDEST,
+    WINDOW_CHARS,
+    ends_in_mark,
+    find_spans,
+    growth,
+    open_starts,
+)
 from mt.tokenizer import Tokenizer
 
 # What a row's text may end with before a piece, for a span to start inside the piece: the
@@ -39,19 +48,19 @@ CACHE = 4096  # open texts whose completing pieces are kept
 SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
 
 
-@dataclass
-class _Node:
-    """A node of the trie of piece texts: the pieces that end here, and the longer ones."""
+# A trie of piece texts: each node maps a character to the next node, and `END` to the pieces
+# whose text ends there.
+Trie = dict
+END = ""  # no character: the key of a node's pieces
 
-    ends: list[int] = field(default_factory=list)
-    next: dict[str, _Node] = field(default_factory=dict)
 
-    def all(self) -> list[int]:
-        """Every piece at or below this node."""
-        out = list(self.ends)
-        for child in self.next.values():
-            out += child.all()
-        return out
+def _all(node: Trie) -> list[int]:
+    """Every piece at or below `node`."""
+    out = list(node.get(END, ()))
+    for c, child in node.items():
+        if c != END:
+            out += _all(child)
+    return out
 
 
 class SpanRule:
@@ -77,16 +86,11 @@ class SpanRule:
     def __init__(self, tokenizer: Tokenizer, device: torch.device) -> None:
         self.texts = piece_texts(tokenizer)
         self.device = device
-        self.trie = _Node()
-        for v, t in enumerate(self.texts):
-            if t:
-                node = self.trie
-                for c in t:
-                    node = node.next.setdefault(c, _Node())
-                node.ends.append(v)
         # The spans each piece completes by itself after each kind of row end, where any.
         # Every span holds a mark (`%<{$&@:.`...): a piece of words and spaces completes none.
         marked = {v for v, t in enumerate(self.texts) if t and not _PLAIN.fullmatch(t)}
+        self.marked = sorted(marked)
+        self._tries: dict[bool, Trie] = {}  # `_trie`: all pieces, or the marked ones
         self.alone_spans = {
             v: found for v in marked
             if (found := {x for c in CONTEXTS for x in _completed(c, self.texts[v])})
@@ -97,16 +101,20 @@ class SpanRule:
         # without one has no open text. Open text is prefix-closed (what could still grow into
         # a span could before its last character too), so the piece holding a span's first
         # character, or its `@`, is one of these.
-        # (A piece of words and spaces opens only a URL, at a word start: after a space.)
+        # A piece of words and spaces opens only a URL, and only at the start of its last word
+        # (no boundary inside a word, no white space inside a URL): read after a space.
         self.opener = torch.tensor(
             [
-                any(open_starts(c + t) for c in (OPEN_CONTEXTS if v in marked else (" ",)))
+                any(open_starts(c + t) for c in OPEN_CONTEXTS)
+                if v in marked
+                else bool(t.strip()) and growth(" " + t.split()[-1], 1, 1)[0]
                 for v, t in enumerate(self.texts)
             ],  # fmt: skip
             dtype=torch.bool,
             device=device,
         )
         self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
+        self._opens: dict[str, list[int]] = {}  # open starts by row text (`_open_starts`)
         self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
         self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # bans by open text
 
@@ -123,7 +131,7 @@ class SpanRule:
         rows = self.opener[history].any(1).nonzero().squeeze(1).tolist()
         for r, toks in zip(rows, history[rows].tolist()):
             ok = rows_allowed[r] if rows_allowed else ()
-            ids = self.row_bans("".join(self.texts[v] for v in toks), ok)
+            ids = self.row_bans("".join(self.texts[v] for v in toks), ok, len(self.texts[toks[-1]]))
             if ids is not None and len(ids):
                 if out.dim() == 1:
                     out = out.expand(R, -1).clone()
@@ -144,10 +152,11 @@ class SpanRule:
             self._last_alone = (key, out)
         return self._last_alone[1]
 
-    def row_bans(self, text: str, ok: tuple[str, ...] = ()) -> torch.Tensor | None:
+    def row_bans(self, text: str, ok: tuple[str, ...] = (), last: int = 0) -> torch.Tensor | None:
         """Token ids that would complete a span not `ok` that is under way in `text`; None
-        when no span is (then `alone` covers the row)."""
-        starts = open_starts(text)
+        when no span is (then `alone` covers the row). `last`: the length of its last piece,
+        whose row without it was likely seen the step before (`_open_starts`)."""
+        starts = self._open_starts(text, last)
         if not starts:
             return None
         cut = max(0, starts[0] - 1)  # with the character before, for the lookbehinds
@@ -165,6 +174,37 @@ class SpanRule:
             self._rows[key] = torch.tensor(ids, dtype=torch.long, device=self.device)
         return self._rows[key]
 
+    def _open_starts(self, text: str, last: int) -> list[int]:
+        """`mt.spans.open_starts(text)`, from the row's starts without its last piece where
+        they are known: a start no pattern can still match from stays so (open text is
+        prefix-closed), so only the starts open before and the last piece's characters are
+        read. A piece holding `@` can open an address that starts before it: all are read."""
+        parent = self._opens.get(text[: len(text) - last]) if 0 < last < len(text) else None
+        if parent is None or "@" in text[len(text) - last :]:
+            out = open_starts(text)
+        else:
+            lo = len(text) - last
+            keep = [s for s in parent if s >= len(text) - WINDOW_CHARS and growth(text, s, lo)[0]]
+            out = keep + open_starts(text, lo)
+        if len(self._opens) >= CACHE:
+            self._opens.pop(next(iter(self._opens)))
+        self._opens[text] = out
+        return out
+
+    def _trie(self, marked: bool) -> Trie:
+        """The trie of the pieces' texts (`marked`: of those holding a mark), built when a
+        span is first under way: most lines never need it."""
+        if marked not in self._tries:
+            root: Trie = {}
+            for v in self.marked if marked else range(len(self.texts)):
+                if self.texts[v]:
+                    node = root
+                    for c in self.texts[v]:
+                        node = node.setdefault(c, {})
+                    node.setdefault(END, []).append(v)
+            self._tries[marked] = root
+        return self._tries[marked]
+
     def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
         """(piece, the spans it completes) for the pieces that complete a span after `end`,
         whose spans under way start at `starts`: the trie of pieces is walked with the
@@ -175,28 +215,47 @@ class SpanRule:
             return self._found[head + end]
         candidates: list[int] = []
 
-        def walk(node: _Node, text: str, live: list[int]) -> None:
-            for c, child in node.next.items():
+        def walk(node: Trie, text: str, live: list[int]) -> None:
+            for c, child in node.items():
+                if c == END:
+                    continue
                 line = text + c
                 states = [(s, *growth(line, s, len(end))) for s in live]
                 if any(done for _, _, done in states):
-                    candidates.extend(child.all())  # checked one by one below
+                    candidates.extend(_all(child))  # checked one by one below
                     continue
                 still = [s for s, alive, _ in states if alive]
                 if still:
                     walk(child, line, still)
 
-        walk(self.trie, end, starts)
+        # A tag, template, entity, brace or ICU argument under way ends on a mark: only the
+        # pieces holding one can complete it (the others are a twentieth of the walk).
+        walk(self._trie(ends_in_mark(end, starts)), end, starts)
         out = []
         line = head + end
-        for v in candidates:
-            spans = [x.text for x in find_spans(line + self.texts[v], WIDEST) if x.end > len(line)]
+        for v, spans in zip(candidates, _completed_each(line, [self.texts[v] for v in candidates])):
             if spans:
                 out.append((v, spans))
         if len(self._found) >= CACHE:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
         return out
+
+
+def _completed_each(line: str, pieces: list[str]) -> list[list[str]]:
+    """For each piece, the spans of `line + piece` that reach into the piece: one pass of
+    the patterns over all the lines at once (no span crosses `SEPARATOR`)."""
+    lines = [line + p for p in pieces]
+    starts, pos = [], 0
+    for x in lines:
+        starts.append(pos)
+        pos += len(x) + len(SEPARATOR)
+    out: list[list[str]] = [[] for _ in pieces]
+    for s in find_spans(SEPARATOR.join(lines), WIDEST):
+        k = bisect.bisect_right(starts, s.start) - 1
+        if s.end > starts[k] + len(line):
+            out[k].append(s.text)
+    return out
 
 
 def _may(span: str, ok: tuple[str, ...]) -> bool:
