@@ -179,14 +179,16 @@ _GROWING_EMAIL = regex.compile(_EMAIL)
 WINDOW_CHARS = 300  # a span still open after this many characters is taken for text
 
 
-def growth(text: str, i: int, done: int) -> tuple[bool, bool]:
+def growth(text: str, i: int, done: int) -> tuple[bool, bool, bool]:
     """For a span that starts at `text[i]` (the characters before it read by lookbehinds):
-    (alive, completed). `alive`: a pattern matches `text[i:]` up to its end, partly or
+    (alive, at_end, final). `alive`: a pattern matches `text[i:]` up to its end, partly or
     wholly, so appending text could still complete a span there (a whole span at the end
-    may grow: `$HO` -> `$HOME`). `completed`: a pattern's match from `i` ends after `done`
-    (a span was completed by what follows `done`). An e-mail address counts only once its
-    `@` is there: its local part is any word (see `open_starts`)."""
-    alive = completed = False
+    may grow: `$HO` -> `$HOME`, or be undone: `%s` -> `%so`). `at_end`: a whole span from `i`
+    ends at the end, after `done` (what follows `done` completed it). `final`: a whole span
+    from `i` ends after `done` and before the end, where nothing appended changes it. An
+    e-mail address counts only once its `@` is there: its local part is any word (see
+    `open_starts`)."""
+    alive = at_end = final = False
     for pattern in (_GROWING, _GROWING_EMAIL):
         if pattern is _GROWING_EMAIL and "@" not in text[i:]:
             continue
@@ -194,8 +196,10 @@ def growth(text: str, i: int, done: int) -> tuple[bool, bool]:
         if m is None:
             continue
         alive |= m.end() == len(text)
-        completed |= not m.partial and m.end() > done
-    return alive, completed
+        if not m.partial and m.end() > done:
+            at_end |= m.end() == len(text)
+            final |= m.end() < len(text)
+    return alive, at_end, final
 
 
 def ends_in_mark(text: str, starts: list[int]) -> bool:
@@ -208,6 +212,50 @@ def ends_in_mark(text: str, starts: list[int]) -> bool:
             if m is not None and m.end() == len(text) and not marked:
                 return False
     return True
+
+
+def class_map(chars: Iterable[str]) -> dict[int, str]:
+    """A `str.translate` table that writes each of `chars` as the representative of its
+    class: characters that every test of the patterns (each literal, class and `\b`'s word
+    test) treats alike are one class, so the patterns match the mapped text where they
+    match the text, and texts that differ only within classes share one reading
+    (`mt.decode.bans` walks the vocabulary once for all of them)."""
+    tests = _char_tests()
+    reps: dict[tuple[bool, ...], str] = {}
+    out = {}
+    ascii_ = [chr(i) for i in range(32, 127)] + [chr(i) for i in range(32)] + [chr(127)]
+    for c in ascii_ + sorted(set(chars) - set(ascii_)):
+        sig = tuple(bool(t.fullmatch(c)) for t in tests)
+        out[ord(c)] = reps.setdefault(sig, c)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _char_tests() -> list[re.Pattern[str]]:
+    """Every character test the patterns make: their literals, classes and `.`, and the
+    word test of `\b`."""
+    atoms: set[tuple[object, str]] = set()
+
+    def collect(items) -> None:
+        for op, av in items:
+            if op in (_c.LITERAL, _c.NOT_LITERAL, _c.IN, _c.ANY):
+                atoms.add((op, "." if op == _c.ANY else _class_text(op, av)))
+            elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+                collect(av[2])
+            elif op == _c.SUBPATTERN:
+                collect(av[3])
+            elif op == _c.BRANCH:
+                for b in av[1]:
+                    collect(b)
+            elif op in (_c.ASSERT, _c.ASSERT_NOT):
+                collect(av[1])
+
+    # The ICU argument's recursive body tests `[^{}\n]`, `{` and `}` (written flat for `re`).
+    for pattern in [p for _, _, p in PATTERNS] + [_ICU.pattern + r"[^{}\n]\{\}"]:
+        collect(_p.parse(pattern))
+    tests = [re.compile("(?s)." if op == _c.ANY else f"[{text}]") for op, text in sorted(
+        atoms, key=lambda a: (str(a[0]), a[1]))]  # fmt: skip
+    return tests + [re.compile(r"\w"), re.compile(r"\s")]
 
 
 def _last_chars(items) -> tuple[set[int], bool]:
@@ -258,9 +306,7 @@ def _nullable(items) -> bool:
 def _chars(op, av) -> tuple[set[int], bool]:
     """The characters one atom of a parsed expression matches: ASCII codes, and whether any
     other character."""
-    test = re.compile(  # the atom itself, rebuilt for the engine to answer
-        "(?s)" + ("." if op == _c.ANY else "[" + _class_text(op, av) + "]")
-    )
+    test = re.compile("(?s)." if op == _c.ANY else f"[{_class_text(op, av)}]")
     codes = {c for c in range(128) if test.fullmatch(chr(c))}
     return codes, any(test.fullmatch(c) for c in "éß€\u3042")
 
@@ -328,7 +374,9 @@ def open_starts(text: str, lo: int = 0) -> list[int]:
     which `mt.decode.bans` bans whatever word precedes it."""
     starters, address = _starters()
     lo = max(lo, len(text) - WINDOW_CHARS)
-    last_word = max(lo, len(text) - len(_LAST_WORD.search(text).group()))
+    last_word = len(text)
+    while last_word > lo and not text[last_word - 1].isspace():
+        last_word -= 1
     found = [m.start() for m in _starts_re(starters, address).finditer(text, lo)]
     found += [  # addresses start at a word boundary (`\b`)
         m.start() for m in _WORD_START.finditer(text, last_word) if m.group() in address
@@ -336,7 +384,6 @@ def open_starts(text: str, lo: int = 0) -> list[int]:
     return [i for i in sorted(found) if growth(text, i, len(text))[0]]
 
 
-_LAST_WORD = re.compile(r"\S*\Z")
 _WORD_START = re.compile(r"(?<!\w)\w")
 
 

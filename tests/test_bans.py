@@ -313,3 +313,33 @@ def test_every_search_path_keeps_the_ban(spanful_run, rule, path) -> None:
 
     check()
     assert sum(free_spans) >= len(free_spans), free_spans  # unbanned, the model writes spans
+
+
+def test_no_pattern_needs_a_longer_run_than_the_walk_keeps() -> None:
+    """`bans._squeeze` cuts runs of one character to `RUN`: no span pattern may need more of
+    one character in a row (a literal run such as `www`, or a repetition's minimum)."""
+    from re import _constants as c
+    from re import _parser as parse
+
+    from mt.decode.bans import RUN
+    from mt.spans import PATTERNS
+
+    def need(items) -> int:
+        most, run, last = 0, 0, None
+        for op, av in items:
+            if op == c.LITERAL:
+                run = run + 1 if av == last else 1
+                last = av
+                most = max(most, run)
+                continue
+            last, run = None, 0
+            if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                most = max(most, av[0] if av[0] < c.MAXREPEAT else 0, need(av[2]))
+            elif op == c.SUBPATTERN:
+                most = max(most, need(av[3]))
+            elif op == c.BRANCH:
+                most = max([most] + [need(b) for b in av[1]])
+        return most
+
+    needs = {p: need(parse.parse(p)) for _, _, p in PATTERNS}
+    assert max(needs.values()) == RUN, needs  # `www` needs 3

@@ -29,6 +29,7 @@ from mt.spans import (
     CLOSING_TAG,
     WIDEST,
     WINDOW_CHARS,
+    class_map,
     ends_in_mark,
     find_spans,
     growth,
@@ -115,6 +116,8 @@ class SpanRule:
         )
         self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
         self._opens: dict[str, list[int]] = {}  # open starts by row text (`_open_starts`)
+        self._walks: dict[tuple[str, tuple[int, ...]], list[int]] = {}  # `_walk`'s
+        self.classes = class_map(set("".join(self.texts)) | set(" a5%."))
         self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
         self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # bans by open text
 
@@ -159,12 +162,13 @@ class SpanRule:
         starts = self._open_starts(text, last)
         if not starts:
             return None
-        cut = max(0, starts[0] - 1)  # with the character before, for the lookbehinds
+        cut = max(0, starts[0] - 1)  # with the character before, for the lookbehinds,
+        # which tell a space, a letter, a digit, `%` and another mark apart (`_kind`)
         # A lone `<Name>` is markup when the line closes it (`mt.spans`): the line's closing
         # tags before the open text go with it, apart from it (`SEPARATOR` ends any span).
         closes = sorted(set(CLOSING_TAG.findall(text, 0, cut)))
         head = "".join(f"</{n}>" for n in closes) + SEPARATOR if closes else ""
-        end = text[cut:]
+        end = _kind(text[cut]) + text[cut + 1 :] if cut < starts[0] else text[cut:]
         key = (head + end, ok)
         if key not in self._rows:
             if len(self._rows) >= CACHE:
@@ -192,14 +196,15 @@ class SpanRule:
         return out
 
     def _trie(self, marked: bool) -> Trie:
-        """The trie of the pieces' texts (`marked`: of those holding a mark), built when a
-        span is first under way: most lines never need it."""
+        """The trie of the pieces' texts (`marked`: of those holding a mark) written in
+        character classes (`mt.spans.class_map`): pieces that read alike to the patterns
+        share a path. Built when a span is first under way: most lines never need it."""
         if marked not in self._tries:
             root: Trie = {}
             for v in self.marked if marked else range(len(self.texts)):
                 if self.texts[v]:
                     node = root
-                    for c in self.texts[v]:
+                    for c in self.texts[v].translate(self.classes):
                         node = node.setdefault(c, {})
                     node.setdefault(END, []).append(v)
             self._tries[marked] = root
@@ -213,24 +218,14 @@ class SpanRule:
         completed is checked by `find_spans` itself (after `head`, the line's closing tags)."""
         if head + end in self._found:
             return self._found[head + end]
-        candidates: list[int] = []
-
-        def walk(node: Trie, text: str, live: list[int]) -> None:
-            for c, child in node.items():
-                if c == END:
-                    continue
-                line = text + c
-                states = [(s, *growth(line, s, len(end))) for s in live]
-                if any(done for _, _, done in states):
-                    candidates.extend(_all(child))  # checked one by one below
-                    continue
-                still = [s for s, alive, _ in states if alive]
-                if still:
-                    walk(child, line, still)
-
-        # A tag, template, entity, brace or ICU argument under way ends on a mark: only the
-        # pieces holding one can complete it (the others are a twentieth of the walk).
-        walk(self._trie(ends_in_mark(end, starts)), end, starts)
+        # The walk reads the text in character classes: its result serves every open text
+        # that reads alike (`%s` after any letter, `<kbd` and `<var`...).
+        key = _squeeze(end.translate(self.classes), starts)
+        if key not in self._walks:
+            if len(self._walks) >= CACHE:
+                self._walks.pop(next(iter(self._walks)))
+            self._walks[key] = self._walk(*key)
+        candidates = self._walks[key]
         out = []
         line = head + end
         for v, spans in zip(candidates, _completed_each(line, [self.texts[v] for v in candidates])):
@@ -240,6 +235,66 @@ class SpanRule:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
         return out
+
+    def _walk(self, end: str, starts: tuple[int, ...]) -> list[int]:
+        """The pieces that may complete a span after `end` (in character classes) whose
+        spans under way start at `starts`: the branches of the trie where one is completed."""
+        candidates: list[int] = []
+
+        def walk(node: Trie, text: str, live: list[int]) -> None:
+            for c, child in node.items():
+                if c == END:
+                    continue
+                line = text + c
+                states = [(s, *growth(line, s, len(end))) for s in live]
+                if any(final for *_, final in states):  # every piece below completes it
+                    candidates.extend(_all(child))  # checked, with the others, below
+                    continue
+                if any(at_end for _, _, at_end, _ in states):  # a piece ending here does
+                    candidates.extend(child.get(END, ()))
+                still = [s for s, alive, _, _ in states if alive]
+                if still:
+                    walk(child, line, still)
+
+        # A tag, template, entity, brace or ICU argument under way ends on a mark: only the
+        # pieces holding one can complete it (a twentieth of the vocabulary or less).
+        for s in starts:  # each on its own trie: a tag ends on a mark, a `%s` on a letter
+            walk(self._trie(ends_in_mark(end, [s])), end, [s])
+        return list(dict.fromkeys(candidates))
+
+
+# A run of one character class longer than this is read as this long: no pattern asks for
+# more repetitions of a character than `www.` does (tests/test_bans.py checks it).
+RUN = 3
+
+
+def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
+    r"""`text` with each run of one character longer than `RUN` cut to `RUN` (but a run a
+    span starts inside), and `starts` moved with it: `%0.2222` and `%0.22222` share one
+    walk. No pattern needs a longer run (`RUN`), and a shorter run only stays within more
+    patterns' bounds (`\d?`, `{1,7}`), so a cut run keeps alive every branch the whole run
+    does (and perhaps more, which the exact check then drops)."""
+    out, moved, pos = [], list(starts), 0
+    for m in _RUNS.finditer(text):
+        if any(m.start() < s < m.end() for s in starts):
+            continue
+        out.append(text[pos : m.start() + RUN])
+        pos = m.end()
+        removed = m.end() - m.start() - RUN
+        moved = [s - removed if s >= m.end() else s for s in moved]
+    out.append(text[pos:])
+    return "".join(out), tuple(moved)
+
+
+_RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
+
+
+def _kind(c: str) -> str:
+    r"""A character as the patterns' lookbehinds (`\b`, `(?<![\d%])`) see it, so `(%` and
+    `:%` share their open text."""
+    if c.isspace():
+        return " "
+    return "5" if c.isdigit() else "%" if c == "%" else "a" if c.isalnum() or c == "_" else "."
 
 
 def _completed_each(line: str, pieces: list[str]) -> list[list[str]]:
