@@ -14,7 +14,9 @@ Two workloads, each optional:
   row's open span and finding its completing pieces costs.
 
 Every round builds each rule afresh, as each `mt translate` process does, so the first
-lookups of each open text are in the time. One thread each.
+lookups of each open text are in the time, and the time spent in the ban (building the rule
+and its masks) is reported beside the whole: the rest of a protected run's extra time is
+decoding (a model that wants a span it may not complete writes longer). One thread each.
 
     python scripts/bench_bans.py --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
         --baseline 82cd87c --rounds 3
@@ -29,6 +31,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -54,8 +57,22 @@ def baseline_rule(commit: str) -> type:
     return module.SpanRule
 
 
-def runner(loaded, lines: list[str], rule: type | None, sample: bool):
-    """A call that translates `lines` with protection by a fresh `rule` (None: unprotected)."""
+class Timed:
+    """A span rule whose `mask` calls are timed: the ban's own share of a protected run."""
+
+    def __init__(self, rule, seconds: list[float]) -> None:
+        self.rule, self.seconds = rule, seconds
+
+    def mask(self, *args):
+        start = time.perf_counter()
+        out = self.rule.mask(*args)
+        self.seconds.append(time.perf_counter() - start)
+        return out
+
+
+def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: list[float]):
+    """A call that translates `lines` with protection by a fresh `rule` (None: unprotected);
+    each call appends the seconds spent in the ban to `in_ban`."""
     cfg = dataclasses.replace(loaded.cfg.decode, sample=sample, seed=3) if sample else None
     cfg = cfg or loaded.cfg.decode
     dev = torch.device("cpu")
@@ -63,23 +80,31 @@ def runner(loaded, lines: list[str], rule: type | None, sample: bool):
     def run() -> list[str]:
         tr = Translator(loaded.model, loaded.tokenizer, cfg, dev, protect=rule is not None,
                         around=translate_protected if rule is not None else None)  # fmt: skip
+        seconds: list[float] = []
         if rule is not None:
-            tr.bans = Bans(spans=rule(loaded.tokenizer, dev))
-        return [t.text for t in tr.translate_stream(lines)]
+            start = time.perf_counter()
+            built = rule(loaded.tokenizer, dev)
+            seconds.append(time.perf_counter() - start)
+            tr.bans = Bans(spans=Timed(built, seconds))  # type: ignore[arg-type]
+        out = [t.text for t in tr.translate_stream(lines)]
+        in_ban.append(sum(seconds))
+        return out
 
     return run
 
 
 def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
-    runs = {f"{k}": runner(loaded, lines, r, sample) for k, r in rules.items()}
+    in_ban: dict[str, list[float]] = {k: [] for k in rules}
+    runs = {k: runner(loaded, lines, r, sample, in_ban[k]) for k, r in rules.items()}
     outs, secs = alternate(rounds, runs)
     best = {k: min(v) for k, v in secs.items()}
     base = best["no protection"]
-    rows = [[k, f"{best[k]:.2f}", f"{best[k] / base:.2f}x", " ".join(f"{s:.2f}" for s in secs[k])]
+    rows = [[k, f"{best[k]:.2f}", f"{best[k] / base:.2f}x",
+             f"{in_ban[k][secs[k].index(best[k])]:.2f}", " ".join(f"{s:.2f}" for s in secs[k])]
             for k in runs]  # fmt: skip
     same = outs["this tree"] == outs["baseline"]
-    return (f"### {name}: {len(lines)} lines\n\n"
-            + markdown_table(("rule", "best s", "vs unprotected", "rounds (s)"), rows)
+    header = ("rule", "best s", "vs unprotected", "in the ban (s)", "rounds (s)")
+    return (f"### {name}: {len(lines)} lines\n\n" + markdown_table(header, rows)
             + f"\n\nprotected outputs identical between the two rules: {'yes' if same else 'no'}"
             )  # fmt: skip
 

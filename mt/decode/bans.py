@@ -13,7 +13,7 @@ holds whatever the model has learned. A mask is a bool tensor, True where a toke
 
 A span is banned when it would be completed, not when it could start: `50 %` and `a < b`
 stay writable, `%s` and `<b>` do not. The rule reads the state of each row from the span
-patterns themselves (`mt.spans.open_starts`): where in the row's text a span is under way,
+patterns themselves (`mt.open_spans.open_starts`): where in the row's text a span is under way,
 and, for that open text, which pieces would complete a span (`SpanRule.completing`).
 """
 
@@ -25,16 +25,15 @@ from dataclasses import dataclass
 
 import torch
 
-from mt.spans import (
-    CLOSING_TAG,
-    WIDEST,
+from mt.open_spans import (
     WINDOW_CHARS,
+    alive_patterns,
     class_map,
     ends_in_mark,
-    find_spans,
     growth,
     open_starts,
 )
+from mt.spans import CLOSING_TAG, WIDEST, find_spans
 from mt.tokenizer import Tokenizer
 
 # What a row's text may end with before a piece, for a span to start inside the piece: the
@@ -73,7 +72,7 @@ class SpanRule:
       completing an address after any word): `alone`, one fixed mask for every row, computed
       once per vocabulary over each kind of character the row may end with;
     - in the row's text, where a span is under way (`%`, `<a href=`, `$HO`, `{n, plural, `):
-      the row's open text is read off the patterns (`mt.spans.open_starts`), and the pieces
+      the row's open text is read off the patterns (`mt.open_spans.open_starts`), and the pieces
       that would complete a span after it are found by walking the trie of piece texts with
       the patterns' partial matches, pruning every branch no pattern can still match
       (`completing`). So a row ending is a dictionary lookup once its open text was seen.
@@ -91,7 +90,7 @@ class SpanRule:
         # Every span holds a mark (`%<{$&@:.`...): a piece of words and spaces completes none.
         marked = {v for v, t in enumerate(self.texts) if t and not _PLAIN.fullmatch(t)}
         self.marked = sorted(marked)
-        self._tries: dict[bool, Trie] = {}  # `_trie`: all pieces, or the marked ones
+        self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
         self.alone_spans = {
             v: found for v in marked
             if (found := {x for c in CONTEXTS for x in _completed(c, self.texts[v])})
@@ -116,8 +115,8 @@ class SpanRule:
         )
         self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
         self._opens: dict[str, list[int]] = {}  # open starts by row text (`_open_starts`)
-        self._walks: dict[tuple[str, tuple[int, ...]], list[int]] = {}  # `_walk`'s
-        self.classes = class_map(set("".join(self.texts)) | set(" a5%."))
+        self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
+        self.chars = set("".join(self.texts)) | set(" a5%.")  # what a row's text holds
         self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
         self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # bans by open text
 
@@ -179,7 +178,7 @@ class SpanRule:
         return self._rows[key]
 
     def _open_starts(self, text: str, last: int) -> list[int]:
-        """`mt.spans.open_starts(text)`, from the row's starts without its last piece where
+        """`mt.open_spans.open_starts(text)`, from the row's starts without its last piece where
         they are known: a start no pattern can still match from stays so (open text is
         prefix-closed), so only the starts open before and the last piece's characters are
         read. A piece holding `@` can open an address that starts before it: all are read."""
@@ -195,37 +194,48 @@ class SpanRule:
         self._opens[text] = out
         return out
 
-    def _trie(self, marked: bool) -> Trie:
-        """The trie of the pieces' texts (`marked`: of those holding a mark) written in
-        character classes (`mt.spans.class_map`): pieces that read alike to the patterns
-        share a path. Built when a span is first under way: most lines never need it."""
-        if marked not in self._tries:
+    def _trie(self, among: frozenset[int]) -> tuple[dict[int, str], Trie]:
+        """For spans of the patterns `among`: their character classes
+        (`mt.open_spans.class_map`) and the trie of the pieces' texts written in them, so
+        pieces that read alike to those patterns share a path (for a `$VAR`, every letter
+        is one). Only the pieces holding a mark where those spans end on one (a tag, a
+        brace). Built when such a span is first under way: most lines never need one."""
+        if among not in self._tries:
+            classes = class_map(self.chars, among)
             root: Trie = {}
-            for v in self.marked if marked else range(len(self.texts)):
+            for v in self.marked if ends_in_mark(among) else range(len(self.texts)):
                 if self.texts[v]:
                     node = root
-                    for c in self.texts[v].translate(self.classes):
+                    for c in self.texts[v].translate(classes):
                         node = node.setdefault(c, {})
                     node.setdefault(END, []).append(v)
-            self._tries[marked] = root
-        return self._tries[marked]
+            self._tries[among] = (classes, root)
+        return self._tries[among]
 
     def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
         """(piece, the spans it completes) for the pieces that complete a span after `end`,
-        whose spans under way start at `starts`: the trie of pieces is walked with the
-        patterns' partial matches (`mt.spans.growth`), a branch dropped as soon as no span
-        from `starts` can still match along it, and each piece on a branch where one was
-        completed is checked by `find_spans` itself (after `head`, the line's closing tags)."""
+        whose spans under way start at `starts`: for each start, the trie of pieces is
+        walked with the partial matches of the patterns alive there (`mt.open_spans`), a
+        branch dropped as soon as none can still match along it, and each piece on a branch
+        where one was completed is checked by `find_spans` itself (after `head`, the line's
+        closing tags)."""
         if head + end in self._found:
             return self._found[head + end]
-        # The walk reads the text in character classes: its result serves every open text
-        # that reads alike (`%s` after any letter, `<kbd` and `<var`...).
-        key = _squeeze(end.translate(self.classes), starts)
-        if key not in self._walks:
-            if len(self._walks) >= CACHE:
-                self._walks.pop(next(iter(self._walks)))
-            self._walks[key] = self._walk(*key)
-        candidates = self._walks[key]
+        candidates: list[int] = []
+        for s in starts:
+            among = alive_patterns(end, s)
+            if not among:
+                continue
+            classes, trie = self._trie(among)
+            # The walk reads the text in those patterns' classes: its result serves every
+            # open text that reads alike (`$HOME` and `$PATH`; `%0.22` and `%0.2222`).
+            key = (*_squeeze(end.translate(classes), [s]), among)
+            if key not in self._walks:
+                if len(self._walks) >= CACHE:
+                    self._walks.pop(next(iter(self._walks)))
+                self._walks[key] = _walk(trie, *key)
+            candidates += self._walks[key]
+        candidates = list(dict.fromkeys(candidates))
         out = []
         line = head + end
         for v, spans in zip(candidates, _completed_each(line, [self.texts[v] for v in candidates])):
@@ -236,31 +246,29 @@ class SpanRule:
         self._found[line] = out
         return out
 
-    def _walk(self, end: str, starts: tuple[int, ...]) -> list[int]:
-        """The pieces that may complete a span after `end` (in character classes) whose
-        spans under way start at `starts`: the branches of the trie where one is completed."""
-        candidates: list[int] = []
 
-        def walk(node: Trie, text: str, live: list[int]) -> None:
-            for c, child in node.items():
-                if c == END:
-                    continue
-                line = text + c
-                states = [(s, *growth(line, s, len(end))) for s in live]
-                if any(final for *_, final in states):  # every piece below completes it
-                    candidates.extend(_all(child))  # checked, with the others, below
-                    continue
-                if any(at_end for _, _, at_end, _ in states):  # a piece ending here does
-                    candidates.extend(child.get(END, ()))
-                still = [s for s, alive, _, _ in states if alive]
-                if still:
-                    walk(child, line, still)
+def _walk(trie: Trie, end: str, start: tuple[int, ...], among: frozenset[int]) -> list[int]:
+    """The pieces of `trie` that may complete a span of the patterns `among` that starts at
+    `start[0]` of `end`: those on the branches where one is completed."""
+    candidates: list[int] = []
+    (s,) = start
 
-        # A tag, template, entity, brace or ICU argument under way ends on a mark: only the
-        # pieces holding one can complete it (a twentieth of the vocabulary or less).
-        for s in starts:  # each on its own trie: a tag ends on a mark, a `%s` on a letter
-            walk(self._trie(ends_in_mark(end, [s])), end, [s])
-        return list(dict.fromkeys(candidates))
+    def walk(node: Trie, text: str) -> None:
+        for c, child in node.items():
+            if c == END:
+                continue
+            line = text + c
+            alive, at_end, final = growth(line, s, len(end), among)
+            if final:  # every piece below completes it
+                candidates.extend(_all(child))  # checked, with the others, by the caller
+                continue
+            if at_end:  # a piece ending here does
+                candidates.extend(child.get(END, ()))
+            if alive:
+                walk(child, line)
+
+    walk(trie, end)
+    return candidates
 
 
 # A run of one character class longer than this is read as this long: no pattern asks for

@@ -1,0 +1,158 @@
+"""Spans under way: where text appended to a line could still complete a span (`mt.spans`).
+
+The span patterns are compiled here for the `regex` module, whose partial matching says
+whether a string could still grow into a match. `mt.decode.bans` asks, at each step of a
+search, where in a hypothesis a span is under way (`open_starts`), which patterns are still
+alive there (`alive_patterns`), and, piece by piece, whether a span grows, is completed or dies
+(`growth`). The patterns are the only source: nothing here lists the endings of a span.
+
+An ICU argument is written as one recursive pattern here (the balanced braces
+`mt.spans._icu_spans` counts). An e-mail address counts only once its `@` is written: before
+that its local part is any word (`ka`), and what would complete it is a piece holding `@` and
+a domain, which the ban finds whatever word precedes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import cache, lru_cache
+
+import regex
+
+from mt.regex_facts import character_tests, ends_on_mark
+from mt.spans import _ICU, PATTERNS
+
+_KEYWORDS = r"plural|select|selectordinal|number|date|time|spellout|ordinal|duration"
+_ICU_WHOLE = (
+    rf"\{{\s*[A-Za-z_]\w*\s*,\s*(?:{_KEYWORDS})\s*(?:\}}|,(?:[^{{}}\n]|(?&icub))*\}})"
+    r"(?(DEFINE)(?<icub>\{(?:[^{}\n]|(?&icub))*\}))"
+)
+# Each pattern in `find_spans`'s order, the ICU argument last: (kind, expression). The flat
+# form of the ICU argument (for `re`, which has no recursion) makes the same character tests.
+GROWING = [(kind, p) for _, kind, p in PATTERNS] + [("icu", _ICU_WHOLE)]
+_FLAT = [p for _, _, p in PATTERNS] + [_ICU.pattern + r"[^{}\n]\{\}"]
+EMAIL = next(k for k, (kind, _) in enumerate(GROWING) if kind == "email")
+ALL = frozenset(range(len(GROWING)))
+WINDOW_CHARS = 300  # a span still open after this many characters is taken for text
+
+
+@cache
+def _each() -> list[regex.Pattern[str]]:
+    return [regex.compile(p) for _, p in GROWING]
+
+
+@lru_cache(maxsize=64)
+def _union(among: frozenset[int]) -> regex.Pattern[str] | None:
+    """The patterns of `among` but e-mail as one expression, in `find_spans`'s order: at a
+    position it matches as `find_spans` does when the others cannot match there."""
+    parts = [f"(?:{GROWING[k][1]})" for k in sorted(among) if k != EMAIL]
+    return regex.compile("|".join(parts)) if parts else None
+
+
+def alive_patterns(text: str, i: int) -> frozenset[int]:
+    """The patterns (indices of `GROWING`) that match `text[i:]` up to its end, partly or
+    wholly: those that appended text could still complete or extend from `i`."""
+    out = []
+    for k, pattern in enumerate(_each()):
+        if k == EMAIL and "@" not in text[i:]:
+            continue
+        m = pattern.match(text, i, partial=True)
+        if m is not None and m.end() == len(text):
+            out.append(k)
+    return frozenset(out)
+
+
+def growth(text: str, i: int, done: int, among: frozenset[int] = ALL) -> tuple[bool, bool, bool]:
+    """For a span of the patterns `among` that starts at `text[i]` (the characters before it
+    read by lookbehinds): (alive, at_end, final). `alive`: a pattern matches `text[i:]` up
+    to its end, partly or wholly, so appending text could still complete a span there (a
+    whole span at the end may grow: `$HO` -> `$HOME`, or be undone: `%s` -> `%so`).
+    `at_end`: a whole span from `i` ends at the end, after `done` (what follows `done`
+    completed it). `final`: a whole span from `i` ends after `done` and before the end,
+    where nothing appended changes it."""
+    alive = at_end = final = False
+    union = _union(among)
+    email = EMAIL in among and "@" in text[i:]
+    for pattern in (union, _each()[EMAIL] if email else None):
+        if pattern is None:
+            continue
+        m = pattern.match(text, i, partial=True)
+        if m is None:
+            continue
+        alive |= m.end() == len(text)
+        if not m.partial and m.end() > done:
+            at_end |= m.end() == len(text)
+            final |= m.end() < len(text)
+    return alive, at_end, final
+
+
+@lru_cache(maxsize=64)
+def ends_in_mark(among: frozenset[int]) -> bool:
+    """Whether every span of the patterns `among` ends with a mark (`>`, `;`, `}`: a tag,
+    template, entity, brace or ICU argument), never a letter, digit or space: then a piece
+    of words and spaces completes none of them."""
+    return all(GROWING[k][0] == "icu" or ends_on_mark(GROWING[k][1]) for k in among)
+
+
+def class_map(chars: Iterable[str], among: frozenset[int] = ALL) -> dict[int, str]:
+    """A `str.translate` table that writes each of `chars` as the representative of its
+    class: characters that every test of the patterns `among` (each literal and class, and
+    `\\b`'s word test) treats alike are one class, so those patterns match the mapped text
+    where they match the text, and texts that differ only within classes share one reading
+    (`mt.decode.bans` walks the vocabulary once for all of them)."""
+    tests = _tests(among)
+    reps: dict[tuple[bool, ...], str] = {}
+    out = {}
+    ascii_ = [chr(i) for i in range(32, 127)] + [chr(i) for i in range(32)] + [chr(127)]
+    for c in ascii_ + sorted(set(chars) - set(ascii_)):
+        sig = tuple(bool(t.fullmatch(c)) for t in tests)
+        out[ord(c)] = reps.setdefault(sig, c)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _tests(among: frozenset[int]) -> list[re.Pattern[str]]:
+    """The character tests of the patterns `among`, and the word and space tests."""
+    found = set().union(*(character_tests(_FLAT[k]) for k in among)) if among else set()
+    return [re.compile(t) for t in sorted(found)] + [re.compile(r"\w"), re.compile(r"\s")]
+
+
+@lru_cache(maxsize=1)
+def _starters() -> tuple[str, str]:
+    """(characters a span of any syntax can start with, those of them that start only
+    addresses: URLs and e-mail, which hold no white space), read off the patterns over the
+    printable ASCII characters (spans are made of ASCII)."""
+    chars = [chr(c) for c in range(33, 127)]
+    any_ = [c for c in chars if any(p.match(c, partial=True) for p in _each())]
+    others = [p for (kind, _), p in zip(GROWING, _each()) if kind not in ("url", "email")]
+    address = [c for c in any_ if not any(p.match(c, partial=True) for p in others)]
+    return "".join(any_), "".join(address)
+
+
+def open_starts(text: str, lo: int = 0) -> list[int]:
+    """Positions `i >= lo` of `text` (and within its last `WINDOW_CHARS`) at which a span of
+    any syntax is under way: text appended to the line could still complete, or extend, a
+    span that starts at `i`. Read from the patterns themselves (`growth`), so a tag with
+    braces in its attributes (`<p a {0`) or an ICU argument is open as long as its pattern
+    says it is. Addresses hold no white space, so their starts are looked for in the line's
+    last word only."""
+    starters, address = _starters()
+    lo = max(lo, len(text) - WINDOW_CHARS)
+    last_word = len(text)
+    while last_word > lo and not text[last_word - 1].isspace():
+        last_word -= 1
+    found = [m.start() for m in _starts_re(starters, address).finditer(text, lo)]
+    found += [  # addresses start at a word boundary (`\b`)
+        m.start() for m in _WORD_START.finditer(text, last_word) if m.group() in address
+    ]
+    return [i for i in sorted(found) if growth(text, i, len(text))[0]]
+
+
+_WORD_START = re.compile(r"(?<!\w)\w")
+
+
+@lru_cache(maxsize=1)
+def _starts_re(starters: str, address: str) -> re.Pattern[str]:
+    """The characters that start spans other than addresses, as one character class."""
+    return re.compile("[" + re.escape("".join(c for c in starters if c not in address)) + "]")
