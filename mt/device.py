@@ -56,9 +56,16 @@ def read_cpu_flags(path: Path = CPUINFO) -> frozenset[str]:
     return frozenset()
 
 
+def cpu_flags(environ: MutableMapping[str, str] = os.environ) -> frozenset[str]:
+    """This machine's CPU flags, read once per process. MT_CPU_FLAGS (space-separated), when
+    set, stands for them: the test suite sets it empty so that `auto` chooses alike on every
+    CPU (tests/conftest.py), and it shows what `auto` would do on another CPU."""
+    given = environ.get("MT_CPU_FLAGS")
+    return frozenset(given.split()) if given is not None else _this_cpu()
+
+
 @functools.cache
-def cpu_flags() -> frozenset[str]:
-    """This machine's CPU flags, read once per process."""
+def _this_cpu() -> frozenset[str]:
     return read_cpu_flags()
 
 

@@ -9,12 +9,11 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from conftest import REPO, reverse_task_config
 
 from mt import device as mt_device
 from mt.config_file import load_config
-from mt.device import choose_decode_dtype, choose_precision, read_cpu_flags, resolve_precision
+from mt.device import choose_decode_dtype, choose_precision, read_cpu_flags
 from mt.errors import MtError
 from mt.train.trainer import Trainer
 
@@ -22,6 +21,12 @@ ZEN3 = {"sse4_2", "avx", "avx2", "fma"}  # AVX2 only: this project's EPYC family
 AVX512 = ZEN3 | {"avx512f", "avx512bw", "avx512vl"}  # AVX-512 without bf16 (Skylake-SP)
 ZEN4 = AVX512 | {"avx512_bf16"}  # AMD EPYC family 25 model 17+ / family 26, Cooper Lake
 SAPPHIRE = ZEN4 | {"amx_tile", "amx_bf16", "amx_int8"}  # Intel Sapphire Rapids and later
+
+
+def test_mt_cpu_flags_stands_for_the_cpus_own():
+    assert mt_device.cpu_flags({"MT_CPU_FLAGS": "avx2 avx512_bf16"}) == {"avx2", "avx512_bf16"}
+    assert mt_device.cpu_flags({"MT_CPU_FLAGS": ""}) == frozenset()
+    assert mt_device.cpu_flags({}) == read_cpu_flags()  # /proc/cpuinfo's, read once
 
 
 def test_flags_come_from_the_first_processor_of_cpuinfo(tmp_path):
@@ -110,8 +115,10 @@ def test_the_start_line_names_the_precision_and_why(flags, want, tmp_path, monke
     assert f", precision {want} ({why}), " in err
 
 
-def test_mt_train_says_what_this_cpu_gives(tmp_path):
-    """The real command on this machine's flags: whatever the CPU, the line matches the rule."""
+def test_mt_train_says_what_this_cpu_gives(tmp_path, monkeypatch):
+    """The real command on this machine's own flags (not the suite's stand-in): whatever the
+    CPU, the line says what the rule gives for the flags /proc/cpuinfo lists."""
+    monkeypatch.delenv("MT_CPU_FLAGS", raising=False)
     config = reverse_task_config(tmp_path, max_steps=1, eval_every=1, precision="auto")
     proc = subprocess.run(
         [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(tmp_path / "run")],
@@ -123,5 +130,5 @@ def test_mt_train_says_what_this_cpu_gives(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     start = [line for line in proc.stderr.splitlines() if line.startswith("mt train: ")]
-    expected = resolve_precision("auto", torch.device("cpu")).describe()
+    expected = choose_precision("auto", "cpu", read_cpu_flags()).describe()
     assert len(start) == 1 and f", precision {expected}, " in start[0], proc.stderr
