@@ -13,6 +13,7 @@
 #   bash scripts/gpu_check.sh --prepare        # here, with network: wheels + Multi30k copy
 #   bash scripts/gpu_check.sh [--quick] [--steps tests,bench_train,...] [--wheels DIR]
 #                             [--recipe-minutes M] [--recipe-timeout S] [--cpu]
+#                             [--tests-k EXPR] [--tests-timeout S]
 #
 # Steps, in order: setup tests bench_train recipe eval bench_decode bench_cpu (default: all).
 # `recipe` trains configs/multi30k_de_en_gpu.yaml for --recipe-minutes of training in total; a
@@ -26,7 +27,7 @@ REPO=$PWD
 WHEELS=build/wheels # git-ignored, so `carry` can take it
 DATA=data/multi30k  # git-ignored; the configs' default data root
 STEPS=setup,tests,bench_train,recipe,eval,bench_decode,bench_cpu
-QUICK=0 CPU=0 PREPARE=0 RECIPE_MINUTES=10 RECIPE_TIMEOUT=520
+QUICK=0 CPU=0 PREPARE=0 RECIPE_MINUTES=10 RECIPE_TIMEOUT=520 TESTS_K="" TESTS_TIMEOUT=540
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
@@ -36,6 +37,8 @@ while [ $# -gt 0 ]; do
     --wheels) WHEELS=$2 && shift ;;
     --recipe-minutes) RECIPE_MINUTES=$2 && shift ;;
     --recipe-timeout) RECIPE_TIMEOUT=$2 && shift ;;
+    --tests-k) TESTS_K=$2 && shift ;; # pytest -k: the tests in two calls when one is too short
+    --tests-timeout) TESTS_TIMEOUT=$2 && shift ;;
     *) echo "gpu_check: unknown option $1 (see the top of $0)" >&2 && exit 2 ;;
     esac
     shift
@@ -148,7 +151,8 @@ fi
 # -v names each test as it runs, -rA --tb=long prints every outcome and whole tracebacks, and
 # MT_TEST_FAILURES (tests/conftest.py) appends each failure to tests.log the moment it happens.
 if wanted tests; then
-    MT_TEST_FAILURES=$OUTDIR/tests.log run tests 480 python3 -m pytest -m "cuda or not slow" \
+    [ -n "$TESTS_K" ] && TESTS=(-k "$TESTS_K")
+    MT_TEST_FAILURES=$OUTDIR/tests.log run tests "$TESTS_TIMEOUT" python3 -m pytest -m "cuda or not slow" \
         -v -rA --tb=long --junitxml="$OUTDIR/tests.xml" -p no:cacheprovider "${TESTS[@]}" \
         tests/test_cuda.py tests/test_precision.py tests/test_decode_dtype.py
     line=$(grep -E '(passed|failed|skipped|error)' "$OUTDIR/tests.log" | tail -n 1 | tr -d '=')
