@@ -110,7 +110,7 @@ def choose_precision(
     if device_type == "cuda":
         if cuda_bf16:
             return Precision("bf16", "auto: the GPU computes bf16")
-        return Precision("fp16", "auto: the GPU lacks bf16, fp16 with loss scaling")
+        return Precision("fp16", "auto: the GPU lacks bf16, so fp16")
     if native is not None:
         return Precision("bf16", f"auto: the CPU computes bf16 natively ({native})")
     return Precision("fp32", f"auto: {_no_bf16()}")

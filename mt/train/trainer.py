@@ -77,8 +77,7 @@ class Trainer:
         set_threads(self.threads)
         device = resolve_device(t.device, "train.device")
         self.dist, self.device = distributed.init(device, t.collective_timeout_s)
-        # What the start line says (which precision and why); the steps take its name.
-        self.precision_choice = resolve_precision(t.precision, self.device)
+        self.precision_choice = resolve_precision(t.precision, self.device)  # and why
         self.precision = self.precision_choice.name
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
