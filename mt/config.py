@@ -116,8 +116,9 @@ class TrainConfig:
     run_dir: str = "runs/default"  # where the run writes (also `--run-dir`)
     seed: int = 1  # weights, data order and dropout are reproducible for the same seed
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
-    # auto: bf16 autocast on CUDA (fp16 with a scaler where bf16 is missing); on CPU bf16 only
-    # where the CPU has AMX, else fp32 (AVX2/AVX-512 CPUs run bf16 far slower than fp32)
+    # auto: bf16 autocast on CUDA (fp16 with a scaler where bf16 is missing); on a CPU bf16 only
+    # where it computes bf16 natively (avx512_bf16 or amx_bf16), else fp32 (without them bf16
+    # is emulated and runs slower than fp32); the start line says which and why
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # CPU threads, at most the usable cores (affinity, cgroup quota); 0: as mt/device.py picks
     threads: int = 0
@@ -195,7 +196,11 @@ class DecodeConfig:
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
     no_repeat_ngram: int = 0  # > 0: no n-gram of this many tokens occurs twice in an output
     int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"  # CUDA weights; CPU always decodes in fp32
+    # auto: bf16 where the device computes it natively (a GPU with bf16, a CPU with avx512_bf16
+    # or amx_bf16), else fp32; fp16: CUDA only; not with int8. On CUDA: a half copy of the
+    # weights; on a CPU: bf16 autocast (norms, sums, log-softmax stay fp32). A checkpoint's
+    # value applies on CUDA; a CPU decodes as `--dtype` says (default auto).
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     max_len_a: float = 1.2  # output length limit a * src_len + b
     max_len_b: int = 10  # ... the b of that limit
     # Tokens per batch; a row counts its longest known side (the source when translating,
@@ -279,8 +284,8 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
         in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
         in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
         (
-            d.dtype in ("fp32", "bf16", "fp16"),
-            f"{n('decode.dtype')} must be one of fp32, bf16, fp16, got {d.dtype!r}",
+            d.dtype in ("auto", "fp32", "bf16", "fp16"),
+            f"{n('decode.dtype')} must be one of auto, fp32, bf16, fp16, got {d.dtype!r}",
         ),
     ]
 

@@ -2,8 +2,10 @@
 and scripts.
 
 `auto` means CUDA when there is one. Precision `auto` means bf16 on CUDA (fp16 where bf16 is
-missing) and on CPU bf16 only with AMX tiles: without them CPU bf16 matmuls are far slower than
-fp32, so fp32 is the right default there.
+missing) and on a CPU bf16 only where the CPU computes bf16 dot products natively (AVX-512 BF16
+or AMX, read once from /proc/cpuinfo): without them torch emulates bf16 through fp32 and its
+matmuls run several times slower than fp32, so fp32 is the right default there. Decoding
+chooses its dtype by the same rule (`decode.dtype` auto).
 
 Threads follow the cores this process may really use: the affinity mask (taskset, a cpuset)
 capped by the cgroup's CPU quota (a container's `--cpus`), which torch does not read (it sizes
@@ -17,9 +19,10 @@ set before torch starts its OpenMP pool (libgomp reads it once, when torch is im
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,13 +36,111 @@ if TYPE_CHECKING:
 DEVICES = ("auto", "cpu", "cuda")
 
 
-def has_amx() -> bool:
-    """Whether the CPU has AMX tiles for bf16; only then is CPU bf16 faster than fp32."""
+CPUINFO = Path("/proc/cpuinfo")
+# The CPU flags of native bf16 dot products: AMX tiles (Intel Sapphire Rapids and later) and
+# AVX-512 BF16's VDPBF16PS (AMD Zen 4 and later, Intel Cooper Lake and later).
+NATIVE_BF16 = ("amx_bf16", "avx512_bf16")
+
+
+def read_cpu_flags(path: Path = CPUINFO) -> frozenset[str]:
+    """The flags of the first processor in a /proc/cpuinfo file; empty when there is none to
+    read (not Linux): then no bf16 is assumed, which only keeps fp32."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return "amx_bf16" in f.read()
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
     except OSError:
-        return False
+        pass
+    return frozenset()
+
+
+def cpu_flags(environ: MutableMapping[str, str] = os.environ) -> frozenset[str]:
+    """This machine's CPU flags, read once per process. MT_CPU_FLAGS (space-separated), when
+    set, stands for them: the test suite sets it empty so that `auto` chooses alike on every
+    CPU (tests/conftest.py), and it shows what `auto` would do on another CPU."""
+    given = environ.get("MT_CPU_FLAGS")
+    return frozenset(given.split()) if given is not None else _this_cpu()
+
+
+@functools.cache
+def _this_cpu() -> frozenset[str]:
+    return read_cpu_flags()
+
+
+def native_bf16(flags: Iterable[str]) -> str | None:
+    """The flag that gives the CPU native bf16 dot products, None without one."""
+    have = set(flags)
+    return next((f for f in NATIVE_BF16 if f in have), None)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A resolved precision (fp32, bf16, fp16) and why it was chosen, for start lines."""
+
+    name: str
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.why})"
+
+
+def _no_bf16() -> str:
+    return f"this CPU has no {' or '.join(NATIVE_BF16)}, so bf16 runs slower than fp32"
+
+
+def choose_precision(
+    name: str,
+    device_type: str,
+    flags: Iterable[str] = (),
+    cuda_bf16: bool = False,
+    option: str = "train.precision",
+) -> Precision:
+    """What training computes in: `name` (auto, fp32, bf16, fp16) on a `device_type` whose CPU
+    has `flags` (CUDA: `cuda_bf16` says whether the GPU has bf16)."""
+    if name not in ("auto", "fp32", "bf16", "fp16"):
+        raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")
+    if name == "fp16" and device_type != "cuda":
+        raise MtError(f"{option} fp16 needs CUDA (use bf16 or fp32 on CPU)")
+    native = native_bf16(flags)
+    if name != "auto":
+        slow = name == "bf16" and device_type == "cpu" and native is None
+        return Precision(name, option + (f"; {_no_bf16()}" if slow else ""))
+    if device_type == "cuda":
+        if cuda_bf16:
+            return Precision("bf16", "auto: the GPU computes bf16")
+        return Precision("fp16", "auto: the GPU lacks bf16, so fp16")
+    if native is not None:
+        return Precision("bf16", f"auto: the CPU computes bf16 natively ({native})")
+    return Precision("fp32", f"auto: {_no_bf16()}")
+
+
+def choose_decode_dtype(
+    name: str,
+    device_type: str,
+    flags: Iterable[str] = (),
+    cuda_bf16: bool = False,
+    int8: bool = False,
+    option: str = "decode.dtype",
+) -> Precision:
+    """What decoding computes in: `auto` is bf16 where the device computes it natively (as
+    training's `auto`), fp32 elsewhere and under int8, whose Linear layers compute in int8 and
+    take fp32 inputs only (so bf16 and int8 do not combine)."""
+    if name not in ("auto", "fp32", "bf16", "fp16"):
+        raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")
+    if name == "fp16" and device_type != "cuda":
+        raise MtError(f"{option} fp16 decodes on CUDA only; on a CPU use auto, fp32 or bf16")
+    if int8 and name != "auto":
+        if name != "fp32":
+            raise MtError(
+                f"{option} {name} cannot be combined with int8 decoding (its Linear layers "
+                "compute in int8 from fp32 inputs): choose one"
+            )
+        return Precision("fp32", f"{option}, int8 Linear layers")
+    if int8:
+        return Precision("fp32", "auto: int8 Linear layers take fp32 inputs")
+    return choose_precision(name, device_type, flags, cuda_bf16, option)
 
 
 def resolve_device(name: str, option: str = "--device") -> torch.device:
@@ -55,20 +156,27 @@ def resolve_device(name: str, option: str = "--device") -> torch.device:
     return torch.device(name)
 
 
-def resolve_precision(name: str, device: torch.device) -> str:
-    """`auto`: bf16 on CUDA (fp16 where bf16 is missing), bf16 on CPU only with AMX."""
+def resolve_precision(name: str, device: torch.device) -> Precision:
+    """`choose_precision` for this machine's device and CPU."""
     import torch
 
-    if name == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "bf16" if has_amx() else "fp32"
-    if name == "fp16" and device.type != "cuda":
-        raise MtError("train.precision fp16 needs CUDA (use bf16 or fp32 on CPU)")
-    return name
+    cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return choose_precision(name, device.type, cpu_flags(), cuda_bf16)
+
+
+def resolve_decode_dtype(
+    name: str, device: torch.device, int8: bool = False, option: str = "decode.dtype"
+) -> Precision:
+    """`choose_decode_dtype` for this machine's device and CPU."""
+    import torch
+
+    cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return choose_decode_dtype(name, device.type, cpu_flags(), cuda_bf16, int8, option)
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """Mixed precision for `precision` bf16 or fp16: matmuls in the half type, sums, norms
+    and softmaxes in fp32; fp32 is no context at all."""
     import torch
 
     if precision == "fp32":

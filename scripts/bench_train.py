@@ -37,7 +37,7 @@ from mt.config import Config, ModelConfig  # noqa: E402
 from mt.config_file import load_config  # noqa: E402
 from mt.data.loader import TrainingSet  # noqa: E402
 from mt.data.prepare import prepare  # noqa: E402
-from mt.device import autocast, has_amx  # noqa: E402
+from mt.device import autocast, cpu_flags, native_bf16  # noqa: E402
 from mt.memory import keep_freed_memory  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 from mt.tokenizer import PAD, Tokenizer  # noqa: E402
@@ -209,14 +209,14 @@ def main() -> None:
         "--hf-sentences", type=int, default=0, help="HF's own batches: sentences per batch"
     )
     p.add_argument("--rounds", type=int, default=3, help="alternating timed rounds per engine")
-    p.add_argument("--bf16", action="store_true", help="also bf16 (default where it is fast)")
+    p.add_argument("--bf16", action="store_true", help="also bf16 (default where it is native)")
     args = p.parse_args()
     keep_freed_memory()  # as `mt train` does; both engines share the process and the allocator
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     precisions = ["fp32"]
-    if args.bf16 or device.type == "cuda" or has_amx():
+    if args.bf16 or device.type == "cuda" or native_bf16(cpu_flags()):
         precisions.append("bf16")
     info = {**machine(), "threads": torch.get_num_threads(), "device": str(device)}
     peaks = {

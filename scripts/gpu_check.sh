@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # One command for a lent GPU: make mt importable beside the preinstalled torch, then run the
-# CUDA tests, the training and decoding benchmarks and the GPU recipe, each under `timeout`,
-# with full logs in $OUT (else runs/gpu_check_out) and a summary table printed last.
-# How to run it in a lease, and what the numbers are for: docs/gpu.md.
+# CUDA tests, the training and decoding benchmarks, the GPU recipe and the bf16 benchmark of the
+# device's own CPU, each under `timeout`, with every step's full log in $OUT (else
+# runs/gpu_check_out) and a summary table printed last. How to run it in a lease: docs/gpu.md.
+#
+# $OUT brings back at most 8 files, so these are the 8: summary.txt (nvidia-smi, versions, the
+# CPU's flags, then the table), tests.log (pytest -v -rA --tb=long, each failure's traceback
+# also appended the moment it happens, so a step cut by its time limit keeps them), tests.xml
+# (JUnit), bench_train.log, recipe.log (ending with the run's metrics.jsonl), eval.log,
+# bench_decode.log, bench_cpu.log.
 #
 #   bash scripts/gpu_check.sh --prepare        # here, with network: wheels + Multi30k copy
 #   bash scripts/gpu_check.sh [--quick] [--steps tests,bench_train,...] [--wheels DIR]
 #                             [--recipe-minutes M] [--recipe-timeout S] [--cpu]
+#                             [--tests-k EXPR] [--tests-timeout S]
 #
-# Steps, in order: setup tests bench_train recipe eval bench_decode (default: all).
+# Steps, in order: setup tests bench_train recipe eval bench_decode bench_cpu (default: all).
 # `recipe` trains configs/multi30k_de_en_gpu.yaml for --recipe-minutes of training in total; a
 # run stopped by --recipe-timeout saves last.pt (SIGTERM) and the next call resumes it.
 # Without a GPU every CUDA step is skipped and the exit status is 0; `--cpu` instead runs
@@ -19,8 +26,8 @@ REPO=$PWD
 
 WHEELS=build/wheels # git-ignored, so `carry` can take it
 DATA=data/multi30k  # git-ignored; the configs' default data root
-STEPS=setup,tests,bench_train,recipe,eval,bench_decode
-QUICK=0 CPU=0 PREPARE=0 RECIPE_MINUTES=10 RECIPE_TIMEOUT=520
+STEPS=setup,tests,bench_train,recipe,eval,bench_decode,bench_cpu
+QUICK=0 CPU=0 PREPARE=0 RECIPE_MINUTES=10 RECIPE_TIMEOUT=520 TESTS_K="" TESTS_TIMEOUT=540
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
@@ -30,6 +37,8 @@ while [ $# -gt 0 ]; do
     --wheels) WHEELS=$2 && shift ;;
     --recipe-minutes) RECIPE_MINUTES=$2 && shift ;;
     --recipe-timeout) RECIPE_TIMEOUT=$2 && shift ;;
+    --tests-k) TESTS_K=$2 && shift ;; # pytest -k: the tests in two calls when one is too short
+    --tests-timeout) TESTS_TIMEOUT=$2 && shift ;;
     *) echo "gpu_check: unknown option $1 (see the top of $0)" >&2 && exit 2 ;;
     esac
     shift
@@ -52,16 +61,17 @@ fi
 
 OUTDIR=${OUT:-$REPO/runs/gpu_check_out} # the device returns at most 8 files: this writes 8
 mkdir -p "$OUTDIR"
-rm -f "$OUTDIR"/*.log "$OUTDIR"/recipe_metrics.jsonl
+rm -f "$OUTDIR"/*.log "$OUTDIR"/tests.xml "$OUTDIR"/summary.txt
 SUMMARY=$OUTDIR/summary.txt
-: >"$SUMMARY"
+TABLE=${TMPDIR:-/tmp}/mt_gpu_check_table.$$ # the table rows, appended to summary.txt last
+: >"$TABLE"
 RUN=runs/gpu_check
 [ $QUICK = 1 ] && RUN=runs/gpu_check_quick RECIPE_MINUTES=1 RECIPE_TIMEOUT=150
 export MT_DATA=$REPO/$DATA PYTHONUNBUFFERED=1
 SRC=$DATA/test_2016_flickr.de.gz REF=$DATA/test_2016_flickr.en.gz
 FAILED=0
 
-note() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$SUMMARY"; }
+note() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$TABLE"; }
 wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
 # run STEP TIMEOUT CMD...: CMD under `timeout`, its output in STEP.log; sets RC and SECS
 run() {
@@ -77,12 +87,16 @@ py() { python3 -c "$@" 2>/dev/null || echo "?"; }
 
 # -- setup: the GPU, and mt importable (PYTHONPATH: no build step, torch left untouched) ------
 start=$SECONDS
-LOG=$OUTDIR/setup.log
-{ nvidia-smi || echo "nvidia-smi: not found"; } >"$LOG" 2>&1
+LOG=$SUMMARY # the setup's log opens summary.txt
+{
+    date -u
+    nvidia-smi || echo "nvidia-smi: not found"
+    lscpu || grep -m1 -E '^(model name|flags)' /proc/cpuinfo
+} >"$LOG" 2>&1
 SITE=${TMPDIR:-/tmp}/mt_gpu_site
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
-        "$WHEELS"/*.whl >>"$LOG" 2>&1 || echo "pip install of $WHEELS failed (see setup.log)" | tee -a "$LOG"
+        "$WHEELS"/*.whl >>"$LOG" 2>&1 || echo "pip install of $WHEELS failed (see summary.txt)" | tee -a "$LOG"
 fi
 export PYTHONPATH=$REPO:$SITE${PYTHONPATH:+:$PYTHONPATH}
 GPU=$(py 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "")')
@@ -95,7 +109,7 @@ for name in ("datasets", "ctranslate2", "transformers"):
     except Exception:
         print(name, "missing", end=", ")' | sed "s/, $//")
 if ! python3 -c "import mt.cli, sentencepiece, sacrebleu, typer, yaml, tqdm" >>"$LOG" 2>&1; then
-    note setup failed $((SECONDS - start)) "mt does not import (see setup.log)" && FAILED=1
+    note setup failed $((SECONDS - start)) "mt does not import (see summary.txt)" && FAILED=1
     STEPS=setup
 fi
 if [ $CPU = 1 ]; then
@@ -118,20 +132,29 @@ if [ $DEVICE = cpu ]; then
         --set tokenizer.vocab_size=1000 --set train.max_tokens=1024 --set train.eval_every=3
         --set train.log_every=1 --set decode.max_len_b=5 --set train.loader_workers=0)
     BENCH_DECODE=(--device cpu --limit 30 --rounds 1 --beams 1)
+    BENCH_CPU=(--train-examples 2000 --steps 1 --warmup 1 --rounds 1 --limit 20 --beams 1
+        --precisions fp32,auto --dtypes fp32,auto)
 elif [ $QUICK = 1 ]; then
     TESTS=(-k "not compile") # torch.compile takes minutes
     BENCH_TRAIN=(--device cuda --batch 256 --length 32 --steps 5 --warmup 3 --rounds 1)
     RECIPE_SET=()
     BENCH_DECODE=(--device cuda --dtype fp16 --limit 300 --rounds 1 --beams 1,5)
+    BENCH_CPU=(--steps 4 --warmup 1 --rounds 1 --limit 100)
 else
     BENCH_TRAIN=(--device cuda --batch 256 --length 32 --steps 20 --warmup 5 --rounds 3)
     RECIPE_SET=()
     BENCH_DECODE=(--device cuda --dtype fp16 --rounds 2 --beams 1,4,5)
+    BENCH_CPU=(--steps 10 --warmup 2 --rounds 2 --limit 500)
 fi
 
-# -- tests: pytest -m cuda ------------------------------------------------------------------
+# -- tests: pytest -m cuda, and the precision tests on this machine's CPU --------------------
+# -v names each test as it runs, -rA --tb=long prints every outcome and whole tracebacks, and
+# MT_TEST_FAILURES (tests/conftest.py) appends each failure to tests.log the moment it happens.
 if wanted tests; then
-    run tests 420 python3 -m pytest -m cuda -q -rs -p no:cacheprovider "${TESTS[@]}" tests/test_cuda.py
+    [ -n "$TESTS_K" ] && TESTS=(-k "$TESTS_K")
+    MT_TEST_FAILURES=$OUTDIR/tests.log run tests "$TESTS_TIMEOUT" python3 -m pytest -m "cuda or not slow" \
+        -v -rA --tb=long --junitxml="$OUTDIR/tests.xml" -p no:cacheprovider "${TESTS[@]}" \
+        tests/test_cuda.py tests/test_precision.py tests/test_decode_dtype.py
     line=$(grep -E '(passed|failed|skipped|error)' "$OUTDIR/tests.log" | tail -n 1 | tr -d '=')
     if [ $RC = 0 ] && [[ $line == *passed* ]]; then
         note tests ok $SECS "$line"
@@ -165,7 +188,7 @@ if wanted recipe; then
         args=(configs/multi30k_de_en_gpu.yaml --run-dir "$RUN" --set "train.max_minutes=$RECIPE_MINUTES")
         [ -f "$RUN/last.pt" ] && args+=(--resume)
         run recipe "$RECIPE_TIMEOUT" python3 -m mt train "${args[@]}" "${RECIPE_SET[@]}"
-        [ -f "$RUN/metrics.jsonl" ] && cp "$RUN/metrics.jsonl" "$OUTDIR/recipe_metrics.jsonl"
+        [ -f "$RUN/metrics.jsonl" ] && { echo "== $RUN/metrics.jsonl" && cat "$RUN/metrics.jsonl"; } >>"$OUTDIR/recipe.log"
         key=$(py '
 import json, sys, statistics
 recs = [json.loads(x) for x in open(sys.argv[1])]
@@ -252,9 +275,27 @@ if wanted bench_decode; then
     fi
 fi
 
+# -- bench_cpu: bf16 against fp32 on the device's own CPU (scripts/bench_bf16.py) -----------
+# The issue's CPU targets need native bf16 (avx512_bf16 or AMX): the host of a lent GPU may
+# have it where the project's 2-core machine does not. Training always; decoding on the
+# recipe's checkpoint when there is one (CTranslate2 int8 beside it when it imports).
+if wanted bench_cpu; then
+    if [ $DEVICE = none ]; then skip bench_cpu; else
+        ckpt=$RUN/averaged.pt
+        [ -f "$ckpt" ] || ckpt=$RUN/best.pt
+        decode=(--skip-decode)
+        [ -f "$ckpt" ] && decode=(--checkpoint "$ckpt")
+        run bench_cpu 420 python3 scripts/bench_bf16.py "${decode[@]}" "${BENCH_CPU[@]}"
+        key=$(grep -E '^(train|decode) ' "$OUTDIR/bench_cpu.log" | sed -E 's/ +/ /g' | paste -sd ';' | sed 's/;/; /g')
+        [ $RC = 0 ] && note bench_cpu ok $SECS "$key" || { note bench_cpu failed $SECS "rc $RC" && FAILED=1; }
+    fi
+fi
+
 echo
 echo "gpu_check: device $DEVICE, logs in $OUTDIR"
-{ printf 'step\tstatus\tseconds\tkey number\n' && cat "$SUMMARY"; } |
-    awk -F'\t' '{ printf "%-13s %-8s %7s  %s\n", $1, $2, $3, $4 }' | tee "$SUMMARY.tmp"
-mv "$SUMMARY.tmp" "$SUMMARY"
+{ echo && printf 'step\tstatus\tseconds\tkey number\n' && cat "$TABLE"; } |
+    awk -F'\t' '{ printf "%-13s %-8s %7s  %s\n", $1, $2, $3, $4 }' | tee -a "$SUMMARY"
+rm -f "$TABLE"
+n=$(find "$OUTDIR" -type f | wc -l)
+[ "$n" -le 8 ] || echo "gpu_check: $n files in $OUTDIR; the device brings back 8" | tee -a "$SUMMARY"
 exit $FAILED

@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     device = resolve_device(t.device, "train.device")
-    precision = resolve_precision(t.precision, device)
+    precision = resolve_precision(t.precision, device).name
     torch.manual_seed(t.seed)
     random.seed(t.seed)
 

@@ -14,6 +14,11 @@ import torch
 
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
 torch.set_num_threads(1)
+# `auto` precision chooses as on a CPU without native bf16 (mt/device.py), here and in every
+# `mt` the tests start, so no test passes or fails by the CPU it runs on; the bf16 paths are
+# tested by name (tests/test_precision.py, tests/test_decode_dtype.py). Set MT_CPU_FLAGS
+# yourself (e.g. "avx512_bf16") to run the suite as a native-bf16 CPU would.
+os.environ.setdefault("MT_CPU_FLAGS", "")
 
 REPO = Path(__file__).resolve().parent.parent
 # Keys of metrics.jsonl records that measure time, which no two runs share.
@@ -27,6 +32,18 @@ def multi30k_dir() -> Path:
     if not (root / "train.de.gz").is_file() and not (root / "train.de").is_file():
         pytest.skip(f"Multi30k not found in {root} (set MT_DATA)")
     return root
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With MT_TEST_FAILURES=FILE, each failure's full report is appended to FILE the moment it
+    happens: a run cut by a time limit (scripts/gpu_check.sh on a lent GPU) still leaves every
+    traceback so far, which pytest itself prints only at the end."""
+    path = os.environ.get("MT_TEST_FAILURES")
+    if path and report.failed:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"=== {report.nodeid} ({report.when}) FAILED\n{report.longreprtext}\n")
+            for name, text in report.sections:
+                f.write(f"--- {name}\n{text}\n")
 
 
 # -- the training-pair filter, spelled out for one pair ------------------------------------------

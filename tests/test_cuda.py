@@ -3,7 +3,9 @@ and against fp32, torch.compile, and DDP over NCCL.
 
 Every test that needs a GPU is marked `cuda` and skips without one, so the default suite shows
 them as skipped; `pytest -m cuda` runs them on a GPU (scripts/gpu_check.sh does, with the
-benchmarks; docs/gpu.md). Where the same code runs on the CPU, a `cpu` parameter runs it too.
+benchmarks; docs/gpu.md). Where the same code runs on the CPU, a `cpu` parameter runs it too:
+fp16 autocast with its GradScaler and bf16 autocast run on a CPU, so the update's
+mixed-precision logic (the skipped overflow step, the curves against fp32) is checked there.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from mt.config_file import load_config
 from mt.data.corpus import read_lines
 from mt.decode.translator import Translation, Translator
 from mt.train.trainer import Trainer
+from mt.train.update import Update
 
 CUDA = [
     pytest.mark.cuda,
@@ -62,7 +65,8 @@ def translate(
     cfg.beam, cfg.nbest, cfg.dtype = beam, 1, dtype
     model = loaded.model
     if device == "cpu" and dtype != "fp32":
-        # The Translator decodes in fp32 on CPU; a half copy runs the search CUDA runs in half.
+        # A CPU decodes bf16 through autocast (tests/test_decode_dtype.py); the half copy
+        # CUDA decodes with runs the same search on the CPU here.
         model, cfg.dtype = copy.deepcopy(model).to(HALF[dtype]), "fp32"
     translator = Translator(model, loaded.tokenizer, cfg, torch.device(device))
     out = translator.translate_lines(lines)
@@ -135,30 +139,73 @@ def test_mixed_precision_loss_falls_and_stays_finite(
     assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
 
 
-@pytest.mark.parametrize("device", [on_cuda("cuda")])
+def fp16_update(trainer: Trainer) -> Update:
+    """The trainer's update in fp16 with its GradScaler: `mt train` allows fp16 on CUDA only,
+    but torch runs fp16 autocast and the scaler on a CPU too, so the logic is tested there."""
+    if trainer.precision == "fp16":
+        return trainer.update
+    return Update(trainer.cfg, trainer.model, trainer.dist, trainer.device, "fp16")
+
+
+@pytest.mark.parametrize("device", [on_cuda("cuda"), on_cpu("cpu")])
 def test_fp16_overflow_skips_the_step_and_keeps_the_weights(device, tmp_path):
-    config = reverse_task_config(tmp_path, device=device, precision="fp16", loader_workers=0)
+    precision = "fp16" if device == "cuda" else "fp32"
+    config = reverse_task_config(tmp_path, device=device, precision=precision, loader_workers=0)
     cfg = load_config(config)
     trainer = Trainer(cfg, tmp_path / "run")
     try:
+        update = fp16_update(trainer)
         batches = trainer.train_set.epoch_batches(cfg.train.max_tokens, cfg.train.seed, 0)
         group = [trainer.train_set[batches[0]]]
         # A scale this large overflows fp16 in backward: the scaler must skip the step.
-        trainer.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
+        update.scaler = torch.amp.GradScaler(device, init_scale=2.0**40)
         before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-        trainer._update(group)
-        assert trainer.scaler.get_scale() == 2.0**39  # backed off by half
-        assert int(trainer.bad_total) == 1
+        update(group, 1)
+        assert update.scaler.get_scale() == 2.0**39  # backed off by half
+        assert int(update.bad_total) == 1
         for name, w in trainer.model.state_dict().items():
             assert torch.equal(w, before[name]), name
-        trainer.scaler.update(2.0**8)  # a sane scale: the next step updates, finitely
-        trainer._update(group)
+        update.scaler.update(2.0**8)  # a sane scale: the next step updates, finitely
+        update(group, 2)
         after = trainer.model.state_dict()
         assert any(not torch.equal(after[k], before[k]) for k in before)
         assert all(torch.isfinite(w).all() for w in after.values() if w.is_floating_point())
-        steps = {float(s["step"]) for s in trainer.optimizer.state.values()}
+        steps = {float(s["step"]) for s in update.optimizer.state.values()}
         assert steps == {1.0}  # the skipped step left Adam's step count alone
-        assert int(trainer.bad_total) == 1
+        assert int(update.bad_total) == 1
+    finally:
+        assert trainer.lock is not None
+        trainer.lock.release()
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_updates_on_the_cpu_follow_fp32(precision, tmp_path):
+    """The mixed-precision update on a CPU (fp16 with its scaler, bf16 without), against fp32
+    from the same weights on the same batches: the loss falls alike and no update is skipped
+    once fp16's scaler has found its scale."""
+    cfg = load_config(reverse_task_config(tmp_path, loader_workers=0, warmup=4))
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        batches = trainer.train_set.epoch_batches(cfg.train.max_tokens, cfg.train.seed, 0)
+        groups = [[trainer.train_set[b]] for b in batches[:12]]
+        start = copy.deepcopy(trainer.model.state_dict())
+        losses = {}
+        for name in ("fp32", precision):
+            trainer.model.load_state_dict(start)
+            torch.manual_seed(0)  # the same dropout masks for both
+            update = Update(cfg, trainer.model, trainer.dist, trainer.device, name)
+            if name == "fp16":  # a start scale fp16 can hold: no skipped step to line up
+                update.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+            curve = []
+            for step, group in enumerate(groups, 1):
+                loss, _, ntok, norm = update(group, step)
+                curve.append(float(loss) / ntok)
+                assert math.isfinite(float(norm))
+            losses[name] = curve
+            assert int(update.bad_total) == 0, name
+        ref, half = losses["fp32"], losses[precision]
+        assert half[-1] < half[0] - 0.3 and ref[-1] < ref[0] - 0.3, losses
+        assert half != ref and half == pytest.approx(ref, rel=0.05), losses
     finally:
         assert trainer.lock is not None
         trainer.lock.release()
@@ -229,18 +276,6 @@ def test_half_precision_beam_scores_stay_near_fp32(device, dtype, tiny_run, mult
     min_same, median, most = HALF_LIMITS[dtype]
     assert len(same) >= min_same * len(lines), f"{len(same)}/{len(lines)} identical"
     assert statistics.median(rel) <= median and max(rel) <= most, (statistics.median(rel), max(rel))
-
-
-def test_decode_dtype_is_ignored_on_cpu(tiny_run, multi30k_dir):
-    """A checkpoint from a GPU recipe carries decode.dtype bf16; a CPU still decodes in fp32."""
-    lines = read_lines(multi30k_dir / "test_2016_flickr.de.gz")[:20]
-    loaded = load_model(tiny_run / "best.pt", "cpu")
-    loaded.cfg.decode.dtype = "bf16"
-    translator = Translator(loaded.model, loaded.tokenizer, loaded.cfg.decode, torch.device("cpu"))
-    assert translator.model is loaded.model
-    assert next(translator.model.parameters()).dtype == torch.float32
-    ref, _ = translate(tiny_run / "best.pt", "cpu", lines, beam=loaded.cfg.decode.beam)
-    assert [t.text for t in translator.translate_lines(lines)] == [t.text for t in ref]
 
 
 @pytest.mark.parametrize(("device", "rel"), [on_cuda("cuda", 1e-3), on_cpu("cpu", 1e-4, slow=True)])

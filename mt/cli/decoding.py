@@ -18,6 +18,7 @@ from mt.cli.options import (
     CheckpointsArg,
     ChunkLinesOption,
     DeviceOption,
+    DtypeOption,
     FromOption,
     Int8Option,
     MaxTokensOption,
@@ -55,6 +56,7 @@ def translate(
     ] = False,
     stop_early: StopEarlyOption = None,
     int8: Int8Option = None,
+    dtype: DtypeOption = None,
     input_format: Annotated[
         str,
         typer.Option(
@@ -125,7 +127,7 @@ def translate(
         temperature=temperature,
         seed=seed,
     )
-    session = open_session(checkpoints, device)
+    session = open_session(checkpoints, device, dtype)
     targets = session.targets(to, from_, target_vocab)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", protect=protect, targets=targets
@@ -206,6 +208,7 @@ def evaluate(
     greedy: Annotated[bool, typer.Option(help="Greedy search.")] = False,
     stop_early: StopEarlyOption = None,
     int8: Int8Option = None,
+    dtype: DtypeOption = None,
     max_tokens: MaxTokensOption = None,
     device: DeviceOption = "auto",
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -249,7 +252,7 @@ def evaluate(
             int8=int8,
             max_tokens=max_tokens,
         )
-        session = open_session(checkpoints, device)
+        session = open_session(checkpoints, device, dtype)
         targets = session.targets(to, from_, target_vocab)
         translator = session.translator(options, protect=protect, targets=targets)
         hyps, where = [t.text for t in translator.translate_stream(sources)], src
@@ -274,6 +277,7 @@ def score(
     max_tokens: MaxTokensOption = None,
     device: DeviceOption = "auto",
     int8: Int8Option = None,
+    dtype: DtypeOption = None,
     protect: Annotated[
         bool,
         typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
@@ -294,7 +298,7 @@ def score(
         if not path.is_file():
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
-    session = open_session(checkpoints, device)
+    session = open_session(checkpoints, device, dtype)
     options = DecodeOptions(max_tokens=max_tokens, int8=int8, buffer_lines=buffer_lines)
     scorer = session.scorer(options, protect=protect, to=to)
     n = scorer.cfg.buffer_lines

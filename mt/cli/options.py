@@ -100,6 +100,14 @@ Int8Option = Annotated[
     bool | None,
     typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),
 ]
+DtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="What decoding computes in: auto (bf16 where the GPU or CPU computes it natively: "
+        "avx512_bf16, AMX; else fp32), fp32, bf16, or fp16 (CUDA). Default: auto on a CPU, "
+        "the checkpoint's decode.dtype on CUDA."
+    ),
+]
 BufferLinesOption = Annotated[
     int | None,
     typer.Option(help="Lines read ahead and sorted by length into batches (decode.buffer_lines)."),
@@ -165,12 +173,12 @@ def use_threads(command: str, asked: int | None, say: bool | None = None):
     return threads
 
 
-def open_session(checkpoints: list[Path], device: str):
+def open_session(checkpoints: list[Path], device: str, dtype: str | None = None):
     """The front door (mt.decode.session), saying on stderr when a run directory stood for
     its best.pt."""
     from mt.decode.session import Session
 
-    session = Session(checkpoints, device)
+    session = Session(checkpoints, device, dtype=dtype)
     for given, path in zip(checkpoints, session.paths):
         if given != path:
             typer.echo(f"mt: {given} is a run directory; using {path}", err=True)

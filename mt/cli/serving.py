@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import DeviceOption, ThreadsOption, use_threads
+from mt.cli.options import DeviceOption, DtypeOption, ThreadsOption, use_threads
 
 
 @app.command()
@@ -26,6 +26,7 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     device: DeviceOption = "auto",
+    dtype: DtypeOption = None,
     api_key_file: Annotated[
         Path | None, typer.Option(help="File of API keys, one per line; requests must give one.")
     ] = None,
@@ -61,4 +62,5 @@ def serve(
         cors_origin,
         limits,
         start_line=f"mt serve: {chosen.describe()}",  # said once it listens
+        dtype=dtype,
     )

@@ -28,10 +28,11 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.data.corpus import line_chunks
-from mt.decode.int8 import quantize_linears
+from mt.decode.dtype import compute, decode_model
 from mt.decode.protect import placeholders_for
 from mt.decode.steps import length_penalty
 from mt.decode.target import Target, model_for
+from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.spans import mask_pair
@@ -74,8 +75,9 @@ class Scorer:
         protect: bool = False,
         target: Target | None = None,
     ) -> None:
-        # int8 as the translator does it, so a checkpoint with decode.int8 scores what it decodes.
-        self.model = quantize_linears(model) if cfg.int8 else model.eval()
+        # dtype and int8 as the translator applies them, so a score is of what search decodes.
+        self.precision = resolve_decode_dtype(cfg.dtype, device, cfg.int8)
+        self.model = decode_model(model, self.precision, device, cfg.int8)
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
@@ -110,9 +112,10 @@ class Scorer:
         results: list[PairScore | None] = [None] * len(src_ids)
         for batch in token_batches(sizes, self.cfg.max_tokens):
             rows = batch.tolist()
-            lps = forced_logprobs(
-                model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
-            )
+            with compute(self.precision, self.device):
+                lps = forced_logprobs(
+                    model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
+                )
             for r, lp in zip(rows, lps):
                 results[r] = self._pair_score(tgt_ids[r], lp)
         return [r for r in results if r is not None]

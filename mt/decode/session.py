@@ -4,8 +4,11 @@
 here, so a checkpoint path, an ensemble, a device name and a caller's overrides mean the same
 thing everywhere:
 
-- `Session(paths, device)` loads one checkpoint or several (an ensemble: the members must share
-  the vocabulary) on a resolved device. A run directory stands for its `best.pt`.
+- `Session(paths, device, dtype=None)` loads one checkpoint or several (an ensemble: the members
+  must share the vocabulary) on a resolved device. A run directory stands for its `best.pt`.
+  `dtype` is how this process computes (`--dtype` of translate, eval, score and serve), like the
+  device: a caller's option set may still name one; without either, a CPU decodes `auto` and
+  CUDA as the checkpoint's decode.dtype says (the setting was made for the GPU it trained on).
 - `session.decode_config(options)` applies a caller's `DecodeOptions` to a copy of the
   checkpoint's decode settings and checks the result with the config's own rules
   (`mt.config.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
@@ -31,7 +34,7 @@ from mt.decode.protect import translate_protected
 from mt.decode.score import Scorer
 from mt.decode.target import Targets
 from mt.decode.translator import Translator
-from mt.device import resolve_device
+from mt.device import resolve_decode_dtype, resolve_device
 from mt.errors import MtError
 from mt.languages import Languages
 from mt.model import Transformer
@@ -80,11 +83,15 @@ class Session:
         paths: Sequence[Path | str],
         device: str = "auto",
         name: Callable[[str], str] = flag_name,
+        dtype: str | None = None,
     ) -> None:
         if not paths:
             raise MtError("no checkpoint given")
         self.device = resolve_device(device)
         self.name = name  # how errors name a setting
+        if dtype is not None:  # a bad --dtype is one line before any model loads
+            resolve_decode_dtype(dtype, self.device, option="--dtype")
+        self.dtype = dtype
         self.paths = [resolve_checkpoint(Path(p)) for p in paths]
         members = [load_model(p, self.device) for p in self.paths]
         first = members[0]
@@ -115,10 +122,13 @@ class Session:
                 f"{n('decode.sample')} draws one output per line: it cannot be combined with "
                 f"{n('decode.greedy')}, {n('decode.beam')} or {n('decode.nbest')}"
             )
+        if "dtype" not in given and (self.dtype is not None or self.device.type == "cpu"):
+            given["dtype"] = self.dtype or "auto"
         dcfg = dataclasses.replace(self.cfg.decode, **given)
         validate_decode(dcfg, n)
         if dcfg.int8 and self.device.type != "cpu":
             raise MtError(f"int8 decoding ({n('decode.int8')}) runs on CPU only; use the CPU")
+        resolve_decode_dtype(dcfg.dtype, self.device, dcfg.int8, n("decode.dtype"))  # combines?
         return dcfg
 
     @property

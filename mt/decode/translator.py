@@ -8,7 +8,6 @@ written back in input order. Every input line yields exactly one output line (`n
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import json
@@ -22,11 +21,12 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.bans import Bans, SpanRule
 from mt.decode.constrained import constrained_beam_search, phrase_ids
-from mt.decode.int8 import quantize_linears
+from mt.decode.dtype import compute, decode_model
 from mt.decode.requests import Request, translation_record
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Hypothesis, Sampling
 from mt.decode.target import Target, Targets, model_for, strip_mark
+from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import EOS, Tokenizer
@@ -68,13 +68,10 @@ class Translator:
         around: Callable[[Translator, list[Request]], list[Translation]] | None = None,
         targets: Targets | None = None,
     ) -> None:
-        # int8: a quantised copy, so the caller's model (maybe mid-training) is not touched.
-        # decode.dtype: a half-precision copy on CUDA. CPU ignores it and decodes in fp32: the
-        # setting travels in checkpoints trained on GPUs, and CPU half matmuls are slow without AMX.
-        if cfg.dtype != "fp32" and device.type == "cuda":
-            half = torch.bfloat16 if cfg.dtype == "bf16" else torch.float16
-            model = copy.deepcopy(model).to(half)
-        self.model = quantize_linears(model) if cfg.int8 else model.eval()
+        # decode.dtype and int8 (mt.decode.dtype): a copy of the model or a context around
+        # each call, so the caller's model (maybe mid-training) is not touched.
+        self.precision = resolve_decode_dtype(cfg.dtype, device, cfg.int8)
+        self.model = decode_model(model, self.precision, device, cfg.int8)
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
@@ -166,6 +163,12 @@ class Translator:
     ) -> list[Translation]:
         """Translations of `requests` (sources with optional prefixes), in their order;
         `alignment` overrides the translator's (placing protected spans needs one)."""
+        with compute(self.precision, self.device):  # decode.dtype's context, for the whole call
+            return self._translate_requests(requests, alignment)
+
+    def _translate_requests(
+        self, requests: list[Request], alignment: bool | None
+    ) -> list[Translation]:
         lines = [r.src for r in requests]
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
         prefix_ids = self._prefix_ids(requests)

@@ -75,6 +75,7 @@ def serve(
     limits: Limits | None = None,
     log_level: str = "info",
     start_line: str = "",
+    dtype: str | None = None,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
     try:
@@ -95,8 +96,12 @@ def serve(
         )
     if not 0 <= port < 65536:
         raise MtError(f"--port must be between 0 and 65535, got {port}")
+    if dtype is not None:  # one line now, not a model that fails to load later
+        from mt.device import resolve_decode_dtype, resolve_device
+
+        resolve_decode_dtype(dtype, resolve_device(device), option="--dtype")
     keys = read_keys(api_key_file) if api_key_file is not None else None
-    config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [])
+    config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [], dtype)
     listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)
 

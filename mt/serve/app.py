@@ -52,6 +52,7 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     api_keys: list[bytes] | None = None
     cors_origins: list[str] = field(default_factory=list)
+    dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
 
 
 def _static(name: str) -> bytes:
@@ -64,7 +65,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     config.limits.check()
     metrics = Metrics()
     workers = {
-        name: ModelWorker(name, paths, config.device, config.limits, metrics)
+        name: ModelWorker(name, paths, config.device, config.limits, metrics, config.dtype)
         for name, paths in config.models.items()
     }
     default = next(iter(workers))

@@ -91,10 +91,12 @@ class ModelWorker:
         device: str,
         limits: Limits,
         metrics: Metrics,
+        dtype: str | None = None,
     ) -> None:
         self.name = name
         self.paths = list(paths)
         self.device = device
+        self.dtype = dtype
         self.limits = limits
         self.metrics = metrics
         self.session: Session | None = None
@@ -190,7 +192,7 @@ class ModelWorker:
 
     def _run(self) -> None:
         try:
-            self.session = Session(self.paths, self.device, name=option_name)
+            self.session = Session(self.paths, self.device, option_name, self.dtype)
         except Exception as err:  # noqa: BLE001 - reported by /health and every request
             self.error = str(err).splitlines()[0] if str(err) else type(err).__name__
             return

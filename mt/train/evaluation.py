@@ -140,6 +140,9 @@ class Evaluator:
         dcfg = dcfg or DecodeConfig(
             beam=1, nbest=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b, max_tokens=d.max_tokens
         )
+        # The training's precision decides (its autocast is around the search), so no copy
+        # of the model per evaluation.
+        dcfg = dataclasses.replace(dcfg, dtype="fp32")
         was_training = self.model.training
         self.model.eval()
         translator = Translator(

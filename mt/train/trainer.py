@@ -77,7 +77,8 @@ class Trainer:
         set_threads(self.threads)
         device = resolve_device(t.device, "train.device")
         self.dist, self.device = distributed.init(device, t.collective_timeout_s)
-        self.precision = resolve_precision(t.precision, self.device)
+        self.precision_choice = resolve_precision(t.precision, self.device)  # and why
+        self.precision = self.precision_choice.name
         torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
         random.seed(t.seed)
         last = run_dir / "last.pt"
@@ -380,7 +381,7 @@ class Trainer:
             n_params = sum(p.numel() for p in self.model.parameters())
             tqdm.write(
                 f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
-                f"pairs, device {self.device}, precision {self.precision}, "
+                f"pairs, device {self.device}, precision {self.precision_choice.describe()}, "
                 f"{self.dist.world} process(es), {self.threads.describe()}, run dir {self.run_dir}",
                 file=sys.stderr,
             )

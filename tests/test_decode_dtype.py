@@ -1,0 +1,156 @@
+"""What decoding computes in (`--dtype`, decode.dtype; mt/decode/dtype.py): bf16 on a CPU
+through autocast and close to fp32, the CUDA half copy built and checked on the CPU, the
+session's rule for a checkpoint's setting, and the flag on translate, eval, score and serve.
+
+Closeness is asserted with bounds far above bf16's rounding (8 bits of mantissa) and far below
+what a wrong model gives, so the tests pass or fail by the plumbing, not by this CPU's float
+path; speed is for scripts/bench_bf16.py."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_in_process
+
+from mt.checkpoint import load_model
+from mt.data.corpus import read_lines
+from mt.decode.dtype import compute, decode_model
+from mt.decode.score import Scorer
+from mt.decode.session import DecodeOptions, Session
+from mt.decode.translator import Translator
+from mt.device import Precision
+from mt.errors import MtError
+from mt.serve.limits import Limits
+from mt.serve.metrics import Metrics
+from mt.serve.worker import ModelWorker
+
+CPU = torch.device("cpu")
+
+
+def _dtypes_seen(model: torch.nn.Module) -> tuple[list[torch.dtype], object]:
+    """The dtypes the output projection computes in, recorded while a hook is in place."""
+    seen: list[torch.dtype] = []
+    handle = model.output.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    return seen, handle
+
+
+def _translate(tiny_run: Path, lines: list[str], dtype: str):
+    loaded = load_model(tiny_run / "best.pt", "cpu")
+    cfg = loaded.cfg.decode
+    cfg.dtype, cfg.nbest = dtype, 1
+    translator = Translator(loaded.model, loaded.tokenizer, cfg, CPU)
+    seen, handle = _dtypes_seen(translator.model)
+    out = translator.translate_lines(lines)
+    handle.remove()
+    # The caller's model is the translator's, untouched: autocast casts, nothing is copied.
+    assert translator.model is loaded.model
+    assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
+    return out, set(seen)
+
+
+def test_bf16_decoding_on_a_cpu_computes_in_bf16_and_stays_near_fp32(tiny_run, multi30k_dir):
+    lines = read_lines(multi30k_dir / "test_2016_flickr.de.gz")[:60]
+    ref, ref_dtypes = _translate(tiny_run, lines, "fp32")
+    out, dtypes = _translate(tiny_run, lines, "bf16")
+    assert ref_dtypes == {torch.float32} and dtypes == {torch.bfloat16}
+    # The 60-step test model's flat distributions hold many near-ties, which any rounding
+    # flips (bf16 kept ~54% of outputs here); a broken decode keeps none.
+    same = [i for i in range(len(lines)) if out[i].text == ref[i].text]
+    assert len(same) >= 0.3 * len(lines), f"{len(same)}/{len(lines)} identical"
+    rel = [
+        abs(out[i].hypotheses[0].score / ref[i].hypotheses[0].score - 1)
+        for i in same
+        if ref[i].hypotheses
+    ]
+    assert statistics.median(rel) <= 0.01 and max(rel) <= 0.05, (statistics.median(rel), max(rel))
+
+
+def test_bf16_scores_of_the_same_pairs_are_within_a_percent(tiny_run, multi30k_dir):
+    """Forced decoding removes search's near-ties: the same pairs, scored in both dtypes."""
+    src = read_lines(multi30k_dir / "test_2016_flickr.de.gz")[:40]
+    tgt = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:40]
+    loaded = load_model(tiny_run / "best.pt", "cpu")
+    scores = {}
+    for dtype in ("fp32", "bf16"):
+        loaded.cfg.decode.dtype = dtype
+        scorer = Scorer(loaded.model, loaded.tokenizer, loaded.cfg.decode, CPU)
+        assert scorer.precision.name == dtype
+        scores[dtype] = [s.logprob for s in scorer.score_lines(src, tgt)]
+    rel = [abs(b / a - 1) for a, b in zip(scores["fp32"], scores["bf16"])]
+    assert len(rel) == 40 and max(rel) <= 0.02, max(rel)
+    assert scores["fp32"] != scores["bf16"]  # bf16 did run: its rounding shows
+
+
+def test_the_cuda_half_copy_is_built_the_same_way_on_a_cpu(tiny_run):
+    """decode_model's CUDA branch only casts: checked here with a CUDA device *name*."""
+    loaded = load_model(tiny_run / "best.pt", "cpu")
+    cuda = torch.device("cuda")
+    for name, half in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        copy = decode_model(loaded.model, Precision(name, "test"), cuda, int8=False)
+        assert copy is not loaded.model and not copy.training
+        assert {p.dtype for p in copy.parameters()} == {half}
+        assert copy.positions.dtype == half  # the sinusoid buffer too, or fp32 would leak in
+        # no autocast on CUDA: the copy is already half
+        assert isinstance(compute(Precision(name, "test"), cuda), contextlib.nullcontext)
+    assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
+    assert decode_model(loaded.model, Precision("fp32", "test"), cuda, int8=False) is loaded.model
+
+
+def test_a_checkpoints_half_setting_is_for_cuda_a_cpu_decodes_auto(tiny_run, monkeypatch):
+    session = Session([tiny_run / "best.pt"], "cpu")
+    monkeypatch.setattr(session.cfg.decode, "dtype", "fp16")  # as a GPU recipe's checkpoint
+    assert session.decode_config().dtype == "auto"
+    assert session.decode_config(DecodeOptions(dtype="bf16")).dtype == "bf16"
+    assert Session([tiny_run / "best.pt"], "cpu", dtype="fp32").decode_config().dtype == "fp32"
+    with pytest.raises(MtError, match=r"^--dtype fp16 decodes on CUDA only"):
+        Session([tiny_run / "best.pt"], "cpu", dtype="fp16")
+    bf16 = Session([tiny_run / "best.pt"], "cpu", dtype="bf16")
+    with pytest.raises(MtError, match=r"^--dtype bf16 cannot be combined with int8"):
+        bf16.translator(DecodeOptions(int8=True))
+
+
+@pytest.mark.parametrize("command", ["translate", "eval", "score"])
+def test_dtype_flag_on_the_decoding_commands(command, tiny_run, tmp_path, capsys, monkeypatch):
+    src, ref = tmp_path / "s.de", tmp_path / "r.en"
+    src.write_text("Ein Hund rennt.\nZwei Männer spielen.\n", encoding="utf-8")
+    ref.write_text("A dog runs.\nTwo men play.\n", encoding="utf-8")
+    files = {
+        "translate": ["--input", src],
+        "eval": ["--src", src, "--ref", ref],
+        "score": ["--src", src, "--tgt", ref],
+    }[command]
+    args = [command, tiny_run / "best.pt", *files, "--device", "cpu"]
+    outs = {}
+    for dtype in ("fp32", "bf16"):
+        rc, outs[dtype], err = run_in_process([*args, "--dtype", dtype], capsys, monkeypatch)
+        assert rc == 0, err
+    assert len(outs["bf16"].splitlines()) == len(outs["fp32"].splitlines()) > 0
+    rc, _, err = run_in_process([*args, "--dtype", "fp16"], capsys, monkeypatch)
+    assert rc == 2 and err.strip() == (
+        "mt: error: --dtype fp16 decodes on CUDA only; on a CPU use auto, fp32 or bf16"
+    )
+    rc, _, err = run_in_process([*args, "--dtype", "bf16", "--int8"], capsys, monkeypatch)
+    assert rc == 2 and "--dtype bf16 cannot be combined with int8" in err
+
+
+def test_serve_takes_the_dtype_for_every_decode(tiny_run, capsys, monkeypatch):
+    rc, _, err = run_in_process(
+        ["serve", tiny_run / "best.pt", "--device", "cpu", "--dtype", "fp16"], capsys, monkeypatch
+    )
+    assert rc == 2 and "--dtype fp16 decodes on CUDA only" in err  # before it listens
+    worker = ModelWorker("tiny", [tiny_run / "best.pt"], "cpu", Limits(), Metrics(), "bf16")
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not worker.ready and worker.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker.session is not None, worker.error
+        assert worker.session.translator().precision.name == "bf16"
+        assert worker.session.scorer().precision.name == "bf16"
+    finally:
+        worker.stop()
