@@ -22,6 +22,7 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.bans import Bans, SpanRule
 from mt.decode.constrained import constrained_beam_search, phrase_ids
+from mt.decode.doubt import confidence, flags
 from mt.decode.int8 import quantize_linears
 from mt.decode.requests import Request, translation_record
 from mt.decode.search import beam_search, greedy_search
@@ -39,6 +40,8 @@ class Translation:
     texts: list[str]  # detokenized text of each hypothesis
     pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
     error: str = ""  # why this line could not be translated (its output is then empty)
+    confidence: float | None = None  # log-probability per token (mt.decode.doubt)
+    flags: list[str] = field(default_factory=list)  # doubts: copy, loop, short, long
 
 
 def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
@@ -250,10 +253,19 @@ class Translator:
 
     def translate(self, requests: list[Request]) -> list[Translation]:
         """`translate_requests`, with the steps `around` it when given (protection masks,
-        constrains and restores the spans of each source: `mt.decode.protect`)."""
+        constrains and restores the spans of each source: `mt.decode.protect`), each
+        translation marked with its confidence and doubts (`mt.decode.doubt`)."""
         if self.around is None:
-            return self.translate_requests(requests)
-        return self.around(self, requests)
+            out = self.translate_requests(requests)
+        else:
+            out = self.around(self, requests)
+        beam = not (self.greedy or self.sampling is not None)
+        for r, t in zip(requests, out):
+            if t.hypotheses:
+                best = t.hypotheses[0]
+                t.confidence = confidence(len(best.tokens), best.score, beam, self.cfg.alpha)
+            t.flags = flags(r.src, t.text) if not t.error else []
+        return out
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:
