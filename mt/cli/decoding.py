@@ -20,14 +20,18 @@ from mt.cli.options import (
     DeviceOption,
     FromOption,
     Int8Option,
+    MaxDoubtOption,
     MaxTokensOption,
     ProtectOption,
     ShardOption,
+    SplitSentencesOption,
     StopEarlyOption,
     TargetVocabOption,
     ThreadsOption,
     ToOption,
+    check_max_doubt,
     chunked_job,
+    gate_doubt,
     open_session,
     text_lines,
     use_threads,
@@ -92,11 +96,14 @@ def translate(
     buffer_lines: BufferLinesOption = None,
     shard: ShardOption = None,
     chunk_lines: ChunkLinesOption = None,
+    split_sentences: SplitSentencesOption = False,
+    max_doubt: MaxDoubtOption = None,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
 
     Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
     share of --input's chunks and OUT is the one-process output, in order."""
+    from mt.decode.doubt import DoubtCount
     from mt.decode.requests import read_requests
     from mt.decode.session import DecodeOptions
     from mt.decode.translator import write_translations
@@ -108,6 +115,9 @@ def translate(
         raise MtError(f"--input-format must be text, jsonl, html or po, got {input_format!r}")
     if output_format not in ("text", "jsonl"):
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
+    if split_sentences and (pivot is not None or alignment or input_format == "html"):
+        raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
+    check_max_doubt(max_doubt)
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
     options = DecodeOptions(
         beam=beam,
@@ -132,6 +142,7 @@ def translate(
     )
     name = str(input) if input is not None else "<stdin>"
     failures: list[int] = []
+    doubts = DoubtCount()
 
     def failed(line: int, error: str) -> None:
         failures.append(line)
@@ -148,10 +159,15 @@ def translate(
                 from mt.decode.pivot import translate_via
 
                 translations = translate_via(translator, requests, pivot)
+            elif split_sentences:
+                from mt.decode.sentences import translate_split
+
+                lang = from_ or session.source_language()
+                translations = translate_split(translator, requests, lang)
             else:
                 translations = translator.translate_stream(requests)
         write_translations(
-            translations,
+            doubts.watch(translations),
             out,
             nbest=translator.cfg.nbest,
             alignment=alignment,
@@ -168,6 +184,7 @@ def translate(
         "alignment": alignment,
         "protect": protect,
         "languages": [to, from_, pivot, target_vocab],
+        "split_sentences": split_sentences,
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format == "po":
@@ -179,6 +196,7 @@ def translate(
         with src:
             write_output(output, lambda out: work(text_lines(src), out))
     warn_truncated(translator.truncated, translator.max_src, "input")
+    gate_doubt(doubts, max_doubt, "mt translate")
     if failures:
         typer.echo(
             f"mt translate: {len(failures)} line(s) could not be translated and were written "
