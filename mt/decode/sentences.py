@@ -30,6 +30,7 @@ from mt.decode.translator import Translation, Translator, isolated
 
 _CLAUSE = re.compile(r"(?<=[,;:])\s+")
 _SPACE = re.compile(r"\s+")
+_NEWLINES = re.compile(r"[\r\n]+")
 
 
 @dataclass
@@ -142,41 +143,63 @@ def join_translations(split: Split, parts: list[Translation]) -> Translation:
     return out
 
 
+def source_size(translator: Translator) -> tuple[Callable[[str], int], int]:
+    """How `fit` measures a sentence for this translator's model, and the limit: tokens,
+    bounded from above by UTF-8 bytes, so most sentences skip the extra encoding."""
+    limit = translator.max_src - 3  # EOS and a multilingual model's target-language mark
+    tokenizer = translator.tokenizer
+
+    def size(text: str) -> int:
+        n = len(text.encode("utf-8"))
+        return n if n + 1 <= limit else len(tokenizer.encode_src([text])[0])
+
+    return size, limit
+
+
+def expand(
+    requests: list[Request], lang: str, size: Callable[[str], int], limit: int
+) -> tuple[list[Split], list[Request]]:
+    """Each request's split (source language: its `frm`, else `lang`) and the flat list of
+    sentence requests to translate. A newline inside a sentence is a space to the model."""
+    splits, flat = [], []
+    for r in requests:
+        whole = r.prefix or r.constraints or not r.src.strip()
+        split = Split("", [r.src], [""]) if whole else line_split(r.src, r.frm or lang, size, limit)
+        splits.append(split)
+        flat.extend(replace(r, src=_NEWLINES.sub(" ", s)) for s in split.sentences)
+    return splits, flat
+
+
+def gather(
+    requests: list[Request], splits: list[Split], done: list[Translation]
+) -> list[Translation]:
+    """The translations of `expand`'s sentences (`done`, in its order) as one per request."""
+    out, start = [], 0
+    for r, split in zip(requests, splits):
+        parts = done[start : start + len(split.sentences)]
+        start += len(split.sentences)
+        if len(split.sentences) == 1 and not split.lead and not split.seps[0]:
+            out.append(parts[0])
+            continue
+        joined = join_translations(split, parts)
+        if not joined.error:  # a line too short as a whole, each sentence aside
+            extra = [f for f in flags(r.src, joined.text) if f in ("short", "long")]
+            joined.flags = list(dict.fromkeys(joined.flags + extra))
+        out.append(joined)
+    return out
+
+
 def translate_split(
     translator: Translator, requests: Iterable[Request], lang: str
 ) -> Iterator[Translation]:
     """Each request's line translated sentence by sentence (source language `lang`), buffer by
     buffer, one translation per request in input order."""
-    limit = translator.max_src - 3  # EOS and a multilingual model's target-language mark
-    tokenizer = translator.tokenizer
-
-    def size(text: str) -> int:  # bytes bound pieces from above: most lines skip the encoder
-        n = len(text.encode("utf-8"))
-        return n if n + 1 <= limit else len(tokenizer.encode_src([text])[0])
-
+    size, limit = source_size(translator)
     it = iter(requests)
     while True:
         chunk = list(itertools.islice(it, translator.cfg.buffer_lines))
         if not chunk:
             return
-        splits, flat = [], []
-        for r in chunk:
-            whole = r.prefix or r.constraints or not r.src.strip()
-            split = (
-                Split("", [r.src], [""]) if whole else line_split(r.src, r.frm or lang, size, limit)
-            )
-            splits.append(split)
-            flat.extend(replace(r, src=s) for s in split.sentences)
+        splits, flat = expand(chunk, lang, size, limit)
         done = isolated(translator.translate, flat) if flat else []
-        start = 0
-        for r, split in zip(chunk, splits):
-            parts = done[start : start + len(split.sentences)]
-            start += len(split.sentences)
-            if len(split.sentences) == 1 and not split.lead and not split.seps[0]:
-                yield parts[0]
-            else:
-                joined = join_translations(split, parts)
-                if not joined.error:  # a line too short as a whole, each sentence aside
-                    extra = [f for f in flags(r.src, joined.text) if f in ("short", "long")]
-                    joined.flags = list(dict.fromkeys(joined.flags + extra))
-                yield joined
+        yield from gather(chunk, splits, done)
