@@ -201,6 +201,20 @@ SplitSentencesOption = Annotated[
         "line stays): for paragraphs."
     ),
 ]
+RecaseOption = Annotated[
+    bool,
+    typer.Option(
+        help="Translate an ALL-CAPS or Title Case line in its usual case and write the "
+        "output back in the line's case."
+    ),
+]
+KeepNumbersOption = Annotated[
+    bool,
+    typer.Option(
+        help="Translate a line that lost a number of its source again, the number a "
+        "constraint (beam search)."
+    ),
+]
 MaxDoubtOption = Annotated[
     float | None,
     typer.Option(

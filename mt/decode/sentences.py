@@ -190,10 +190,14 @@ def gather(
 
 
 def translate_split(
-    translator: Translator, requests: Iterable[Request], lang: str
+    translator: Translator,
+    requests: Iterable[Request],
+    lang: str,
+    translate: Callable[[list[Request]], list[Translation]] | None = None,
 ) -> Iterator[Translation]:
     """Each request's line translated sentence by sentence (source language `lang`), buffer by
-    buffer, one translation per request in input order."""
+    buffer, one translation per request in input order; `translate` stands for
+    `translator.translate` (the number guard wraps it: mt.decode.numbers)."""
     size, limit = source_size(translator)
     it = iter(requests)
     while True:
@@ -201,5 +205,5 @@ def translate_split(
         if not chunk:
             return
         splits, flat = expand(chunk, lang, size, limit)
-        done = isolated(translator.translate, flat) if flat else []
+        done = isolated(translate or translator.translate, flat) if flat else []
         yield from gather(chunk, splits, done)

@@ -238,9 +238,14 @@ class Translator:
         ids = self.tokenizer.encode_tgt([r.prefix for r in requests])
         return [p[: self.max_src - 2] for p in ids]
 
-    def translate_stream(self, lines: Iterable[str | Request]) -> Iterator[Translation]:
+    def translate_stream(
+        self,
+        lines: Iterable[str | Request],
+        translate: Callable[[list[Request]], list[Translation]] | None = None,
+    ) -> Iterator[Translation]:
         """Translate an endless iterable (of lines or requests) buffer by buffer, yielding in
-        input order."""
+        input order; `translate` stands for `self.translate` (with steps around it:
+        mt.decode.stages)."""
         it = iter(lines)
         while True:
             chunk = [
@@ -249,7 +254,7 @@ class Translator:
             ]
             if not chunk:
                 return
-            yield from isolated(self.translate, chunk)
+            yield from isolated(translate or self.translate, chunk)
 
     def translate(self, requests: list[Request]) -> list[Translation]:
         """`translate_requests`, with the steps `around` it when given (protection masks,

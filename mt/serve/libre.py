@@ -198,13 +198,15 @@ def add_routes(
         def run(session: Session) -> bytes:
             from mt.decode.markup import translate_html
             from mt.decode.sentences import translate_split
+            from mt.decode.stages import text_steps
 
             translator = session.translator(targets=session.targets(target))
             lang = detected
 
             def text(xs: list[str]) -> list[str]:
                 items = [Item(x, to=target, frm=lang) for x in xs]
-                return [t.text for t in translate_split(translator, items, lang)]
+                steps = text_steps(translator)
+                return [t.text for t in translate_split(translator, items, lang, steps)]
 
             def fragments(xs: list[str]) -> list[str]:
                 return [t.text for t in translate_html(translator, xs, filename)]

@@ -27,6 +27,7 @@ from typing import Any
 from mt.decode.requests import Request
 from mt.decode.sentences import expand, gather, source_size
 from mt.decode.session import DecodeOptions, Session
+from mt.decode.stages import text_steps
 from mt.decode.translator import Translation, Translator
 from mt.errors import MtError
 from mt.serve.limits import ApiError, Limits
@@ -291,7 +292,7 @@ class ModelWorker:
             requests = [
                 r for job, sp in zip(group, splits) for r in (sp[1] if sp else job.requests)
             ]
-            translations = translator.translate(requests)  # with protection
+            translations = text_steps(translator)(requests)  # capitals, protection, flags
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
                 for job in group:
