@@ -6,14 +6,14 @@ translation's numbers more than its words. Separators may change with the langua
 are one number, `2500`.
 
 `kept(src, out)` is the check (`mt eval --check-numbers` reports its rate); `guarded` is the
-guard: a line whose translation lost a number of its source is translated again with every
-number of its source, as written, a constraint of the lexically constrained beam search
-(mt.decode.constrained), which writes every constraint. Only the lines that lost one pay for
-the second search, and the first translation stays where the second loses as many. A number
-with a digit the target vocabulary cannot spell (UNK) is not asked for.
-Greedy search and sampling have no constrained search: there the guard only checks. A number
-that begins another number of its line (`3` beside `35`) can be taken by the search for the
-start of the longer one (constraints are pieces, not words).
+guard: a line whose translation lost a number of its source is translated again with each of
+its numbers as a placeholder word, through the protection machinery (mt.decode.protect:
+`Z00`-style placeholders, all of one length, constraints of the beam search where it can
+take them), and each placeholder is replaced by its number as the source wrote it, exactly
+once; one the model never wrote is appended at the end. Only the lines that lost a number pay
+for the second search. Constraining the numbers themselves was tried first and measured
+worse: a number that begins another (`10` and `100000`) counts as written
+(docs/benchmarks.md). Separators are the source's (`2.500` stays `2.500` in English).
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 
+from mt.decode.doubt import flags
+from mt.decode.protect import can_constrain, mask, masked_request, placeholders_for, restore
 from mt.decode.requests import Request
 from mt.decode.translator import Translation, Translator, isolated
-from mt.tokenizer import UNK
+from mt.spans import Span
 
-# Digits, with `.`, `,`, thin or no-break spaces between groups (`2.500`, `3,5`, `10 000`);
-# a time's `:` separates two numbers.
-NUMBER = re.compile(r"\d+(?:[.,\u202f\u00a0]\d+)*")
+# Digits, with `.`, `,`, `:`, thin or no-break spaces between groups (`2.500`, `3,5`,
+# `10 000`, a time `14:35`): one number, so a time is put back whole.
+NUMBER = re.compile(r"\d+(?:[.,:\u202f\u00a0]\d+)*")
 
 
 def numbers(text: str) -> list[str]:
@@ -67,39 +68,33 @@ def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
 
 
 def guarded(translator: Translator) -> Callable[[list[Request]], list[Translation]]:
-    """`translator.translate`, with the lines that lost a number translated again with the
-    lost numbers as constraints (beam search only; a request that has a prefix or constraints
-    of its own is left as it is)."""
-    c = translator.cfg  # what constrained search cannot combine with: the guard only checks
-    beam = not (translator.greedy or translator.sampling is not None or translator.alignment)
-    beam = beam and not (c.stop_early or c.no_repeat_ngram)
-
-    def writable(r: Request) -> list[str]:
-        """The source's numbers the target vocabulary can spell (no piece unknown)."""
-        found = numbers(r.src)
-        ids = translator.tokenizer.encode_tgt(found) if found else []
-        return [n for n, i in zip(found, ids) if UNK not in i]
+    """`translator.translate`, with the lines that lost a number translated again with their
+    numbers as placeholders, put back as written (a request with a prefix or constraints of
+    its own is left as it is)."""
+    ph = placeholders_for(translator.tokenizer)
+    constrain = can_constrain(translator)
 
     def translate(requests: list[Request]) -> list[Translation]:
         out = translator.translate(requests)
-        if not beam:
-            return out
         retry = [
             i
             for i, (r, t) in enumerate(zip(requests, out))
             if not (t.error or r.prefix or r.constraints) and missing(r.src, t.text)
         ]
-        if not retry:
-            return out
-        again = [replace(requests[i], constraints=writable(requests[i])) for i in retry]
-        keep = [k for k, r in enumerate(again) if r.constraints]
-        retry, again = [retry[k] for k in keep], [again[k] for k in keep]
-        second = isolated(translator.translate, again)
-        for i, t in zip(retry, second):
-            if not t.error and len(missing(requests[i].src, t.text)) < len(
-                missing(requests[i].src, out[i].text)
-            ):
-                out[i] = t
+        masks = {}
+        for i in retry:
+            src = requests[i].src.strip()
+            spans = [Span(m.start(), m.end(), "number", m.group()) for m in NUMBER.finditer(src)]
+            masks[i] = mask(src, ph, spans)
+        again = [masked_request(requests[i], m, constrain) for i, m in masks.items() if m]
+        second = isolated(translator.translate, again) if again else []
+        for (i, m), t in zip(((i, m) for i, m in masks.items() if m), second):
+            if t.error:
+                continue
+            t.texts = [restore(m, x) for x in t.texts]
+            t.text = t.texts[0] if t.texts else restore(m, t.text)
+            t.flags = flags(requests[i].src, t.text)
+            out[i] = t
         return out
 
     return translate
