@@ -9,7 +9,7 @@ import pytest
 from mt.decode.casing import case_back, case_of, usual_case
 from mt.decode.requests import Request
 from mt.decode.session import Session
-from mt.decode.stages import text_steps
+from mt.decode.stages import spelling_cost, text_steps
 
 
 def test_case_of_tells_shouting_and_titles_from_text():
@@ -30,6 +30,9 @@ def test_usual_case_takes_the_spelling_with_fewer_pieces():
     assert usual_case("ZWEI HUNDE SPIELEN IM SCHNEE!", pieces) == "Zwei Hunde spielen im Schnee!"
     assert usual_case("Zwei Hunde Spielen Im Schnee", pieces) == "Zwei Hunde spielen im Schnee"
     assert usual_case("«ABC» DEF", lambda w: 1) == "«Abc» def"  # a tie: lower case, then Abc
+    assert usual_case("DER WEISSE HUND", lambda w: 0 if w in ("weiße", "Hund") else 1) == (
+        "Der weiße Hund"
+    )
 
 
 def test_case_back():
@@ -44,10 +47,10 @@ def translator(tiny_run: Path):
 
 
 def test_capitals_are_translated_in_their_usual_case(translator):
-    pieces = lambda w: len(translator.tokenizer.src_pieces(w))  # noqa: E731
+    cost = spelling_cost(translator.tokenizer)
     lines = ["ZWEI HUNDE SPIELEN IM SCHNEE.", "Ein Mann Fährt Mit Dem Fahrrad", "Ein Hund rennt."]
     got = text_steps(translator, recase=True)([Request(x) for x in lines])
-    usual = [usual_case(x, pieces) for x in lines[:2]] + [lines[2]]
+    usual = [usual_case(x, cost) for x in lines[:2]] + [lines[2]]
     plain = translator.translate([Request(x) for x in usual])
     assert got[0].text == plain[0].text.upper()
     assert got[1].text == case_back(plain[1].text, "title")

@@ -15,6 +15,22 @@ from mt.decode.casing import recased
 from mt.decode.numbers import guarded
 from mt.decode.requests import Request
 from mt.decode.translator import Translation, Translator
+from mt.tokenizer import Tokenizer
+
+
+def spelling_cost(tokenizer: Tokenizer) -> Callable[[str], tuple[int, float]]:
+    """How unusual a spelling of a word is to the source tokenizer: its number of pieces,
+    then minus their sentencepiece scores (log-probabilities of a unigram model)."""
+    sp = getattr(tokenizer, "src", None)
+
+    @lru_cache(maxsize=1 << 16)
+    def cost(word: str) -> tuple[int, float]:
+        if sp is None:  # a tokenizer without sentencepiece scores: the pieces alone
+            return len(tokenizer.src_pieces(word)), 0.0
+        ids = sp.encode(word)
+        return len(ids), -sum(sp.get_score(i) for i in ids)
+
+    return cost
 
 
 def text_steps(
@@ -23,11 +39,5 @@ def text_steps(
     """`translator.translate` with the chosen steps around it."""
     translate = guarded(translator) if keep_numbers else translator.translate
     if recase:
-        tokenizer = translator.tokenizer
-
-        @lru_cache(maxsize=1 << 16)
-        def pieces(word: str) -> int:
-            return len(tokenizer.src_pieces(word))
-
-        translate = recased(translate, pieces)
+        translate = recased(translate, spelling_cost(translator.tokenizer))
     return translate
