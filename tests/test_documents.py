@@ -112,3 +112,20 @@ def test_bad_documents_are_one_line():
         translate_document(b"no zip", ".docx", upper, upper_html)
     with pytest.raises(MtError, match="cannot translate .pdf"):
         translate_document(b"x", ".pdf", upper, upper_html)
+
+
+def test_html_text_without_tags_goes_sentence_by_sentence():
+    seen: dict[str, list[str]] = {"text": [], "html": []}
+
+    def text(xs: list[str]) -> list[str]:
+        seen["text"] += xs
+        return upper(xs)
+
+    def fragments(xs: list[str]) -> list[str]:
+        seen["html"] += xs
+        return upper_html(xs)
+
+    doc = "<p>Ein Hund. Zwei Katzen &amp; ein Baum.</p><p>Ein <b>Hund</b>.</p>"
+    out = translate_document(doc.encode(), ".html", text, fragments).decode()
+    assert out == "<p>EIN HUND. ZWEI KATZEN &amp; EIN BAUM.</p><p>EIN <b>HUND</b>.</p>"
+    assert seen == {"text": ["Ein Hund. Zwei Katzen & ein Baum."], "html": ["Ein <b>Hund</b>."]}

@@ -5,10 +5,11 @@ reduced to the texts a translator takes, translated in one call (so they share b
 written back in place:
 
 - .txt: every line (its ending kept), sentence by sentence;
-- .html: the text between block tags (`<p>`, `<li>`, `<td>`, `<h1>`, `<br>` ...) is one HTML
-  fragment, translated by the HTML path (inline tags put back by alignment, attributes,
-  `<script>` and `<style>` never translated); a fragment whose inline tags do not nest has its
-  text pieces translated one by one;
+- .html: the text between block tags (`<p>`, `<li>`, `<td>`, `<h1>`, `<br>` ...) is one
+  fragment: without tags, text (sentence by sentence: a `<p>` often holds a paragraph); with
+  inline tags, translated by the HTML path (tags put back by alignment, attributes, `<script>`
+  and `<style>` never translated); a fragment whose inline tags do not nest has its text
+  pieces translated one by one;
 - .srt (the `srt` library): each subtitle's text, its numbering and timing kept, written on as
   many lines as it had;
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
@@ -96,7 +97,7 @@ def _html(text: str, translate_text: Translate, translate_html: Translate) -> st
     pieces.append((True, text[run_start:]))
     runs = [raw for keep, raw in pieces if keep]
     cores = [" ".join(r.split()) for r in runs]
-    done = _fill(cores, lambda frags: _html_fragments(frags, translate_text, translate_html))
+    done = _fill(cores, lambda frags: translate_fragments(frags, translate_text, translate_html))
     out, k = [], 0
     for keep, raw in pieces:
         if not keep:
@@ -110,7 +111,22 @@ def _html(text: str, translate_text: Translate, translate_html: Translate) -> st
     return "".join(out)
 
 
-def _html_fragments(frags: list[str], translate_text: Translate, translate_html: Translate):
+def translate_fragments(frags: list[str], translate_text: Translate, translate_html: Translate):
+    """Fragments without tags go the text way (sentence by sentence: a `<p>` often holds a
+    paragraph), their entities decoded and encoded again; the others the HTML way."""
+    plain = [i for i, f in enumerate(frags) if not _TAG.search(f)]
+    tagged = [i for i, f in enumerate(frags) if _TAG.search(f)]
+    out = [""] * len(frags)
+    texts = translate_text([html.unescape(frags[i]) for i in plain]) if plain else []
+    for i, t in zip(plain, texts):
+        out[i] = html.escape(t, quote=False)
+    done = _tagged([frags[i] for i in tagged], translate_text, translate_html) if tagged else []
+    for i, t in zip(tagged, done):
+        out[i] = t
+    return out
+
+
+def _tagged(frags: list[str], translate_text: Translate, translate_html: Translate) -> list[str]:
     try:
         return translate_html(frags)
     except MtError:  # some fragment's inline tags do not nest: text pieces one by one
@@ -177,7 +193,7 @@ def _docx(data: bytes, translate_text: Translate, translate_html: Translate) -> 
         "".join(f"<r{k}>{html.escape(r.text, quote=False)}</r{k}>" for k, r in enumerate(p.runs))
         for p in mixed
     ]
-    for p, t in zip(mixed, _html_fragments(frags, translate_text, translate_html)):
+    for p, t in zip(mixed, translate_fragments(frags, translate_text, translate_html)):
         _set_runs(p, _run_texts(t, len(p.runs)))
     out = io.BytesIO()
     document.save(out)

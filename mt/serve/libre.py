@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from email.parser import BytesParser
 from email.policy import HTTP
 from pathlib import PurePath
@@ -23,7 +24,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from mt.decode.documents import SUFFIXES, translate_document
+from mt.decode.documents import SUFFIXES, translate_document, translate_fragments
 from mt.decode.requests import Request as Item
 from mt.decode.session import DecodeOptions, Session
 from mt.errors import MtError
@@ -80,6 +81,28 @@ def _alternatives(value: Any) -> int:
     if not 0 <= n <= MAX_ALTERNATIVES:
         raise ApiError(400, f"'alternatives' must be between 0 and {MAX_ALTERNATIVES}")
     return n
+
+
+def _translators(
+    session: Session, target: str, lang: str, name: str
+) -> tuple[Callable[[list[str]], list[str]], Callable[[list[str]], list[str]]]:
+    """How a document's texts are translated in the worker's thread: plain texts sentence by
+    sentence (capitals handled), HTML fragments through `--input-format html`'s path."""
+    from mt.decode.markup import translate_html
+    from mt.decode.sentences import translate_split
+    from mt.decode.stages import text_steps
+
+    translator = session.translator(targets=session.targets(target))
+    steps = text_steps(translator)
+
+    def text(xs: list[str]) -> list[str]:
+        items = [Item(x, to=target, frm=lang) for x in xs]
+        return [t.text for t in translate_split(translator, items, lang, steps)]
+
+    def fragments(xs: list[str]) -> list[str]:
+        return [t.text for t in translate_html(translator, xs, name)]
+
+    return text, fragments
 
 
 def add_routes(
@@ -153,16 +176,10 @@ def add_routes(
         if fmt == "html":
 
             def run(session: Session) -> list[Any]:
-                from mt.decode.markup import translate_html
-
-                translator = session.translator(options, targets=session.targets(target))
-                try:
-                    return [
-                        "\n".join(t.text for t in translate_html(translator, x.split("\n"), "q"))
-                        for x in texts
-                    ]
-                except MtError as err:
-                    raise ApiError(400, str(err)) from None
+                text, fragments = _translators(session, target, detected, "q")
+                return [
+                    "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
+                ]
 
             outs: list[Any] = await answer(request, worker.run(run))
             alts: list[list[str]] = [[] for _ in texts]
@@ -196,21 +213,7 @@ def add_routes(
         worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
 
         def run(session: Session) -> bytes:
-            from mt.decode.markup import translate_html
-            from mt.decode.sentences import translate_split
-            from mt.decode.stages import text_steps
-
-            translator = session.translator(targets=session.targets(target))
-            lang = detected
-
-            def text(xs: list[str]) -> list[str]:
-                items = [Item(x, to=target, frm=lang) for x in xs]
-                steps = text_steps(translator)
-                return [t.text for t in translate_split(translator, items, lang, steps)]
-
-            def fragments(xs: list[str]) -> list[str]:
-                return [t.text for t in translate_html(translator, xs, filename)]
-
+            text, fragments = _translators(session, target, detected, filename)
             try:
                 return translate_document(data, suffix, text, fragments)
             except MtError as err:
