@@ -15,6 +15,7 @@ from mt.decode.stages import spelling_cost, text_steps
 def test_case_of_tells_shouting_and_titles_from_text():
     assert case_of("ZWEI HUNDE SPIELEN IM SCHNEE.") == "upper"
     assert case_of("Zwei Hunde Spielen Im Schnee") == "title"
+    assert case_of("Ein Boston Terrier Läuft Über Saftig-grünes Gras Vor Einem Zaun") == "title"
     assert case_of("Zwei Hunde spielen im Schnee.") == "usual"  # German nouns: not a title
     assert case_of("Die USA und die EU") == "usual"
     assert case_of("USA") == "usual" and case_of("Der Park") == "usual"  # too short to tell
@@ -29,6 +30,7 @@ def test_usual_case_takes_the_spelling_with_fewer_pieces():
 
     assert usual_case("ZWEI HUNDE SPIELEN IM SCHNEE!", pieces) == "Zwei Hunde spielen im Schnee!"
     assert usual_case("Zwei Hunde Spielen Im Schnee", pieces) == "Zwei Hunde spielen im Schnee"
+    assert usual_case("Zwei US Hunde", pieces, keep_upper=True) == "Zwei US Hunde"
     assert usual_case("«ABC» DEF", lambda w: 1) == "«Abc» def"  # a tie: lower case, then Abc
     assert usual_case("DER WEISSE HUND", lambda w: 0 if w in ("weiße", "Hund") else 1) == (
         "Der weiße Hund"

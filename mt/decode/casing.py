@@ -3,8 +3,8 @@
 A model trained on ordinarily cased sentences reads "ZWEI HUNDE SPIELEN IM SCHNEE" as strings
 of rare pieces and writes nonsense ("This is tuuuming the ommmmmm"): lowercased BLEU 0.2
 against 23.6 on the same sentences in their usual case (issue 42). So before search, a line
-whose letters are all capitals (a headline, a label, a shouted message), or whose every word
-starts with one (a title), is given each word's usual case, and the translation is written
+whose letters are all capitals (a headline, a label, a shouted message), or whose words nearly
+all start with one (a title), is given each word's usual case, and the translation is written
 back in the line's case: all capitals, or each word's first letter capitalised.
 
 The usual case of a word comes from the model's own source tokenizer: of the word in lower
@@ -30,27 +30,35 @@ from mt.decode.translator import Translation
 
 MIN_LETTERS = 6
 MIN_TITLE_WORDS = 4
+# A title: this share of its words of two letters or more capitalised. No line of
+# test_2016_flickr in de, en, fr or cs has 80% as written; in Title Case 97.5-100% do (the
+# rest hold a hyphenated word, `Saftig-grünes`, or an acronym, `US-Nationalmannschaft`).
+TITLE_SHARE = 0.8
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
 def case_of(text: str) -> str:
-    """`upper` (all capitals), `title` (every word of two letters or more capitalised), or
-    `usual` (anything else)."""
+    """`upper` (all capitals), `title` (TITLE_SHARE of the words of two letters or more
+    capitalised), or `usual` (anything else)."""
     letters = [c for c in text if c.isalpha()]
     cased = [c for c in letters if c.isupper() or c.islower()]
     if len(cased) >= MIN_LETTERS and all(c.isupper() for c in cased):
         return "upper"
     words = [w for w in _WORD.findall(text) if len(w) > 1]
-    if len(words) >= MIN_TITLE_WORDS and all(w[0].isupper() and not w.isupper() for w in words):
+    capitalised = sum(w[0].isupper() for w in words)
+    if len(words) >= MIN_TITLE_WORDS and capitalised >= TITLE_SHARE * len(words):
         return "title"
     return "usual"
 
 
-def usual_case(text: str, cost: Callable[[str], Any]) -> str:
+def usual_case(text: str, cost: Callable[[str], Any], keep_upper: bool = False) -> str:
     """`text` with each word in the spelling of least `cost` (lower case on a tie; `ss` may
-    have been `ß`, which capitals write `SS`), the first letter capitalised."""
+    have been `ß`, which capitals write `SS`), the first letter capitalised; `keep_upper`
+    leaves words of capitals alone (an acronym in a title)."""
 
     def word(m: re.Match) -> str:
+        if keep_upper and len(m.group(0)) > 1 and m.group(0).isupper():
+            return m.group(0)
         low = m.group(0).lower()
         spellings = [low, low[:1].upper() + low[1:]]
         if "ss" in low:
@@ -81,7 +89,7 @@ def recased(
     def run(requests: list[Request]) -> list[Translation]:
         cases = [case_of(r.src) if not (r.prefix or r.constraints) else "usual" for r in requests]
         asked = [
-            r if c == "usual" else replace(r, src=usual_case(r.src, cost))
+            r if c == "usual" else replace(r, src=usual_case(r.src, cost, c == "title"))
             for r, c in zip(requests, cases)
         ]
         out = translate(asked)
