@@ -48,6 +48,9 @@ def test_paragraphs_are_split_and_their_newlines_kept(server, test_de):
     assert isinstance(got[0]["flags"], list) and got[0]["confidence"] < 0
     whole = post(server, "/v1/translate", {"items": [{"src": paragraph}], "split_sentences": False})
     assert "\n" not in whole.json()["items"][0]["translation"]  # one line to the model
+    aligned = post(server, "/v1/translate", {"items": [{"src": paragraph}], "options": {
+        "alignment": True}})  # fmt: skip
+    assert aligned.json()["items"][0]["translation"] == whole.json()["items"][0]["translation"]
     bad = post(server, "/v1/translate", {"items": [{"src": "x"}], "split_sentences": "yes"})
     assert bad.status_code == 422 and "split_sentences" in bad.json()["error"]
 
@@ -67,12 +70,18 @@ def test_metrics_count_doubtful_translations(server):
         line = next(x for x in text.splitlines() if x.startswith(f'{name}{{flag="{flag}"}}'))
         return int(line.split()[-1])
 
+    def total() -> int:
+        text = httpx.get(server.url + "/metrics", timeout=30).text
+        return int(
+            next(x for x in text.splitlines() if x.startswith("mt_translations_total ")).split()[-1]
+        )
+
     name = "mt_doubtful_translations_total"
-    before = count("copy")
+    before, answered = count("copy"), total()
     url = "https://example.com/ein/hund"  # protected whole: written back as it is, a copy
     r = post(server, "/v1/translate", {"items": [{"src": url}, {"src": url}]})
     assert [a["flags"] for a in r.json()["items"]] == [["copy"], ["copy"]]
-    assert count("copy") == before + 2
+    assert count("copy") == before + 2 and total() == answered + 2
 
 
 def test_libretranslate_html_and_alternatives(server):
