@@ -15,7 +15,9 @@ from mt.data.corpus import read_lines
 @pytest.fixture(scope="module")
 def server(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("serve_text")
-    srv = start_server(tiny_run / "best.pt", "--device", "cpu", log=folder / "server.log")
+    srv = start_server(
+        tiny_run / "best.pt", "--device", "cpu", "--keep-numbers", log=folder / "server.log"
+    )
     yield srv
     assert srv.stop() == 0
 
@@ -171,3 +173,14 @@ def test_frontend_settings(server):
     assert s["supportedFilesFormat"] == [".txt", ".html", ".srt", ".docx"]
     assert s["language"]["source"]["code"] == "de" and s["language"]["target"]["code"] == "en"
     assert s["charLimit"] == 5000 and s["keyRequired"] is False
+
+
+def test_keep_numbers_puts_every_number_back(server):
+    from libretranslatepy import LibreTranslateAPI
+
+    src = "Um 17:45 Uhr kamen 2.800 Menschen mit 678 Hunden."
+    r = post(server, "/v1/translate", {"items": [{"src": src}]})
+    out = r.json()["items"][0]["translation"]
+    assert all(n in out for n in ("17:45", "2.800", "678")), out
+    lt = LibreTranslateAPI(server.url + "/")
+    assert "678" in lt.translate("Ein Mann mit 678 Hunden.", "de", "en")

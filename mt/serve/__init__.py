@@ -75,8 +75,10 @@ def serve(
     limits: Limits | None = None,
     log_level: str = "info",
     start_line: str = "",
+    keep_numbers: bool = False,
 ) -> None:
-    """Run the server until SIGTERM or Ctrl-C."""
+    """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
+    (mt.decode.numbers) on every translation."""
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -96,7 +98,9 @@ def serve(
     if not 0 <= port < 65536:
         raise MtError(f"--port must be between 0 and 65535, got {port}")
     keys = read_keys(api_key_file) if api_key_file is not None else None
-    config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [])
+    config = ServeConfig(
+        parse_models(checkpoints), device, limits, keys, cors_origins or [], keep_numbers
+    )
     listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)
 

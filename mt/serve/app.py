@@ -50,6 +50,7 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     api_keys: list[bytes] | None = None
     cors_origins: list[str] = field(default_factory=list)
+    keep_numbers: bool = False  # the number guard on every translation (mt.decode.numbers)
 
 
 def _static(name: str) -> bytes:
@@ -62,7 +63,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     config.limits.check()
     metrics = Metrics()
     workers = {
-        name: ModelWorker(name, paths, config.device, config.limits, metrics)
+        name: ModelWorker(name, paths, config.device, config.limits, metrics, config.keep_numbers)
         for name, paths in config.models.items()
     }
     default = next(iter(workers))

@@ -84,7 +84,7 @@ def _alternatives(value: Any) -> int:
 
 
 def _translators(
-    session: Session, target: str, lang: str, name: str
+    worker: ModelWorker, session: Session, target: str, lang: str, name: str
 ) -> tuple[Callable[[list[str]], list[str]], Callable[[list[str]], list[str]]]:
     """How a document's texts are translated in the worker's thread: plain texts sentence by
     sentence (capitals handled), HTML fragments through `--input-format html`'s path."""
@@ -93,7 +93,7 @@ def _translators(
     from mt.decode.stages import text_steps
 
     translator = session.translator(targets=session.targets(target))
-    steps = text_steps(translator)
+    steps = text_steps(translator, keep_numbers=worker.keep_numbers)
 
     def text(xs: list[str]) -> list[str]:
         items = [Item(x, to=target, frm=lang) for x in xs]
@@ -176,7 +176,7 @@ def add_routes(
         if fmt == "html":
 
             def run(session: Session) -> list[Any]:
-                text, fragments = _translators(session, target, detected, "q")
+                text, fragments = _translators(worker, session, target, detected, "q")
                 return [
                     "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
                 ]
@@ -213,7 +213,7 @@ def add_routes(
         worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
 
         def run(session: Session) -> bytes:
-            text, fragments = _translators(session, target, detected, filename)
+            text, fragments = _translators(worker, session, target, detected, filename)
             try:
                 return translate_document(data, suffix, text, fragments)
             except MtError as err:

@@ -94,8 +94,10 @@ class ModelWorker:
         device: str,
         limits: Limits,
         metrics: Metrics,
+        keep_numbers: bool = False,
     ) -> None:
         self.name = name
+        self.keep_numbers = keep_numbers  # the number guard (mt.decode.numbers)
         self.paths = list(paths)
         self.device = device
         self.limits = limits
@@ -292,7 +294,8 @@ class ModelWorker:
             requests = [
                 r for job, sp in zip(group, splits) for r in (sp[1] if sp else job.requests)
             ]
-            translations = text_steps(translator)(requests)  # capitals, protection, flags
+            steps = text_steps(translator, keep_numbers=self.keep_numbers)
+            translations = steps(requests)  # capitals, numbers, protection, flags
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
                 for job in group:
