@@ -71,6 +71,10 @@ class DataConfig:
     # the source (Johnson et al. 2017, Marian). "target" kept zero-shot output in its language
     # more often (README: Many languages).
     lang_token: Literal["source", "target"] = "target"
+    # Robustness as data (mt/data/augment.py): "modifier:probability" items, a pair getting at
+    # most one, applied when the training stores are built; modifiers: uppercase, titlecase,
+    # no_final_punct, typos (source only). Empty: the corpus as it is.
+    augment: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -331,6 +335,33 @@ def pair_checks(d: DataConfig) -> list[tuple[bool, str]]:
     return checks
 
 
+AUGMENT_MODIFIERS = ("uppercase", "titlecase", "no_final_punct", "typos")
+
+
+def augment_checks(items: list[str]) -> list[tuple[bool, str]]:
+    """`data.augment`: known modifiers, each once, probabilities in (0, 1] summing to <= 1."""
+    checks, total, seen = [], 0.0, set()
+    for i, item in enumerate(items):
+        name, sep, p = item.partition(":")
+        try:
+            prob = float(p) if sep else -1.0
+        except ValueError:
+            prob = -1.0
+        where = f"data.augment[{i}]"
+        checks.append(
+            (
+                name in AUGMENT_MODIFIERS and name not in seen,
+                f"{where}: {name!r} is not a modifier or is given twice "
+                f"(known: {', '.join(AUGMENT_MODIFIERS)})",
+            )
+        )
+        checks.append((0 < prob <= 1, f"{where} must be MODIFIER:PROBABILITY in (0, 1]"))
+        seen.add(name)
+        total += max(prob, 0.0)
+    checks.append((total <= 1, "data.augment: the probabilities must sum to at most 1"))
+    return checks
+
+
 def validate(cfg: Config) -> None:
     """Reject values that type-check but cannot work; messages name the key (the caller adds
     the file or the `--set` item)."""
@@ -419,6 +450,7 @@ def validate(cfg: Config) -> None:
     ]
     checks += decode_checks(d)
     checks += pair_checks(cfg.data)
+    checks += augment_checks(cfg.data.augment)
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))

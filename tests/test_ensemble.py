@@ -82,7 +82,7 @@ def test_mt_eval_scores_an_ensemble_as_translate_outputs_it(
     members = [tiny_run / "last.pt", sorted(tiny_run.glob("checkpoint_*.pt"))[0]]
     out = mt_cli("translate", *members, "--device", "cpu", "-i", src, "-o", tmp_path / "hyp")
     assert out.rc == 0, out.err
-    by_hyp = mt_cli("eval", "--hyp", tmp_path / "hyp", "--ref", ref, "--json")
+    by_hyp = mt_cli("eval", "--hyp", tmp_path / "hyp", "--src", src, "--ref", ref, "--json")
     direct = mt_cli("eval", *members, "--src", src, "--ref", ref, "--device", "cpu", "--json")
     alone = mt_cli("eval", members[0], "--src", src, "--ref", ref, "--device", "cpu", "--json")
     assert direct.rc == 0, direct.err

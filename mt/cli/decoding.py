@@ -21,14 +21,20 @@ from mt.cli.options import (
     DtypeOption,
     FromOption,
     Int8Option,
+    KeepNumbersOption,
+    MaxDoubtOption,
     MaxTokensOption,
     ProtectOption,
+    RecaseOption,
     ShardOption,
+    SplitSentencesOption,
     StopEarlyOption,
     TargetVocabOption,
     ThreadsOption,
     ToOption,
+    check_max_doubt,
     chunked_job,
+    gate_doubt,
     open_session,
     text_lines,
     use_threads,
@@ -94,13 +100,19 @@ def translate(
     buffer_lines: BufferLinesOption = None,
     shard: ShardOption = None,
     chunk_lines: ChunkLinesOption = None,
+    split_sentences: SplitSentencesOption = False,
+    max_doubt: MaxDoubtOption = None,
+    recase: RecaseOption = True,
+    keep_numbers: KeepNumbersOption = False,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
 
     Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
     share of --input's chunks and OUT is the one-process output, in order."""
+    from mt.decode.doubt import DoubtCount
     from mt.decode.requests import read_requests
     from mt.decode.session import DecodeOptions
+    from mt.decode.stages import text_steps
     from mt.decode.translator import write_translations
 
     use_threads("translate", threads)
@@ -110,6 +122,9 @@ def translate(
         raise MtError(f"--input-format must be text, jsonl, html or po, got {input_format!r}")
     if output_format not in ("text", "jsonl"):
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
+    if split_sentences and (pivot is not None or alignment or input_format == "html"):
+        raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
+    check_max_doubt(max_doubt)
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
     options = DecodeOptions(
         beam=beam,
@@ -134,6 +149,8 @@ def translate(
     )
     name = str(input) if input is not None else "<stdin>"
     failures: list[int] = []
+    doubts = DoubtCount()
+    steps = text_steps(translator, recase, keep_numbers)
 
     def failed(line: int, error: str) -> None:
         failures.append(line)
@@ -150,10 +167,15 @@ def translate(
                 from mt.decode.pivot import translate_via
 
                 translations = translate_via(translator, requests, pivot)
+            elif split_sentences:
+                from mt.decode.sentences import translate_split
+
+                lang = from_ or session.source_language()
+                translations = translate_split(translator, requests, lang, steps)
             else:
-                translations = translator.translate_stream(requests)
+                translations = translator.translate_stream(requests, steps)
         write_translations(
-            translations,
+            doubts.watch(translations),
             out,
             nbest=translator.cfg.nbest,
             alignment=alignment,
@@ -170,6 +192,9 @@ def translate(
         "alignment": alignment,
         "protect": protect,
         "languages": [to, from_, pivot, target_vocab],
+        "split_sentences": split_sentences,
+        "recase": recase,
+        "keep_numbers": keep_numbers,
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format == "po":
@@ -181,6 +206,7 @@ def translate(
         with src:
             write_output(output, lambda out: work(text_lines(src), out))
     warn_truncated(translator.truncated, translator.max_src, "input")
+    gate_doubt(doubts, max_doubt, "mt translate")
     if failures:
         typer.echo(
             f"mt translate: {len(failures)} line(s) could not be translated and were written "
@@ -220,22 +246,34 @@ def evaluate(
     from_: FromOption = None,
     target_vocab: TargetVocabOption = True,
     threads: ThreadsOption = None,
+    split_sentences: SplitSentencesOption = False,
+    max_doubt: MaxDoubtOption = None,
+    recase: RecaseOption = True,
+    keep_numbers: KeepNumbersOption = False,
+    check_numbers: Annotated[
+        bool, typer.Option(help="Report the share of lines whose source numbers all appear.")
+    ] = False,
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
     from mt.data.corpus import read_lines
+    from mt.decode.doubt import DoubtCount, flags
+    from mt.decode.numbers import kept_rate
     from mt.decode.session import DecodeOptions
+    from mt.decode.stages import text_steps
     from mt.metrics import format_scores, score
 
     use_threads("eval", threads)
+    check_max_doubt(max_doubt)
     if ref is None:
         raise MtError("mt eval needs --ref")
+    doubts = DoubtCount()
     refs = read_lines(ref)
     if not refs:  # sacrebleu fails deep inside on no sentences; exit 1 would read as the gate
         raise MtError(f"{ref} is empty: no reference lines to score against")
     if hyp is not None:
-        if checkpoints or src is not None:
-            raise MtError("mt eval: give either --hyp or CHECKPOINT with --src, not both")
+        if checkpoints:  # --src with --hyp is the output's source: flags, --check-numbers
+            raise MtError("mt eval: give either --hyp or CHECKPOINT, not both")
         hyps, where = read_lines(hyp), hyp
     else:
         if not checkpoints or src is None:
@@ -255,14 +293,39 @@ def evaluate(
         session = open_session(checkpoints, device, dtype)
         targets = session.targets(to, from_, target_vocab)
         translator = session.translator(options, protect=protect, targets=targets)
-        hyps, where = [t.text for t in translator.translate_stream(sources)], src
+        steps = text_steps(translator, recase, keep_numbers)
+        if split_sentences:
+            from mt.decode.requests import Request
+            from mt.decode.sentences import translate_split
+
+            lang = from_ or session.source_language()
+            done = translate_split(translator, [Request(x) for x in sources], lang, steps)
+        else:
+            done = translator.translate_stream(sources, steps)
+        hyps, where = [t.text for t in doubts.watch(done)], src
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
     scores = score(hyps, refs)
-    typer.echo(json.dumps(scores.as_dict()) if json_ else format_scores(scores))
+    report = scores.as_dict()
+    lines = [format_scores(scores)]
+    if hyp is not None and src is not None:  # a given output: its flags against its source
+        for s, h in zip(read_lines(src), hyps):
+            doubts.add(flags(s, h))
+    if doubts.lines:
+        report["doubt"] = doubts.as_dict()
+        lines.append(f"doubt: {doubts.summary()}")
+    if check_numbers:
+        if src is None:
+            raise MtError("--check-numbers needs --src (the numbers are the source's)")
+        report["numbers"] = kept_rate(read_lines(src), hyps)
+        lines.append(
+            "numbers kept: {kept}% of {lines} lines with digits".format(**report["numbers"])
+        )
+    typer.echo(json.dumps(report) if json_ else "\n".join(lines))
     if min_bleu is not None and scores.bleu < min_bleu:
         typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
         raise typer.Exit(EXIT_GATE)
+    gate_doubt(doubts, max_doubt, "mt eval")
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Annotated, TextIO
 
 import typer
 
-from mt.errors import MtError
+from mt.errors import EXIT_GATE, MtError
 
 # The options `mt train` and `mt prepare` share: both read a config into a run directory.
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
@@ -200,6 +200,54 @@ def write_output(output: Path | None, write: Callable[[TextIO], object]) -> None
         write(sys.stdout)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+SplitSentencesOption = Annotated[
+    bool,
+    typer.Option(
+        help="Cut each line into sentences and translate those (one output line per input "
+        "line stays): for paragraphs."
+    ),
+]
+RecaseOption = Annotated[
+    bool,
+    typer.Option(
+        help="Translate an ALL-CAPS or Title Case line in its usual case and write the "
+        "output back in the line's case."
+    ),
+]
+KeepNumbersOption = Annotated[
+    bool,
+    typer.Option(
+        help="Translate a line that lost a number of its source again, the number a "
+        "constraint (beam search)."
+    ),
+]
+MaxDoubtOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Exit 1 when more than this share (0-1) of lines is flagged doubtful "
+        "(copy, loop, short, long): a pipeline gate."
+    ),
+]
+
+
+def check_max_doubt(value: float | None) -> None:
+    if value is not None and not 0 <= value <= 1:
+        raise MtError(f"--max-doubt is a share of lines between 0 and 1, got {value}")
+
+
+def gate_doubt(doubts, max_doubt: float | None, command: str) -> None:  # noqa: ANN001
+    """With --max-doubt: the flag counts on stderr, and exit 1 when too many lines are flagged."""
+    if max_doubt is None:
+        return
+    typer.echo(f"{command}: {doubts.summary()}", err=True)
+    if doubts.share > max_doubt:
+        typer.echo(
+            f"{command}: {doubts.share:.1%} of lines flagged, over --max-doubt {max_doubt}",
+            err=True,
+        )
+        raise typer.Exit(EXIT_GATE)
 
 
 def warn_truncated(count: int, max_src: int, what: str) -> None:

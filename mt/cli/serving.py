@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import DeviceOption, DtypeOption, ThreadsOption, use_threads
+from mt.cli.options import (
+    DeviceOption,
+    DtypeOption,
+    KeepNumbersOption,
+    ThreadsOption,
+    use_threads,
+)
 
 
 @app.command()
@@ -40,6 +46,7 @@ def serve(
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
     threads: ThreadsOption = None,
+    keep_numbers: KeepNumbersOption = False,
 ) -> None:
     r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
     serve extra: pip install 'mt\[serve]')."""
@@ -63,4 +70,5 @@ def serve(
         limits,
         start_line=f"mt serve: {chosen.describe()}",  # said once it listens
         dtype=dtype,
+        keep_numbers=keep_numbers,
     )

@@ -49,11 +49,14 @@ def store_folder(
     limit: int,
     protect: bool = False,
     sampling: object | None = None,
+    augment: object | None = None,
 ) -> Path:
     """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters, the
-    masking of spans and the sampled segmentation (`prepare.Sampling`, its copy number)."""
+    masking of spans, the sampled segmentation (`prepare.Sampling`, its copy number) and the
+    training-data modifiers (`mt.data.augment.Augment`)."""
     settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
     settings += f":{sampling}" if sampling is not None else ""
+    settings += f":{augment}" if augment is not None else ""
     key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"

@@ -23,6 +23,7 @@ import numpy as np
 import sentencepiece as spm
 
 from mt.config import Config, DataConfig
+from mt.data.augment import Augment
 from mt.data.cache import build_lock, cache_dir, store_folder
 from mt.data.corpus import Chunk, Source, directions, pair_chunks, split_sources, train_sources
 from mt.data.mixing import always_allowed, pair_weights, piece_counts
@@ -126,8 +127,10 @@ def build_store(
     log: bool = True,
     protect: bool = False,
     sampling: Sampling | None = None,
+    augment: Augment | None = None,
 ) -> TokenStore:
-    """Read, encode, filter and write one corpus into a store at `folder`; with `protect`,
+    """Read, encode, filter and write one corpus into a store at `folder`; with `augment`,
+    a share of the pairs is changed first (mt.data.augment); with `protect`,
     spans are masked on both sides first (`mt.spans.mask_pair`); with `sampling`, each
     sentence's segmentation is drawn (one thread from a seed per copy, so a copy built again
     is the same)."""
@@ -143,6 +146,8 @@ def build_store(
     start = time.perf_counter()
     try:
         for src_text, tgt_text in _read_ahead(pair_chunks(source, limit=limit)):
+            if augment is not None:
+                src_text, tgt_text = augment.apply(src_text, tgt_text, progress.n)
             if protect:
                 src_text, tgt_text = _masked(src_text, tgt_text)
             src, src_len = _flat(tokenizer.src.encode(src_text, **encode), dtype)
@@ -215,13 +220,14 @@ def open_or_build(
     log: bool = True,
     protect: bool = False,
     sampling: Sampling | None = None,
+    augment: Augment | None = None,
 ) -> TokenStore:
     """The store for `source`: mapped when a trusted one exists, else built (if `build`).
 
     Builders hold the cache folder's lock (`cache.build_lock`): the nodes of a multi-node run
     whose cache folders are one shared folder build each store once."""
-    folder = store_folder(cache, source, tokenizer, f, limit, protect, sampling)
-    args = (source, tokenizer, folder, f, limit, build, log, protect, sampling)
+    folder = store_folder(cache, source, tokenizer, f, limit, protect, sampling, augment)
+    args = (source, tokenizer, folder, f, limit, build, log, protect, sampling, augment)
     if not build:
         return _open_or_build(*args)
     with build_lock(cache):
@@ -238,6 +244,7 @@ def _open_or_build(
     log: bool,
     protect: bool,
     sampling: Sampling | None,
+    augment: Augment | None,
 ) -> TokenStore:
     if folder.exists():
         try:
@@ -251,7 +258,7 @@ def _open_or_build(
             print(f"{folder}: rebuilding the token store ({err})", flush=True, file=sys.stderr)
     elif not build:
         raise MtError(f"{folder}: token store missing (the preparing process did not write it)")
-    return build_store(source, tokenizer, folder, f, limit, 0, log, protect, sampling)
+    return build_store(source, tokenizer, folder, f, limit, 0, log, protect, sampling, augment)
 
 
 def sample_pairs(
@@ -384,8 +391,9 @@ def prepare(
     cache = cache_dir(cfg, run_dir)
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)
+    aug = Augment.from_config(d.augment, cfg.train.seed)
     train = [
-        open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect)
+        open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect, None, aug)
         for s in sources
     ]
     sampled = []  # tokenizer.sample_alpha: the training stores again, segmented by sampling
@@ -393,7 +401,10 @@ def prepare(
         how = Sampling(cfg.tokenizer.sample_alpha, c)
         limit = d.max_train_examples
         sampled.append(
-            [open_or_build(s, tok, cache, f, limit, build, log, d.protect, how) for s in sources]
+            [
+                open_or_build(s, tok, cache, f, limit, build, log, d.protect, how, aug)
+                for s in sources
+            ]
         )
     valid_sources = split_sources(d, d.valid)
     valid = [

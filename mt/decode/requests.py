@@ -108,7 +108,8 @@ def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
     `score` is the best hypothesis' (length-normalised for beam search, a log-probability sum
     for greedy search and sampling); `nbest` lists every returned hypothesis best first;
     `tokens` are the best hypothesis' target pieces and `alignment` (with --alignment) the
-    most-attended source position of each.
+    most-attended source position of each; `confidence` and `flags` say how far to trust it
+    (mt.decode.doubt).
     """
     record: dict[str, Any] = {"translation": t.text}
     if t.hypotheses:
@@ -125,6 +126,8 @@ def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
         record.update(score=0.0, tokens=[], nbest=[{"translation": "", "score": 0.0}])
         if alignment:
             record["alignment"] = []
+    record["confidence"] = getattr(t, "confidence", None)
+    record["flags"] = list(getattr(t, "flags", []))
     if t.error:  # a line that failed is written empty, with the reason
         record["error"] = t.error
     return record

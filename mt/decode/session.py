@@ -136,6 +136,13 @@ class Session:
         """A multilingual model's languages (None: one pair, `cfg.data.src_lang/tgt_lang`)."""
         return self.tokenizer.languages
 
+    def source_language(self) -> str:
+        """The language a bilingual model reads (a multilingual model's first source): what
+        sentence splitting assumes when a request names none."""
+        if self.languages is None:
+            return self.cfg.data.src_lang
+        return self.languages.pairs[0][0]
+
     def targets(
         self,
         to: str | None = None,

@@ -21,6 +21,7 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.bans import Bans, SpanRule
 from mt.decode.constrained import constrained_beam_search, phrase_ids
+from mt.decode.doubt import confidence, flags
 from mt.decode.dtype import compute, decode_model
 from mt.decode.requests import Request, translation_record
 from mt.decode.search import beam_search, greedy_search
@@ -39,6 +40,8 @@ class Translation:
     texts: list[str]  # detokenized text of each hypothesis
     pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
     error: str = ""  # why this line could not be translated (its output is then empty)
+    confidence: float | None = None  # log-probability per token (mt.decode.doubt)
+    flags: list[str] = field(default_factory=list)  # doubts: copy, loop, short, long
 
 
 def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
@@ -238,9 +241,14 @@ class Translator:
         ids = self.tokenizer.encode_tgt([r.prefix for r in requests])
         return [p[: self.max_src - 2] for p in ids]
 
-    def translate_stream(self, lines: Iterable[str | Request]) -> Iterator[Translation]:
+    def translate_stream(
+        self,
+        lines: Iterable[str | Request],
+        translate: Callable[[list[Request]], list[Translation]] | None = None,
+    ) -> Iterator[Translation]:
         """Translate an endless iterable (of lines or requests) buffer by buffer, yielding in
-        input order."""
+        input order; `translate` stands for `self.translate` (with steps around it:
+        mt.decode.stages)."""
         it = iter(lines)
         while True:
             chunk = [
@@ -249,14 +257,23 @@ class Translator:
             ]
             if not chunk:
                 return
-            yield from isolated(self.translate, chunk)
+            yield from isolated(translate or self.translate, chunk)
 
     def translate(self, requests: list[Request]) -> list[Translation]:
         """`translate_requests`, with the steps `around` it when given (protection masks,
-        constrains and restores the spans of each source: `mt.decode.protect`)."""
+        constrains and restores the spans of each source: `mt.decode.protect`), each
+        translation marked with its confidence and doubts (`mt.decode.doubt`)."""
         if self.around is None:
-            return self.translate_requests(requests)
-        return self.around(self, requests)
+            out = self.translate_requests(requests)
+        else:
+            out = self.around(self, requests)
+        beam = not (self.greedy or self.sampling is not None)
+        for r, t in zip(requests, out):
+            if t.hypotheses:
+                best = t.hypotheses[0]
+                t.confidence = confidence(len(best.tokens), best.score, beam, self.cfg.alpha)
+            t.flags = flags(r.src, t.text) if not t.error else []
+        return out
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:

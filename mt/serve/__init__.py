@@ -76,8 +76,10 @@ def serve(
     log_level: str = "info",
     start_line: str = "",
     dtype: str | None = None,
+    keep_numbers: bool = False,
 ) -> None:
-    """Run the server until SIGTERM or Ctrl-C."""
+    """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
+    (mt.decode.numbers) on every translation."""
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -101,7 +103,9 @@ def serve(
 
         resolve_decode_dtype(dtype, resolve_device(device), option="--dtype")
     keys = read_keys(api_key_file) if api_key_file is not None else None
-    config = ServeConfig(parse_models(checkpoints), device, limits, keys, cors_origins or [], dtype)
+    config = ServeConfig(
+        parse_models(checkpoints), device, limits, keys, cors_origins or [], dtype, keep_numbers
+    )
     listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)
 

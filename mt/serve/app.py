@@ -14,18 +14,16 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from mt.decode.requests import Request as Item
 from mt.decode.requests import translation_record
 from mt.decode.score import TargetTooLong
-from mt.decode.session import DecodeOptions, Session
+from mt.decode.session import Session
 from mt.errors import MtError
-from mt.serve import bodies, languages
-from mt.serve.limits import ApiError, Limits, check_count, check_text
+from mt.serve import bodies, libre
+from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, key_of
 from mt.serve.worker import ModelWorker
@@ -53,6 +51,7 @@ class ServeConfig:
     api_keys: list[bytes] | None = None
     cors_origins: list[str] = field(default_factory=list)
     dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
+    keep_numbers: bool = False  # the number guard on every translation (mt.decode.numbers)
 
 
 def _static(name: str) -> bytes:
@@ -65,7 +64,9 @@ def create_app(config: ServeConfig) -> FastAPI:
     config.limits.check()
     metrics = Metrics()
     workers = {
-        name: ModelWorker(name, paths, config.device, config.limits, metrics, config.dtype)
+        name: ModelWorker(
+            name, paths, config.device, config.limits, metrics, config.dtype, config.keep_numbers
+        )
         for name, paths in config.models.items()
     }
     default = next(iter(workers))
@@ -112,7 +113,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         return workers[name]
 
     async def read_json(request: Request) -> Any:
-        return bodies.parse_json(await _read_body(request, limits.max_body_bytes))
+        return bodies.parse_json(await bodies.read_body(request, limits.max_body_bytes))
 
     async def answer(request: Request, work) -> Any:
         """The result of awaiting `work`, unless the client leaves first: then the work is
@@ -136,7 +137,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         body = bodies.parse_translate(await read_json(request), limits)
         worker = worker_for(body.model)
         worker.check_options(body.options)
-        done = await answer(request, worker.translate(body.requests, body.options, body.alignment))
+        work = worker.translate(body.requests, body.options, body.alignment, body.split)
+        done = await answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
     @app.post("/v1/score", openapi_extra=bodies.body_doc(bodies.SCORE_SCHEMA))
@@ -212,88 +214,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
 
-    # -- LibreTranslate's API, so the applications that speak it work unchanged ------------
-
-    def served() -> list[Session]:
-        return [w.session for w in workers.values() if w.session is not None]
-
-    def known_languages() -> list[str]:
-        return sorted(
-            {c for s in served() for c in languages.directions(s)}
-            | {t for s in served() for ts in languages.directions(s).values() for t in ts}
-        )
-
-    def pick(source: str, target: str, text: str) -> tuple[ModelWorker, str]:
-        """The model that translates `source` (or, for `auto`, the language identified in
-        `text`) into `target`, and that source language."""
-        if source == "auto":
-            sources = sorted({c for s in served() for c in languages.directions(s)})
-            source = languages.detect(text, sources)[0]["language"]
-        for worker in workers.values():
-            if target in languages.directions(worker.loaded()).get(source, []):
-                return worker, source
-        raise ApiError(
-            400,
-            f"no model translates {source!r} into {target!r} (languages served: "
-            f"{', '.join(known_languages())}; see /languages)",
-        )
-
-    @app.post("/translate")
-    async def libre_translate(request: Request) -> dict[str, Any]:
-        """LibreTranslate's `/translate`: JSON or form fields `q` (a string or a list),
-        `source` (or `auto`), `target`, `api_key`; answers `translatedText`."""
-        raw = await _read_body(request, limits.max_body_bytes)
-        if request.headers.get("content-type", "").startswith("application/json"):
-            obj = bodies.parse_json(raw)
-            if not isinstance(obj, dict):
-                raise ApiError(400, "the body must be a JSON object")
-        else:  # form fields, url-encoded (LibreTranslate's clients send either)
-            form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
-            obj = {k: v if k == "q" and len(v) > 1 else v[0] for k, v in form.items()}
-        check_key(config.api_keys, key_of(request.headers, _str(obj.get("api_key"))))
-        q, source, target = obj.get("q"), obj.get("source", "auto"), obj.get("target")
-        if not isinstance(target, str) or not isinstance(source, str):
-            raise ApiError(400, "'source' and 'target' must be language codes, e.g. de and en")
-        if obj.get("format", "text") != "text":
-            raise ApiError(400, "only format 'text' is supported")
-        texts = [q] if isinstance(q, str) else q
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise ApiError(400, "'q' must be a string or a list of strings")
-        check_count(len(texts), limits)
-        for i, text in enumerate(texts):
-            check_text(text, f"q[{i}]", limits)
-        worker, detected = await asyncio.to_thread(pick, source, target, " ".join(texts))
-        items = [Item(t.replace("\n", " "), to=target, frm=detected) for t in texts]
-        done = await answer(request, worker.translate(items, DecodeOptions(), False))
-        out: dict[str, Any] = {
-            "translatedText": done[0].text if isinstance(q, str) else [t.text for t in done]
-        }
-        if source == "auto":
-            out["detectedLanguage"] = {"language": detected, "confidence": 100.0}
-        return out
-
-    @app.get("/languages")
-    async def languages_() -> list[dict[str, Any]]:
-        """LibreTranslate's `/languages`: each source language and the targets it has."""
-        return languages.listing(served())
-
-    @app.post("/detect")
-    async def detect(request: Request) -> list[dict[str, Any]]:
-        """LibreTranslate's `/detect`: field `q` (JSON or form); the languages served, most
-        likely first, with a confidence in percent."""
-        raw = await _read_body(request, limits.max_body_bytes)
-        if request.headers.get("content-type", "").startswith("application/json"):
-            obj = bodies.parse_json(raw)
-            obj = obj if isinstance(obj, dict) else {}
-        else:
-            obj = {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
-        check_key(config.api_keys, key_of(request.headers, _str(obj.get("api_key"))))
-        q = obj.get("q")
-        if not isinstance(q, str) or not q.strip():
-            raise ApiError(400, "'q' must be a non-empty string")
-        check_text(q, "q", limits)
-        sources = sorted({c for s in served() for c in languages.directions(s)})
-        return await asyncio.to_thread(languages.detect, q, sources)
+    libre.add_routes(app, workers, config.api_keys, limits, answer)
 
     # -- the page -----------------------------------------------------------------------------
 
@@ -312,26 +233,6 @@ def create_app(config: ServeConfig) -> FastAPI:
         return Response(_static(name), media_type=STATIC[name][1] + "; charset=utf-8")
 
     return app
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes `limit` bytes (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(
-            413, f"the body has {declared} bytes; the limit is {limit}", "max_body_bytes"
-        )
-    chunks, n = [], 0
-    async for chunk in request.stream():
-        n += len(chunk)
-        if n > limit:
-            raise ApiError(413, f"the body is over the limit of {limit} bytes", "max_body_bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _disconnected(request: Request) -> None:

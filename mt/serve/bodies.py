@@ -34,6 +34,7 @@ class TranslateBody:
     options: DecodeOptions
     alignment: bool
     model: str | None
+    split: bool = True  # sentence by sentence (off with alignment: positions are per sentence)
 
 
 @dataclass
@@ -135,8 +136,11 @@ def _type_name(t: type) -> str:
 
 
 def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
-    obj = _object(obj, ("items", "options", "model", "to", "from"))
+    obj = _object(obj, ("items", "options", "model", "to", "from", "split_sentences"))
     items = _items(obj, limits)
+    split = obj.get("split_sentences", True)
+    if not isinstance(split, bool):
+        raise ApiError(422, f"'split_sentences' must be true or false, got {_kind(split)}")
     defaults = {k: obj[k] for k in ("to", "from") if obj.get(k) is not None}
     requests = []
     for i, item in enumerate(items):
@@ -145,12 +149,14 @@ def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
             request = request_from_object(item, f"items[{i}]")
         except MtError as err:
             raise ApiError(422, str(err)) from None
+        if split:  # the item's own newlines and paragraphs come back as sent
+            request = dataclasses.replace(request, src=item["src"])
         check_text(request.src, f"items[{i}].src", limits)
         check_text(request.prefix, f"items[{i}].prefix", limits)
         check_text(" ".join(request.constraints), f"items[{i}].constraints", limits)
         requests.append(request)
     options, alignment = parse_options(obj.get("options"))
-    return TranslateBody(requests, options, alignment, _model(obj))
+    return TranslateBody(requests, options, alignment, _model(obj), split and not alignment)
 
 
 def parse_score(obj: Any, limits: Limits) -> ScoreBody:
@@ -213,6 +219,11 @@ TRANSLATE_SCHEMA = {
         },
         "options": _OPTIONS_SCHEMA,
         "model": {"type": "string"},
+        "split_sentences": {
+            "type": "boolean",
+            "description": "translate each item sentence by sentence (default true; off "
+            "with alignment)",
+        },
         "to": {"type": "string", "description": "target language of items that name none"},
         "from": {"type": "string"},
     },
@@ -247,3 +258,19 @@ ATTENTION_SCHEMA = {
 def body_doc(schema: dict[str, Any]) -> dict[str, Any]:
     """`openapi_extra` for a route that reads its JSON body itself."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            413, f"the body has {declared} bytes; the limit is {limit}", "max_body_bytes"
+        )
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise ApiError(413, f"the body is over the limit of {limit} bytes", "max_body_bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

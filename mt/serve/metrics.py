@@ -10,6 +10,8 @@ import bisect
 import threading
 from collections import Counter
 
+from mt.decode.doubt import FLAGS
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -50,6 +52,8 @@ class Metrics:
         self.sentences = 0
         self.dropped = 0  # sentences never translated because their client had gone
         self.queue_depth: dict[str, int] = {}  # model -> queued sentences
+        self.answered = 0  # translations answered (items, after sentences are joined)
+        self.flagged: Counter[str] = Counter()  # doubt flag -> translations that carry it
 
     def request(self, route: str, status: int, seconds: float) -> None:
         with self.lock:
@@ -60,6 +64,13 @@ class Metrics:
         with self.lock:
             self.batches.observe(size)
             self.sentences += size
+
+    def doubts(self, flags: list[list[str]]) -> None:
+        """The doubt flags of answered translations (mt.decode.doubt), one list each."""
+        with self.lock:
+            self.answered += len(flags)
+            for each in flags:
+                self.flagged.update(each)
 
     def drop(self, size: int) -> None:
         with self.lock:
@@ -103,6 +114,12 @@ class Metrics:
                 "# HELP mt_dropped_sentences_total Sentences dropped: their client had gone.",
                 "# TYPE mt_dropped_sentences_total counter",
                 f"mt_dropped_sentences_total {self.dropped}",
+                "# HELP mt_translations_total Translations answered (a split item counts once).",
+                "# TYPE mt_translations_total counter",
+                f"mt_translations_total {self.answered}",
+                "# HELP mt_doubtful_translations_total Translations answered with a doubt flag.",
+                "# TYPE mt_doubtful_translations_total counter",
+                *(f'mt_doubtful_translations_total{{flag="{f}"}} {self.flagged[f]}' for f in FLAGS),
                 "# HELP mt_queue_sentences Sentences waiting for a model.",
                 "# TYPE mt_queue_sentences gauge",
             ]

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from mt.decode.requests import Request
+from mt.decode.sentences import expand, gather, source_size
 from mt.decode.session import DecodeOptions, Session
+from mt.decode.stages import text_steps
 from mt.decode.translator import Translation, Translator
 from mt.errors import MtError
 from mt.serve.limits import ApiError, Limits
@@ -55,6 +57,7 @@ class Job:
     requests: list[Request] = field(default_factory=list)
     options: DecodeOptions | None = None
     alignment: bool = False
+    split: bool = False  # translate each item sentence by sentence (mt.decode.sentences)
     call: Callable[[Session], Any] | None = None
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
@@ -92,8 +95,10 @@ class ModelWorker:
         limits: Limits,
         metrics: Metrics,
         dtype: str | None = None,
+        keep_numbers: bool = False,
     ) -> None:
         self.name = name
+        self.keep_numbers = keep_numbers  # the number guard (mt.decode.numbers)
         self.paths = list(paths)
         self.device = device
         self.dtype = dtype
@@ -154,10 +159,14 @@ class ModelWorker:
             self._cond.notify()
 
     async def translate(
-        self, requests: list[Request], options: DecodeOptions, alignment: bool
+        self,
+        requests: list[Request],
+        options: DecodeOptions,
+        alignment: bool,
+        split: bool = False,
     ) -> list[Translation]:
         loop = asyncio.get_running_loop()
-        job = Job(loop.create_future(), loop, requests, options, alignment)
+        job = Job(loop.create_future(), loop, requests, options, alignment, split)
         return await self._wait(job)
 
     async def run(self, call: Callable[[Session], Any]) -> Any:
@@ -273,11 +282,22 @@ class ModelWorker:
             job.answer(error=err)
 
     def _translate(self, group: list[Job]) -> None:
+        """One translator call for the group's sentences: a splitting job's items are cut
+        into sentences first and joined after, so they share batches with everything else."""
+        assert self.session is not None
         first = group[0]
-        requests = [r for job in group for r in job.requests]
         try:
             translator = self._translator(first.options, first.alignment)
-            translations = translator.translate(requests)  # with protection
+            size, limit = source_size(translator)
+            lang = self.session.source_language()
+            splits = [
+                expand(job.requests, lang, size, limit) if job.split else None for job in group
+            ]
+            requests = [
+                r for job, sp in zip(group, splits) for r in (sp[1] if sp else job.requests)
+            ]
+            steps = text_steps(translator, keep_numbers=self.keep_numbers)
+            translations = steps(requests)  # capitals, numbers, protection, flags
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
                 for job in group:
@@ -291,9 +311,13 @@ class ModelWorker:
             return
         self.metrics.batch(len(requests))
         start = 0
-        for job in group:
-            job.answer(translations[start : start + len(job.requests)])
-            start += len(job.requests)
+        for job, sp in zip(group, splits):
+            n = len(sp[1]) if sp else len(job.requests)
+            done = translations[start : start + n]
+            start += n
+            done = gather(job.requests, sp[0], done) if sp else done
+            self.metrics.doubts([t.flags for t in done])
+            job.answer(done)
 
     def _translator(self, options: DecodeOptions | None, alignment: bool) -> Translator:
         """A Translator per option set, kept: building one can cost a model copy (int8).

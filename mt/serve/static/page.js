@@ -131,7 +131,12 @@
         var item = res.items[0];
         out.textContent = item.translation;
         showNbest(item);
-        status.textContent = "Translated in " + Math.round(performance.now() - t0) + " ms.";
+        // How far to trust it: confidence (log-probability per token) and doubt flags.
+        var doubt = item.flags && item.flags.length ? "; doubtful: " + item.flags.join(", ") : "";
+        var conf = typeof item.confidence === "number"
+          ? ", confidence " + item.confidence.toFixed(2) : "";
+        status.textContent = "Translated in " + Math.round(performance.now() - t0) + " ms" +
+          conf + doubt + ".";
         return Promise.all([
           post("/v1/score", { items: [{ src: text, tgt: item.translation }], to: to }),
           post("/v1/attention", { src: text, to: to })

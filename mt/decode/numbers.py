@@ -1,0 +1,100 @@
+"""Numbers kept: every digit sequence of the source appears in its translation.
+
+A model drops or changes digits now and then (a year, a price, a time), and a reader trusts a
+translation's numbers more than its words. Separators may change with the language (`2.500`
+-> `2,500`, `3,5` -> `3.5`), so numbers are compared by their digits: `2.500` and `2,500`
+are one number, `2500`.
+
+`kept(src, out)` is the check (`mt eval --check-numbers` reports its rate); `guarded` is the
+guard: a line whose translation lost a number of its source is translated again with each of
+its numbers as a placeholder word, through the protection machinery (mt.decode.protect:
+`Z00`-style placeholders, all of one length, constraints of the beam search where it can
+take them), and each placeholder is replaced by its number as the source wrote it, exactly
+once; one the model never wrote is appended at the end. Only the lines that lost a number pay
+for the second search. Constraining the numbers themselves was tried first and measured
+worse: a number that begins another (`10` and `100000`) counts as written
+(docs/benchmarks.md). Separators are the source's (`2.500` stays `2.500` in English).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+
+from mt.decode.doubt import flags
+from mt.decode.protect import can_constrain, mask, masked_request, placeholders_for, restore
+from mt.decode.requests import Request
+from mt.decode.translator import Translation, Translator, isolated
+from mt.spans import Span
+
+# Digits, with `.`, `,`, `:`, thin or no-break spaces between groups (`2.500`, `3,5`,
+# `10 000`, a time `14:35`): one number, so a time is put back whole.
+NUMBER = re.compile(r"\d+(?:[.,:\u202f\u00a0]\d+)*")
+
+
+def numbers(text: str) -> list[str]:
+    """The numbers of `text` as written."""
+    return NUMBER.findall(text)
+
+
+def digits(number: str) -> str:
+    return re.sub(r"\D", "", number)
+
+
+def missing(src: str, out: str) -> list[str]:
+    """The numbers of `src` (as written) whose digits `out` lacks, as often as it lacks them."""
+    have = Counter(digits(n) for n in numbers(out))
+    lost = []
+    for n in numbers(src):
+        d = digits(n)
+        if have[d] > 0:
+            have[d] -= 1
+        else:
+            lost.append(n)
+    return lost
+
+
+def kept(src: str, out: str) -> bool:
+    return not missing(src, out)
+
+
+def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
+    """`mt eval --check-numbers`: of the lines whose source has digits, the share (in %) whose
+    translation keeps every number."""
+    pairs = [(s, o) for s, o in zip(sources, outputs) if NUMBER.search(s)]
+    rate = sum(kept(s, o) for s, o in pairs) / len(pairs) if pairs else 1.0
+    return {"lines": len(pairs), "kept": round(100 * rate, 2)}
+
+
+def guarded(translator: Translator) -> Callable[[list[Request]], list[Translation]]:
+    """`translator.translate`, with the lines that lost a number translated again with their
+    numbers as placeholders, put back as written (a request with a prefix or constraints of
+    its own is left as it is)."""
+    ph = placeholders_for(translator.tokenizer)
+    constrain = can_constrain(translator)
+
+    def translate(requests: list[Request]) -> list[Translation]:
+        out = translator.translate(requests)
+        retry = [
+            i
+            for i, (r, t) in enumerate(zip(requests, out))
+            if not (t.error or r.prefix or r.constraints) and missing(r.src, t.text)
+        ]
+        masks = {}
+        for i in retry:
+            src = requests[i].src.strip()
+            spans = [Span(m.start(), m.end(), "number", m.group()) for m in NUMBER.finditer(src)]
+            masks[i] = mask(src, ph, spans)
+        again = [masked_request(requests[i], m, constrain) for i, m in masks.items() if m]
+        second = isolated(translator.translate, again) if again else []
+        for (i, m), t in zip(((i, m) for i, m in masks.items() if m), second):
+            if t.error:
+                continue
+            t.texts = [restore(m, x) for x in t.texts]
+            t.text = t.texts[0] if t.texts else restore(m, t.text)
+            t.flags = flags(requests[i].src, t.text)
+            out[i] = t
+        return out
+
+    return translate

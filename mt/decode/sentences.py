@@ -1,0 +1,209 @@
+"""Sentence splitting: a line that holds a paragraph is translated sentence by sentence.
+
+A model trained on one sentence per line, given five sentences on one line, translates the
+first one or two and stops (docs/benchmarks.md, "Paragraphs"). So before search, each line is
+cut into sentences by `sentencex` (chosen over pysbd by measurement: as accurate on Multi30k
+paragraphs in de, en, fr and cs, and a thousand times faster, docs/benchmarks.md); the
+sentences of a buffer of lines go to the translator together, so they share batches with the
+other lines, and each line's translations are joined with the source's own separators (the
+spaces, tabs or newlines between its sentences, and what leads and trails the line).
+
+A sentence longer than the model's source limit would otherwise be cut to the limit with a
+warning (`Translator.truncated`): here it is split further, at `, ; :` where it can be, else
+between words, into pieces that fit. Only a single word longer than the limit is still cut
+and counted.
+
+A request with a prefix or constraints is not split: both speak of the whole line's output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from mt.decode.doubt import flags
+from mt.decode.requests import Request
+from mt.decode.steps import Hypothesis
+from mt.decode.translator import Translation, Translator, isolated
+
+_CLAUSE = re.compile(r"(?<=[,;:])\s+")
+_SPACE = re.compile(r"\s+")
+_NEWLINES = re.compile(r"[\r\n]+")
+
+
+@dataclass
+class Split:
+    """A line as `lead + s0 + seps[0] + s1 + seps[1] + ...`: its sentences and what follows each."""
+
+    lead: str
+    sentences: list[str]
+    seps: list[str]
+
+    def join(self, texts: list[str]) -> str:
+        return self.lead + "".join(t + sep for t, sep in zip(texts, self.seps))
+
+
+def _pieces(text: str, found: Iterable[str]) -> Split:
+    """`text` cut where the stripped segments `found` stand in it, in order; a segment not
+    found as written (a segmenter that changed it) leaves the line one sentence."""
+    stripped = text.strip()
+    lead = text[: len(text) - len(text.lstrip())]
+    sentences, seps, pos = [], [], len(lead)
+    for seg in found:
+        seg = seg.strip()
+        if not seg:
+            continue
+        at = text.find(seg, pos)
+        if at < 0:
+            return Split(lead, [stripped], [text[len(lead) + len(stripped) :]])
+        if sentences:
+            seps[-1] = text[pos:at]
+        sentences.append(seg)
+        seps.append("")
+        pos = at + len(seg)
+    if not sentences:
+        return Split(text, [], [])
+    seps[-1] = text[pos:]
+    return Split(lead, sentences, seps)
+
+
+def split_sentences(text: str, lang: str) -> Split:
+    """The sentences of `text` in language `lang` (an ISO code), with their separators."""
+    import sentencex
+
+    return _pieces(text, sentencex.segment(lang, text) if text.strip() else [])
+
+
+def fit(sentence: str, size: Callable[[str], int], limit: int) -> list[tuple[str, str]]:
+    """`sentence` as (piece, separator) pairs whose pieces each measure <= `limit` by `size`:
+    the sentence itself when it fits, else clauses (cut after `, ; :`) packed greedily, a
+    clause too long cut between words. A word longer than the limit stays whole."""
+    if size(sentence) <= limit:
+        return [(sentence, "")]
+    for unit in (_CLAUSE, _SPACE):
+        parts = unit.split(sentence)
+        if len(parts) > 1:
+            break
+    else:
+        return [(sentence, "")]
+    seps = unit.findall(sentence) + [""]
+    out: list[tuple[str, str]] = []
+    current: str | None = None
+    current_sep = ""
+    for part, sep in zip(parts, seps):
+        if current is not None and size(current + current_sep + part) <= limit:
+            current, current_sep = current + current_sep + part, sep
+            continue
+        if current is not None:
+            out.append((current, current_sep))
+        pieces = fit(part, size, limit)  # a clause too long: its words
+        out.extend(pieces[:-1])
+        current, current_sep = pieces[-1][0], sep
+    out.append((current or "", current_sep))
+    return out
+
+
+def line_split(text: str, lang: str, size: Callable[[str], int], limit: int) -> Split:
+    """`split_sentences`, each sentence over `limit` then cut by `fit`."""
+    split = split_sentences(text, lang)
+    sentences, seps = [], []
+    for sentence, sep in zip(split.sentences, split.seps):
+        pieces = fit(sentence, size, limit)
+        for k, (piece, inner) in enumerate(pieces):
+            sentences.append(piece)
+            seps.append(sep if k == len(pieces) - 1 else inner)
+    return Split(split.lead, sentences, seps)
+
+
+def join_translations(split: Split, parts: list[Translation]) -> Translation:
+    """One line's translation from its sentences': texts joined with the source's separators,
+    the k-th hypothesis made of each sentence's k-th (its best where it has fewer), the
+    confidence averaged over tokens, the flags of every sentence."""
+    if not parts:
+        return Translation(split.lead, [], [], [])
+    errors = [p.error for p in parts if p.error]
+    if errors:
+        return Translation("", [], [], error=errors[0])
+    n = max(len(p.hypotheses) for p in parts)
+    hyps, texts = [], []
+    for k in range(n):
+        chosen = [min(k, len(p.hypotheses) - 1) for p in parts]
+        tokens = [t for p, c in zip(parts, chosen) for t in p.hypotheses[c].tokens]
+        weights = [len(p.hypotheses[c].tokens) + 1 for p, c in zip(parts, chosen)]
+        score = sum(w * p.hypotheses[c].score for w, p, c in zip(weights, parts, chosen))
+        hyps.append(Hypothesis(tokens, score / sum(weights)))
+        texts.append(split.join([p.texts[c] for p, c in zip(parts, chosen)]))
+    out = Translation(texts[0], hyps, texts, [x for p in parts for x in p.pieces])
+    known = [(len(p.hypotheses[0].tokens) + 1, p.confidence) for p in parts if p.hypotheses]
+    if known and all(c is not None for _, c in known):
+        out.confidence = round(sum(w * c for w, c in known) / sum(w for w, _ in known), 4)
+    out.flags = list(dict.fromkeys(f for p in parts for f in p.flags))
+    return out
+
+
+def source_size(translator: Translator) -> tuple[Callable[[str], int], int]:
+    """How `fit` measures a sentence for this translator's model, and the limit: tokens,
+    bounded from above by UTF-8 bytes, so most sentences skip the extra encoding."""
+    limit = translator.max_src - 3  # EOS and a multilingual model's target-language mark
+    tokenizer = translator.tokenizer
+
+    def size(text: str) -> int:
+        n = len(text.encode("utf-8"))
+        return n if n + 1 <= limit else len(tokenizer.encode_src([text])[0])
+
+    return size, limit
+
+
+def expand(
+    requests: list[Request], lang: str, size: Callable[[str], int], limit: int
+) -> tuple[list[Split], list[Request]]:
+    """Each request's split (source language: its `frm`, else `lang`) and the flat list of
+    sentence requests to translate. A newline inside a sentence is a space to the model."""
+    splits, flat = [], []
+    for r in requests:
+        whole = r.prefix or r.constraints or not r.src.strip()
+        split = Split("", [r.src], [""]) if whole else line_split(r.src, r.frm or lang, size, limit)
+        splits.append(split)
+        flat.extend(replace(r, src=_NEWLINES.sub(" ", s)) for s in split.sentences)
+    return splits, flat
+
+
+def gather(
+    requests: list[Request], splits: list[Split], done: list[Translation]
+) -> list[Translation]:
+    """The translations of `expand`'s sentences (`done`, in its order) as one per request."""
+    out, start = [], 0
+    for r, split in zip(requests, splits):
+        parts = done[start : start + len(split.sentences)]
+        start += len(split.sentences)
+        if len(split.sentences) == 1 and not split.lead and not split.seps[0]:
+            out.append(parts[0])
+            continue
+        joined = join_translations(split, parts)
+        if not joined.error:  # a line too short as a whole, each sentence aside
+            extra = [f for f in flags(r.src, joined.text) if f in ("short", "long")]
+            joined.flags = list(dict.fromkeys(joined.flags + extra))
+        out.append(joined)
+    return out
+
+
+def translate_split(
+    translator: Translator,
+    requests: Iterable[Request],
+    lang: str,
+    translate: Callable[[list[Request]], list[Translation]] | None = None,
+) -> Iterator[Translation]:
+    """Each request's line translated sentence by sentence (source language `lang`), buffer by
+    buffer, one translation per request in input order; `translate` stands for
+    `translator.translate` (the number guard wraps it: mt.decode.numbers)."""
+    size, limit = source_size(translator)
+    it = iter(requests)
+    while True:
+        chunk = list(itertools.islice(it, translator.cfg.buffer_lines))
+        if not chunk:
+            return
+        splits, flat = expand(chunk, lang, size, limit)
+        done = isolated(translate or translator.translate, flat) if flat else []
+        yield from gather(chunk, splits, done)

@@ -1,0 +1,276 @@
+"""LibreTranslate's API, so the applications that speak it work unchanged.
+
+`/translate` (JSON or form: `q` a string or a list, `source` or `auto`, `target`, `format`
+text or html, `alternatives` N, `api_key`), `/translate_file` (a multipart upload of .txt,
+.html, .srt or .docx, answered with `translatedFileUrl`), `/download_file/NAME`,
+`/languages`, `/detect` and `/frontend/settings`. Text is translated sentence by sentence with
+its newlines kept (mt.decode.sentences); html goes through `mt translate --input-format html`'s
+path, one fragment per line; files through mt.decode.documents. Translated files are kept in
+memory (the last KEPT_FILES), under a random name, for their download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections import OrderedDict
+from collections.abc import Callable
+from email.parser import BytesParser
+from email.policy import HTTP
+from pathlib import PurePath
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from mt.decode.documents import SUFFIXES, translate_document, translate_fragments
+from mt.decode.requests import Request as Item
+from mt.decode.session import DecodeOptions, Session
+from mt.errors import MtError
+from mt.serve import bodies, languages
+from mt.serve.limits import ApiError, Limits, check_count, check_text
+from mt.serve.security import check_key, key_of
+from mt.serve.worker import ModelWorker
+
+KEPT_FILES = 32
+MAX_ALTERNATIVES = 8
+MEDIA = {
+    ".txt": "text/plain; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".srt": "application/x-subrip; charset=utf-8",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _fields(raw: bytes, content_type: str) -> dict[str, Any]:
+    """JSON, url-encoded or multipart form fields (files as (filename, bytes))."""
+    if content_type.startswith("application/json"):
+        obj = bodies.parse_json(raw)
+        if not isinstance(obj, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return obj
+    if content_type.startswith("multipart/form-data"):
+        head = f"Content-Type: {content_type}\r\n\r\n".encode()
+        message = BytesParser(policy=HTTP).parsebytes(head + raw)
+        if not message.is_multipart():
+            raise ApiError(400, "the body is not multipart/form-data")
+        out: dict[str, Any] = {}
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            payload = part.get_payload(decode=True) or b""
+            filename = part.get_filename()
+            if filename is not None:
+                out[str(name)] = (filename, payload)
+            else:
+                out[str(name)] = payload.decode("utf-8", "replace")
+        return out
+    form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    return {k: v if k == "q" and len(v) > 1 else v[0] for k, v in form.items()}
+
+
+def _alternatives(value: Any) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"'alternatives' must be a whole number, got {value!r}") from None
+    if not 0 <= n <= MAX_ALTERNATIVES:
+        raise ApiError(400, f"'alternatives' must be between 0 and {MAX_ALTERNATIVES}")
+    return n
+
+
+def _translators(
+    worker: ModelWorker, session: Session, target: str, lang: str, name: str
+) -> tuple[Callable[[list[str]], list[str]], Callable[[list[str]], list[str]]]:
+    """How a document's texts are translated in the worker's thread: plain texts sentence by
+    sentence (capitals handled), HTML fragments through `--input-format html`'s path."""
+    from mt.decode.markup import translate_html
+    from mt.decode.sentences import translate_split
+    from mt.decode.stages import text_steps
+
+    translator = session.translator(targets=session.targets(target))
+    steps = text_steps(translator, keep_numbers=worker.keep_numbers)
+
+    def text(xs: list[str]) -> list[str]:
+        items = [Item(x, to=target, frm=lang) for x in xs]
+        return [t.text for t in translate_split(translator, items, lang, steps)]
+
+    def fragments(xs: list[str]) -> list[str]:
+        return [t.text for t in translate_html(translator, xs, name)]
+
+    return text, fragments
+
+
+def add_routes(
+    app: FastAPI,
+    workers: dict[str, ModelWorker],
+    api_keys: list[bytes] | None,
+    limits: Limits,
+    answer,  # noqa: ANN001 - the app's `answer(request, work)`: cancelled when the client goes
+) -> None:
+    """LibreTranslate's routes on `app`, served by `workers`."""
+    files: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+
+    def served() -> list[Session]:
+        return [w.session for w in workers.values() if w.session is not None]
+
+    def sources() -> list[str]:
+        return sorted({c for s in served() for c in languages.directions(s)})
+
+    def pick(source: str, target: str, text: str) -> tuple[ModelWorker, str]:
+        """The model that translates `source` (or, for `auto`, the language identified in
+        `text`) into `target`, and that source language."""
+        if source == "auto":
+            source = languages.detect(text, sources())[0]["language"]
+        for worker in workers.values():
+            if target in languages.directions(worker.loaded()).get(source, []):
+                return worker, source
+        known = sorted(
+            set(sources())
+            | {t for s in served() for ts in languages.directions(s).values() for t in ts}
+        )
+        raise ApiError(
+            400,
+            f"no model translates {source!r} into {target!r} (languages served: "
+            f"{', '.join(known)}; see /languages)",
+        )
+
+    async def read(request: Request) -> dict[str, Any]:
+        raw = await bodies.read_body(request, limits.max_body_bytes)
+        obj = _fields(raw, request.headers.get("content-type", ""))
+        check_key(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
+        return obj
+
+    def languages_of(obj: dict[str, Any]) -> tuple[str, str]:
+        source, target = obj.get("source", "auto"), obj.get("target")
+        if not isinstance(target, str) or not isinstance(source, str):
+            raise ApiError(400, "'source' and 'target' must be language codes, e.g. de and en")
+        return source, target
+
+    @app.post("/translate")
+    async def libre_translate(request: Request) -> dict[str, Any]:
+        """LibreTranslate's `/translate`: answers `translatedText` (and `alternatives`,
+        `detectedLanguage` when asked for)."""
+        obj = await read(request)
+        q = obj.get("q")
+        source, target = languages_of(obj)
+        fmt = obj.get("format", "text")
+        if fmt not in ("text", "html"):
+            raise ApiError(400, f"'format' must be text or html, got {fmt!r}")
+        n_alt = _alternatives(obj.get("alternatives", 0))
+        texts = [q] if isinstance(q, str) else q
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ApiError(400, "'q' must be a string or a list of strings")
+        check_count(len(texts), limits)
+        for i, text in enumerate(texts):
+            check_text(text, f"q[{i}]", limits)
+        worker, detected = await asyncio.to_thread(pick, source, target, " ".join(texts))
+        options = DecodeOptions()
+        if n_alt:
+            beam = max(worker.loaded().cfg.decode.beam, n_alt + 1)
+            options = DecodeOptions(beam=beam, nbest=n_alt + 1, greedy=False)
+        if fmt == "html":
+
+            def run(session: Session) -> list[Any]:
+                text, fragments = _translators(worker, session, target, detected, "q")
+                return [
+                    "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
+                ]
+
+            outs: list[Any] = await answer(request, worker.run(run))
+            alts: list[list[str]] = [[] for _ in texts]
+        else:
+            items = [Item(t, to=target, frm=detected) for t in texts]  # newlines kept: split
+            done = await answer(request, worker.translate(items, options, False, True))
+            outs = [t.text for t in done]
+            alts = [t.texts[1 : n_alt + 1] for t in done]
+        out: dict[str, Any] = {"translatedText": outs[0] if isinstance(q, str) else outs}
+        if n_alt:
+            out["alternatives"] = alts[0] if isinstance(q, str) else alts
+        if source == "auto":
+            out["detectedLanguage"] = {"language": detected, "confidence": 100.0}
+        return out
+
+    @app.post("/translate_file")
+    async def translate_file(request: Request) -> dict[str, Any]:
+        """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx)
+        with `source` and `target`; answers `translatedFileUrl`, the file kept as it was
+        written but in `target`."""
+        obj = await read(request)
+        upload = obj.get("file")
+        if not isinstance(upload, tuple):
+            raise ApiError(400, "'file' must be an uploaded file (multipart/form-data)")
+        filename, data = upload
+        suffix = PurePath(filename).suffix.lower()
+        if suffix not in SUFFIXES:
+            raise ApiError(400, f"cannot translate {suffix or 'this'} files: {', '.join(SUFFIXES)}")
+        source, target = languages_of(obj)
+        sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
+        worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
+
+        def run(session: Session) -> bytes:
+            text, fragments = _translators(worker, session, target, detected, filename)
+            try:
+                return translate_document(data, suffix, text, fragments)
+            except MtError as err:
+                raise ApiError(400, f"{filename}: {err}") from None
+
+        translated = await answer(request, worker.run(run))
+        name = f"{secrets.token_urlsafe(12)}{suffix}"
+        files[name] = (PurePath(filename).name, translated)
+        while len(files) > KEPT_FILES:
+            files.popitem(last=False)
+        return {"translatedFileUrl": f"{str(request.base_url).rstrip('/')}/download_file/{name}"}
+
+    @app.get("/download_file/{name}")
+    async def download_file(name: str) -> Response:
+        """A file `/translate_file` translated (the last KEPT_FILES are kept)."""
+        if name not in files:
+            raise ApiError(404, f"no translated file {name!r} (kept: the last {KEPT_FILES})")
+        original, data = files[name]
+        suffix = PurePath(original).suffix.lower()
+        return Response(
+            data,
+            media_type=MEDIA[suffix],
+            headers={"Content-Disposition": f'attachment; filename="{original}"'},
+        )
+
+    @app.get("/languages")
+    async def languages_() -> list[dict[str, Any]]:
+        """LibreTranslate's `/languages`: each source language and the targets it has."""
+        return languages.listing(served())
+
+    @app.get("/frontend/settings")
+    async def frontend_settings() -> dict[str, Any]:
+        """LibreTranslate's `/frontend/settings`: what its web and app clients ask first."""
+        listing = languages.listing(served())
+        first = listing[0] if listing else {"code": "auto", "name": "", "targets": []}
+        target = (first.get("targets") or [first["code"]])[0]
+        return {
+            "charLimit": limits.max_chars,
+            "frontendTimeout": 500,
+            "apiKeys": api_keys is not None,
+            "keyRequired": api_keys is not None,
+            "suggestions": False,
+            "filesTranslation": True,
+            "supportedFilesFormat": list(SUFFIXES),
+            "language": {
+                "source": {"code": first["code"], "name": first.get("name", first["code"])},
+                "target": {"code": target, "name": languages.NAMES.get(target, target)},
+            },
+        }
+
+    @app.post("/detect")
+    async def detect(request: Request) -> list[dict[str, Any]]:
+        """LibreTranslate's `/detect`: field `q`; the languages served, most likely first,
+        with a confidence in percent."""
+        obj = await read(request)
+        q = obj.get("q")
+        if not isinstance(q, str) or not q.strip():
+            raise ApiError(400, "'q' must be a non-empty string")
+        check_text(q, "q", limits)
+        return await asyncio.to_thread(languages.detect, q, sources())
