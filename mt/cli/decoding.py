@@ -20,6 +20,8 @@ from mt.cli.options import (
     DeviceOption,
     FromOption,
     Int8Option,
+    MaxLenAOption,
+    MaxLenBOption,
     MaxTokensOption,
     ProtectOption,
     ShardOption,
@@ -48,6 +50,8 @@ def translate(
         int | None, typer.Option(help="Lines per input: 'i ||| text ||| score'.")
     ] = None,
     max_tokens: MaxTokensOption = None,
+    max_len_a: MaxLenAOption = None,
+    max_len_b: MaxLenBOption = None,
     device: DeviceOption = "auto",
     greedy: Annotated[bool, typer.Option(help="Greedy search instead of beam search.")] = False,
     alignment: Annotated[
@@ -117,6 +121,8 @@ def translate(
         stop_early=stop_early,
         int8=int8,
         max_tokens=max_tokens,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
         no_repeat_ngram=no_repeat_ngram,
         buffer_lines=1 if typing else buffer_lines,
         sample=sample or None,
@@ -207,6 +213,8 @@ def evaluate(
     stop_early: StopEarlyOption = None,
     int8: Int8Option = None,
     max_tokens: MaxTokensOption = None,
+    max_len_a: MaxLenAOption = None,
+    max_len_b: MaxLenBOption = None,
     device: DeviceOption = "auto",
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     min_bleu: Annotated[
@@ -248,6 +256,8 @@ def evaluate(
             stop_early=stop_early,
             int8=int8,
             max_tokens=max_tokens,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
         )
         session = open_session(checkpoints, device)
         targets = session.targets(to, from_, target_vocab)

@@ -60,6 +60,8 @@ class DecodeOptions:
     int8: bool | None = None
     dtype: str | None = None
     max_tokens: int | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
     no_repeat_ngram: int | None = None
     buffer_lines: int | None = None
     sample: bool | None = None

@@ -155,6 +155,8 @@ class Translator:
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
             bans=bans,
+            penalty=c.penalty,
+            hf_stopping=c.hf_stopping,
         )
 
     def translate_lines(self, lines: list[str], to: str | None = None) -> list[Translation]:

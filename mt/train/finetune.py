@@ -152,7 +152,7 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
         )
     cfg.tokenizer = stored.tokenizer
     try:
-        tokenizer = Tokenizer(data["tokenizer"]["src"], data["tokenizer"].get("tgt"))
+        tokenizer = Tokenizer.from_stored({**data["tokenizer"], "languages": None})
     except Exception:
         raise MtError(f"train.init_from: {path}: the embedded tokenizer cannot be read") from None
     step = int(data.get("step") or 0)
