@@ -210,6 +210,7 @@ class DecodeConfig:
     # How beam search divides a finished score by its length: "gnmt" ((5 + len) / 6) ** alpha,
     # or "power" len ** alpha (HF generate's length_penalty, fairseq's lenpen).
     penalty: Literal["gnmt", "power"] = "gnmt"
+    length_offset: int = 0  # tokens the penalty counts before the output (M2M's language: 1)
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
     # Beam search ends a sentence as HF generate does by default (early_stopping=False): once
     # it has beam finished hypotheses and its best running one, divided by its length so far,
@@ -293,6 +294,7 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
         ),
         in_range(n("decode.max_tokens"), d.max_tokens, 1, MAX_BATCH_TOKENS),
         (0.0 <= d.alpha <= 10.0, f"{n('decode.alpha')} must be in [0, 10]"),
+        in_range(n("decode.length_offset"), d.length_offset, 0, 16),
         (
             d.penalty in ("gnmt", "power"),
             f"{n('decode.penalty')} must be gnmt or power, got {d.penalty!r}",

@@ -162,3 +162,71 @@ def imported(marian_dir: Path, mt_cli, tmp_path_factory: pytest.TempPathFactory)
     assert result.rc == 0, result.err
     assert "imported" in result.err
     return out
+
+
+def build_m2m(root: Path, folder: Path) -> Path:
+    """An M2M100ForConditionalGeneration folder (pre-norm, fairseq positions, language tokens):
+    2+2 layers, d 32, one spm model over de, en and fr, trained de->en and de->fr."""
+    from transformers import (
+        GenerationConfig,
+        M2M100Config,
+        M2M100ForConditionalGeneration,
+        M2M100Tokenizer,
+    )
+
+    folder.mkdir(parents=True)
+    text = {lang: read_slice(root, "train", lang, PAIRS) for lang in ("de", "en", "fr")}
+    work = folder.parent / f"{folder.name}.spm"
+    work.mkdir()
+    model_file = train_spm(text["de"] + text["en"] + text["fr"], work / "spm", 1500)
+    sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(sp.get_piece_size()):
+        if not (sp.is_control(i) or sp.is_unknown(i)):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer = M2M100Tokenizer(str(work / "vocab.json"), str(model_file), language_codes="m2m100")
+    tokenizer.save_pretrained(folder)
+    config = M2M100Config(
+        vocab_size=len(vocab) + 100 + 8,  # the pieces, 100 language tokens, 8 made-up words
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        dropout=0.0,
+        attention_dropout=0.0,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+    )
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(config)
+    batches = []
+    for tgt in ("en", "fr"):
+        tokenizer.src_lang, tokenizer.tgt_lang = "de", tgt
+        batches += batches_of(tokenizer, text["de"], text[tgt])
+    order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(0))
+    brief_training(model, [batches[i] for i in order])
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0,
+        forced_eos_token_id=2, max_length=64, num_beams=4,
+    )  # fmt: skip
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def m2m_dir(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small M2M-100 model's folder (de -> en, de -> fr)."""
+    return build_m2m(multi30k_dir, tmp_path_factory.mktemp("hf") / "m2m")
+
+
+@pytest.fixture(scope="session")
+def m2m_imported(m2m_dir: Path, mt_cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("mt") / "m2m.pt"
+    result = mt_cli("import", m2m_dir, "-o", out, "--src-lang", "de")
+    assert result.rc == 0, result.err
+    return out

@@ -132,7 +132,10 @@ class Scorer:
         total = sum(lp)
         pieces = self.tokenizer.tgt_pieces(tgt) + [EOS_PIECE]
         return PairScore(
-            total, normalise(total, len(lp), self.cfg.alpha, self.cfg.penalty), pieces, lp
+            total,
+            normalise(total, len(lp) + self.cfg.length_offset, self.cfg.alpha, self.cfg.penalty),
+            pieces,
+            lp,
         )
 
 

@@ -143,6 +143,7 @@ class Beams:
         finished: Sequence[Sized],
         penalty: str = "gnmt",
         keep_best: bool = False,
+        offset: int = 0,
     ) -> list[tuple[int, int, float]]:
         """(sentence, row, length-normalised score) of each candidate among the first K that
         ends (EOS, finite score), while its sentence has fewer than K finished hypotheses
@@ -151,7 +152,7 @@ class Beams:
         ends = (tok[:, :K].eq(EOS) & top_s[:, :K].isfinite()).nonzero().tolist()
         if not ends:
             return []
-        lp = length_penalty(self.step + 1, alpha, penalty)
+        lp = length_penalty(self.step + 1 + offset, alpha, penalty)
         sent = self.sent.tolist()
         room = {sent[i]: K - (0 if keep_best else len(finished[sent[i]])) for i, _ in ends}
         out = []
@@ -239,6 +240,7 @@ def beam_search(
     bans: Bans | None = None,
     penalty: str = "gnmt",
     hf_stopping: bool = False,
+    length_offset: int = 0,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence, by length-normalised log-probability.
 
@@ -250,7 +252,8 @@ def beam_search(
     steps, and a longer hypothesis that would have scored better after length normalisation
     is no longer waited for. With `hf_stopping`, HF generate's default rule: a better ending
     replaces the worst of K finished ones, and a sentence ends once it has K and its best
-    running score over its length so far (`penalty`) is no better than the worst of them, and
+    running score over its length so far (`penalty`, counting `length_offset` tokens before the
+    output) is no better than the worst of them, and
     the EOS forced at the length limit adds 0 to a score (its `forced_eos_token_id`).
 
     `prefixes[i]` (target ids) is forced as the start of every hypothesis of sentence i, with
@@ -282,7 +285,9 @@ def beam_search(
         top_s, top_j = cand.topk(min(2 * K, width * C), dim=1)  # (n, 2K)
         tok = row_tok.view(n, width * C).gather(1, top_j)
         rows = torch.arange(n, device=dev)[:, None] * width + top_j // C  # (n, 2K) row in state
-        ended = beams.endings(top_s, rows, tok, K, alpha, finished, penalty, hf_stopping)
+        ended = beams.endings(
+            top_s, rows, tok, K, alpha, finished, penalty, hf_stopping, length_offset
+        )
         for s, row, score in ended:
             finished[s].append(Hypothesis(history[row].tolist(), score, align_hist[row].tolist()))
         pick = continuing(tok, K)
@@ -295,7 +300,7 @@ def beam_search(
         )
         if hf_stopping:
             best = top_s.gather(1, pick[:, :1])[:, 0]  # the best beam that goes on
-            closed = hf_done(finished, sent, best, t + 1, K, alpha, penalty)
+            closed = hf_done(finished, sent, best, t + 1 + length_offset, K, alpha, penalty)
             done = torch.tensor(closed, dtype=torch.bool, device=dev)
         done |= limit[sent] <= t
         if done.all():

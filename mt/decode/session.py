@@ -147,6 +147,8 @@ class Session:
                         f"{own!r}, not {given!r}"
                     )
             to = frm = None
+        elif frm is None and self.languages.placement == "forced":
+            frm = self.cfg.data.src_lang  # M2M/NLLB read a source token: the imported default
         if ratio is None:
             ratio = self.cfg.decode.target_vocab_ratio
         return Targets(

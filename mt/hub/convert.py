@@ -15,30 +15,37 @@ from typing import Any
 from mt.checkpoint import build_model, payload, save
 from mt.config import Config, DecodeConfig, validate
 from mt.errors import MtError
-from mt.hub import marian
+from mt.hub import m2m, marian
 from mt.hub.files import read_json, read_weights, resolve
 from mt.tokenizer import Tokenizer
 
-SUPPORTED = {"marian": "MarianMTModel (OPUS-MT)"}
+SUPPORTED = {
+    "marian": "MarianMTModel (OPUS-MT)",
+    "m2m_100": "M2M100ForConditionalGeneration (M2M-100, NLLB-200)",
+}
 
 
-def decode_settings(folder: Path, config: dict[str, Any], max_positions: int) -> DecodeConfig:
+def decode_settings(
+    folder: Path, config: dict[str, Any], max_positions: int, forced: int = 0
+) -> DecodeConfig:
     """HF generate's settings (generation_config.json, else config.json) as mt's decode config.
 
-    `max_length` counts the decoder's start token and the final EOS; mt's limit counts the
-    tokens before EOS (a * src_len + b with a = 0)."""
+    `max_length` counts the decoder's start token, the `forced` language token (M2M, NLLB)
+    and the final EOS; mt's limit counts the tokens before EOS (a * src_len + b with a = 0),
+    and its length penalty counts the forced token as HF's does (`length_offset`)."""
     gen = read_json(folder / "generation_config.json", required=False) or config
     beams = int(gen.get("num_beams") or 1)
     if gen.get("max_new_tokens"):
-        limit = int(gen["max_new_tokens"]) - 1
+        limit = int(gen["max_new_tokens"]) - 1 - forced
     else:
-        limit = int(gen.get("max_length") or 20) - 2
+        limit = int(gen.get("max_length") or 20) - 2 - forced
     early = gen.get("early_stopping", False)
     return DecodeConfig(
         beam=beams,
         greedy=beams == 1,
         alpha=float(gen.get("length_penalty", 1.0)),
         penalty="power",
+        length_offset=forced,
         hf_stopping=early is not True,
         no_repeat_ngram=int(gen.get("no_repeat_ngram_size") or 0),
         max_len_a=0.0,
@@ -62,19 +69,26 @@ def convert(
             + ", ".join(f"{k} ({v})" for k, v in SUPPORTED.items())
         )
     weights = read_weights(folder)
-    parts = marian.read(folder, config, weights)
+    languages = None
+    if kind == "marian":
+        parts = marian.read(folder, config, weights)
+    else:
+        parts, languages = m2m.read(folder, config, weights)
     cfg = Config()
     cfg.model = parts.model
     cfg.tokenizer.joint = parts.model.tie_embeddings
     cfg.tokenizer.vocab_size = len(parts.pieces[1])
-    cfg.decode = decode_settings(folder, config, parts.model.max_positions)
+    forced = 1 if languages is not None else 0
+    cfg.decode = decode_settings(folder, config, parts.model.max_positions, forced)
     src, tgt = _languages(folder)
     cfg.data.src_lang, cfg.data.tgt_lang = src_lang or src, tgt_lang or tgt
+    if languages is not None:
+        _check_languages(cfg, languages.languages, config_path)
     try:
         validate(cfg)
     except MtError as err:
         raise MtError(f"{config_path}: {err}") from None
-    tokenizer = Tokenizer(parts.src_proto, parts.tgt_proto, None, parts.pieces)
+    tokenizer = Tokenizer(parts.src_proto, parts.tgt_proto, languages, parts.pieces)
     model = build_model(cfg, tokenizer)
     try:
         model.load_state_dict(parts.weights, strict=True)
@@ -85,10 +99,22 @@ def convert(
 
 
 def _languages(folder: Path) -> tuple[str, str]:
-    """The pair a bilingual model translates, as its tokenizer config names it ("src" and
+    """The pair a model translates by default, as its tokenizer config names it ("src" and
     "tgt" when it does not: no pair is assumed)."""
     settings = read_json(folder / "tokenizer_config.json", required=False)
-    return str(settings.get("source_lang") or "src"), str(settings.get("target_lang") or "tgt")
+    src = settings.get("source_lang") or settings.get("src_lang") or "src"
+    tgt = settings.get("target_lang") or settings.get("tgt_lang") or "tgt"
+    return str(src), str(tgt)
+
+
+def _check_languages(cfg: Config, codes: list[str], where: Path) -> None:
+    """A multilingual model's default source language (the token HF's tokenizer writes when
+    not told: its src_lang) must be one of its own; the default target is only a name."""
+    d = cfg.data
+    if d.src_lang not in codes:
+        raise MtError(f"{where}: the source language {d.src_lang!r} is not one of the model's")
+    if d.tgt_lang not in codes or d.tgt_lang == d.src_lang:
+        d.tgt_lang = next(c for c in codes if c != d.src_lang)
 
 
 def import_model(
