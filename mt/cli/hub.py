@@ -39,8 +39,13 @@ def import_command(
         raise MtError(f"{output} exists; add --force to replace it")
     data = import_model(source, output, src_lang, tgt_lang)
     m, d = data["config"]["model"], data["config"]["data"]
+    langs = data["tokenizer"]["languages"]
+    pair = f"{d['src_lang']}-{d['tgt_lang']}"
+    if langs is not None:
+        count = len({p.split("-")[0] for p in langs["pairs"]})
+        pair = f"{count} languages (source by default: {d['src_lang']})"
     typer.echo(
-        f"imported {source} to {output}: {d['src_lang']}-{d['tgt_lang']}, "
+        f"imported {source} to {output}: {pair}, "
         f"{m['encoder_layers']}+{m['decoder_layers']} layers, d_model {m['d_model']}, "
         f"{len(data['tokenizer']['pieces'][1]):,} target pieces",
         err=True,

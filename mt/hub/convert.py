@@ -12,11 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mt.checkpoint import build_model, payload, save
+import torch
+
+from mt.checkpoint import payload, save
 from mt.config import Config, DecodeConfig, validate
 from mt.errors import MtError
 from mt.hub import m2m, marian
 from mt.hub.files import read_json, read_weights, resolve
+from mt.memory import check_model_fits
+from mt.model import Transformer
 from mt.tokenizer import Tokenizer
 
 SUPPORTED = {
@@ -89,9 +93,12 @@ def convert(
     except MtError as err:
         raise MtError(f"{config_path}: {err}") from None
     tokenizer = Tokenizer(parts.src_proto, parts.tgt_proto, languages, parts.pieces)
-    model = build_model(cfg, tokenizer)
+    del weights  # what the mapping did not take is freed before the model takes the rest
+    check_model_fits(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
+    with torch.device("meta"):  # no weights of its own: the mapped tensors become its weights
+        model = Transformer(cfg.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     try:
-        model.load_state_dict(parts.weights, strict=True)
+        model.load_state_dict(parts.weights, strict=True, assign=True)
     except RuntimeError as err:
         first = str(err).strip().splitlines()[-1].strip()
         raise MtError(f"{folder}: the weights do not fit config.json ({first[:200]})") from None
