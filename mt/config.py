@@ -195,6 +195,10 @@ class TrainConfig:
     # False: a fresh optimizer, step 1 and a new warmup. True: keep the checkpoint's optimizer
     # state (Adam's moments) and step, so the LR schedule continues where the base run stopped.
     init_keep_optimizer: bool = False
+    # "keep": the checkpoint's tokenizer. "new": a tokenizer trained on this run's data (the
+    # tokenizer section) with the checkpoint's embeddings for the pieces both share, fresh
+    # ones for the rest (eole's update_vocab; mt/train/vocab_update.py).
+    init_vocab: Literal["keep", "new"] = "keep"
     # Parts that keep their weights while fine-tuning; with tied embeddings, "embeddings"
     # freezes the output projection too.
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
@@ -437,6 +441,11 @@ def validate(cfg: Config) -> None:
         ),
         (t.optimizer_eps > 0, "train.optimizer_eps must be > 0"),
         (len(set(t.freeze)) < 3, "train.freeze cannot name all three parts: nothing would train"),
+        (
+            t.init_vocab == "keep" or not (t.init_keep_optimizer or "embeddings" in t.freeze),
+            "train.init_vocab: new cannot be combined with train.init_keep_optimizer or "
+            "freezing the embeddings (the vocabulary's rows change)",
+        ),
         (
             not (t.freeze and t.init_keep_optimizer),
             "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "

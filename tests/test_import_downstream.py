@@ -9,6 +9,7 @@ must be mt's.
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,10 @@ def slice_dir(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return root
 
 
-def test_fine_tuning_keeps_the_imported_tokenizer(imported, slice_dir, tmp_path, mt_cli):
-    cfg = {
-        "data": {"root": str(slice_dir), "train": "ft", "valid": "dev"},
+def ft_config(folder: Path, data: Path, **train: object) -> Path:
+    """A few fine-tuning steps on the slice, written to `folder/ft.yaml`."""
+    cfg: dict = {
+        "data": {"root": str(data), "train": "ft", "valid": "dev"},
         "train": {
             "device": "cpu",
             "precision": "fp32",
@@ -53,10 +55,16 @@ def test_fine_tuning_keeps_the_imported_tokenizer(imported, slice_dir, tmp_path,
             "eval_bleu": False,
             "keep_last": 0,
             "loader_workers": 0,
+            **train,
         },
     }
-    config = tmp_path / "ft.yaml"
-    config.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    path = folder / "ft.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def test_fine_tuning_keeps_the_imported_tokenizer(imported, slice_dir, tmp_path, mt_cli):
+    config = ft_config(tmp_path, slice_dir)
     run = tmp_path / "run"
     result = mt_cli("train", config, "--run-dir", run, "--init-from", imported)
     assert result.rc == 0, result.err
@@ -70,6 +78,33 @@ def test_fine_tuning_keeps_the_imported_tokenizer(imported, slice_dir, tmp_path,
         if not torch.equal(v, tuned.model.state_dict()[k])
     ]
     assert moved and "output_bias" not in moved  # trained, but the fixed bias stays fixed
+    out = mt_cli("translate", run / "last.pt", "--greedy", stdin="\n".join(LINES) + "\n")
+    assert out.rc == 0 and out.out.count("\n") == len(LINES), out.err
+
+
+def test_fine_tuning_with_a_new_vocabulary_keeps_the_shared_pieces(
+    imported, slice_dir, tmp_path, mt_cli
+):
+    config = ft_config(tmp_path, slice_dir, init_vocab="new", lr=1e-9, max_steps=2)
+    cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
+    config.write_text(yaml.safe_dump({**cfg, "tokenizer": {"vocab_size": 300}}), "utf-8")
+    run = tmp_path / "run"
+    result = mt_cli("train", config, "--run-dir", run, "--init-from", imported)
+    assert result.rc == 0, result.err
+    line = next(x for x in result.err.splitlines() if x.startswith("new vocabulary:"))
+    kept, total = (int(n.replace(",", "")) for n in re.findall(r"[\d,]+", line)[:2])
+    base, tuned = load_model(imported), load_model(run / "last.pt")
+    assert tuned.tokenizer.pieces is None and tuned.tokenizer.src_vocab_size < 400
+    assert 0 < kept < total == tuned.tokenizer.src_vocab_size - 4
+    old_rows, new_rows = base.model.src_embed.weight, tuned.model.src_embed.weight
+    shared = [
+        (i, j)
+        for i in range(4, tuned.tokenizer.src_vocab_size)
+        if (j := base.tokenizer.src.piece_to_id(tuned.tokenizer.src.id_to_piece(i))) > 3
+    ]
+    assert len(shared) == kept
+    for i, j in shared:  # lr 1e-9: the rows are still the checkpoint's
+        assert torch.allclose(new_rows[i], old_rows[j], atol=1e-5)
     out = mt_cli("translate", run / "last.pt", "--greedy", stdin="\n".join(LINES) + "\n")
     assert out.rc == 0 and out.out.count("\n") == len(LINES), out.err
 
