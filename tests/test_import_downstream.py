@@ -82,6 +82,24 @@ def test_fine_tuning_keeps_the_imported_tokenizer(imported, slice_dir, tmp_path,
     assert out.rc == 0 and out.out.count("\n") == len(LINES), out.err
 
 
+def test_a_fine_tuning_run_resumes_exactly(imported, slice_dir, tmp_path, mt_cli):
+    """4 steps straight, or 2, a stop, and --resume to 4: the same weights."""
+    config = ft_config(tmp_path, slice_dir, max_steps=4, eval_every=2)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    result = mt_cli("train", config, "--run-dir", straight, "--init-from", imported)
+    assert result.rc == 0, result.err
+    half = mt_cli("train", config, "--run-dir", resumed, "--init-from", imported,
+                  "--set", "train.max_steps=2")  # fmt: skip
+    assert half.rc == 0, half.err
+    more = mt_cli("train", config, "--run-dir", resumed, "--init-from", imported, "--resume")
+    assert more.rc == 0, more.err
+    wa = torch.load(straight / "last.pt", weights_only=True)
+    wb = torch.load(resumed / "last.pt", weights_only=True)
+    assert wa["step"] == wb["step"] == 4 and wb["tokenizer"]["pieces"] == wa["tokenizer"]["pieces"]
+    for name, tensor in wa["model"].items():
+        torch.testing.assert_close(wb["model"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_fine_tuning_with_a_new_vocabulary_keeps_the_shared_pieces(
     imported, slice_dir, tmp_path, mt_cli
 ):
