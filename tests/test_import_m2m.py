@@ -110,3 +110,18 @@ def test_serve_lists_and_translates_its_languages(m2m_imported, tmp_path, mt_cli
         assert got.json()["translatedText"] == want.out.strip()
     finally:
         server.stop()
+
+
+def test_attention_shows_the_forced_language_token(m2m_imported, tmp_path, mt_cli):
+    from mt.decode.session import Session
+
+    session = Session([m2m_imported], "cpu")
+    att = session.attention("Zwei Hunde spielen im Schnee.", to="fr")
+    assert att.tgt_in_tokens[0] == "<2fr>" and att.src_tokens[0] == "<2de>"
+    T, S = len(att.tgt_in_tokens), len(att.src_tokens)
+    assert att.maps.cross[-1].shape[-2:] == (T, S) and att.maps.decoder[-1].shape[-2:] == (T, T)
+    fr = mt_cli("translate", m2m_imported, "--to", "fr", stdin="Zwei Hunde spielen im Schnee.\n")
+    assert att.translation == fr.out.strip()
+    html = tmp_path / "attn.html"
+    result = mt_cli("attention", m2m_imported, "--src", "Ein Hund.", "--to", "fr", "--html", html)
+    assert result.rc == 0 and html.stat().st_size > 1000, result.err
