@@ -21,7 +21,6 @@ from mt.atomic import write_with
 from mt.config import Config, to_dict
 from mt.config_file import from_dict
 from mt.errors import MtError
-from mt.languages import Languages
 from mt.memory import check_model_fits
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
@@ -42,6 +41,8 @@ def payload(
             "src": tokenizer.src_proto,
             "tgt": None if tokenizer.joint else tokenizer.tgt_proto,
             "languages": tokenizer.languages.to_dict() if tokenizer.languages else None,
+            # An imported model's piece tables (mt/vocab.py); absent for mt's own.
+            **({"pieces": list(tokenizer.pieces)} if tokenizer.pieces is not None else {}),
         },
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         **extra,
@@ -119,10 +120,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
     cfg = from_dict(data["config"], f"{path} (stored config)")
     tok = data["tokenizer"]
     try:
-        langs = tok.get("languages")
-        tokenizer = Tokenizer(
-            tok["src"], tok.get("tgt"), Languages.from_dict(langs) if langs else None
-        )
+        tokenizer = Tokenizer.from_stored(tok)
     except Exception:
         raise MtError(f"{path}: the embedded tokenizer cannot be read") from None
     model = build_model(cfg, tokenizer)

@@ -111,6 +111,21 @@ class ModelConfig:
     norm: Literal["post", "pre"] = "post"  # layer norm after each residual add (paper) or before
     tie_embeddings: bool = True  # needs a joint vocabulary
     max_positions: int = 1024  # longest sequence in tokens the sinusoidal positions cover
+    # What a model imported from another toolkit (mt/hub: HF Marian, M2M-100, NLLB) may need;
+    # the defaults are mt's own Transformer, so a checkpoint without these keys is unchanged.
+    # With tie_embeddings false: the output layer is still the target embedding (Marian with
+    # separate vocabularies ties its output to the decoder's table).
+    tie_output: bool = False
+    activation: Literal["relu", "swish", "gelu"] = "relu"  # inside the feed-forward block
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) before the positions
+    # The sinusoid table: "interleaved" (sin, cos of one frequency side by side: the paper,
+    # mt), "halves" (all sines then all cosines: Marian), "fairseq" (halves, with frequencies
+    # 10000^(-i / (d/2 - 1)): M2M-100, NLLB).
+    positions: Literal["interleaved", "halves", "fairseq"] = "interleaved"
+    position_offset: int = 0  # row of the first position (M2M-100/NLLB: 2, fairseq's pad + 1)
+    # A fixed bias added to the output logits (Marian's final_logits_bias; a row of -1e4 marks
+    # an input-only token such as an imported model's decoder start); not trained.
+    logits_bias: bool = False
 
 
 @dataclass
@@ -185,6 +200,10 @@ class TrainConfig:
     # False: a fresh optimizer, step 1 and a new warmup. True: keep the checkpoint's optimizer
     # state (Adam's moments) and step, so the LR schedule continues where the base run stopped.
     init_keep_optimizer: bool = False
+    # "keep": the checkpoint's tokenizer. "new": a tokenizer trained on this run's data (the
+    # tokenizer section) with the checkpoint's embeddings for the pieces both share, fresh
+    # ones for the rest (eole's update_vocab; mt/train/vocab_update.py).
+    init_vocab: Literal["keep", "new"] = "keep"
     # Parts that keep their weights while fine-tuning; with tied embeddings, "embeddings"
     # freezes the output projection too.
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
@@ -197,7 +216,17 @@ class DecodeConfig:
     beam: int = 5  # beam size
     nbest: int = 1  # hypotheses written per input line (at most the beam)
     alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
+    # How beam search divides a finished score by its length: "gnmt" ((5 + len) / 6) ** alpha,
+    # or "power" len ** alpha (HF generate's length_penalty, fairseq's lenpen).
+    penalty: Literal["gnmt", "power"] = "gnmt"
+    length_offset: int = 0  # tokens the penalty counts before the output (M2M's language: 1)
     stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
+    # Beam search ends a sentence as HF generate does by default (early_stopping=False): once
+    # it has beam finished hypotheses and its best running one, divided by its length so far,
+    # scores no better than the worst of them; until then a better ending replaces the worst.
+    # The EOS forced at the length limit then adds 0 to a score, as HF's forced_eos_token_id.
+    # Off: after beam finished hypotheses (fairseq's rule, HF's early_stopping=True).
+    hf_stopping: bool = False
     no_repeat_ngram: int = 0  # > 0: no n-gram of this many tokens occurs twice in an output
     int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
     # auto: bf16 where the device computes it natively (a GPU with bf16, a CPU with avx512_bf16
@@ -278,6 +307,16 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
         ),
         in_range(n("decode.max_tokens"), d.max_tokens, 1, MAX_BATCH_TOKENS),
         (0.0 <= d.alpha <= 10.0, f"{n('decode.alpha')} must be in [0, 10]"),
+        in_range(n("decode.length_offset"), d.length_offset, 0, 16),
+        (
+            d.penalty in ("gnmt", "power"),
+            f"{n('decode.penalty')} must be gnmt or power, got {d.penalty!r}",
+        ),
+        (
+            not (d.hf_stopping and d.stop_early),
+            f"{n('decode.hf_stopping')} and {n('decode.stop_early')} are two stopping rules: "
+            "choose one",
+        ),
         in_range(n("decode.buffer_lines"), d.buffer_lines, 1, 10_000_000),
         in_range(n("decode.no_repeat_ngram"), d.no_repeat_ngram, 0, MAX_LENGTH),
         (d.max_len_a >= 0, f"{n('decode.max_len_a')} must be >= 0"),
@@ -381,6 +420,11 @@ def validate(cfg: Config) -> None:
         (0.0 <= m.attention_dropout < 1.0, "model.attention_dropout must be in [0, 1)"),
         (0.0 <= m.activation_dropout < 1.0, "model.activation_dropout must be in [0, 1)"),
         in_range("model.max_positions", m.max_positions, 1, MAX_LENGTH + 1),
+        in_range("model.position_offset", m.position_offset, 0, MAX_LENGTH),
+        (
+            not (m.tie_output and m.tie_embeddings),
+            "model.tie_output is for separate embeddings (model.tie_embeddings: false)",
+        ),
         (
             not m.tie_embeddings or tok.joint,
             "model.tie_embeddings needs tokenizer.joint: true (one shared vocabulary)",
@@ -433,6 +477,11 @@ def validate(cfg: Config) -> None:
         ),
         (t.optimizer_eps > 0, "train.optimizer_eps must be > 0"),
         (len(set(t.freeze)) < 3, "train.freeze cannot name all three parts: nothing would train"),
+        (
+            t.init_vocab == "keep" or not (t.init_keep_optimizer or "embeddings" in t.freeze),
+            "train.init_vocab: new cannot be combined with train.init_keep_optimizer or "
+            "freezing the embeddings (the vocabulary's rows change)",
+        ),
         (
             not (t.freeze and t.init_keep_optimizer),
             "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "

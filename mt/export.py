@@ -252,7 +252,7 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
         (m.encoder_layers, m.decoder_layers),
         m.n_heads,
         pre_norm=m.norm == "pre",
-        activation=common_spec.Activation.RELU,
+        activation=getattr(common_spec.Activation, m.activation.upper()),
     )
 
     def lin(s, prefix: str) -> None:
@@ -262,7 +262,7 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
         s.gamma, s.beta = w[f"{prefix}.weight"], w[f"{prefix}.bias"]
 
     for side, emb in ((spec.encoder, "src_embed"), (spec.decoder, "tgt_embed")):
-        side.scale_embeddings = True
+        side.scale_embeddings = m.scale_embeddings
         side.position_encodings.encodings = w["positions"]
         table = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
         table.weight = w[f"{emb}.weight"]
@@ -287,6 +287,8 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
         lin(ls.ffn.linear_1, f"decoder.{i}.ffn.fc2")
         ln(ls.ffn.layer_norm, f"decoder.{i}.norm3")
     spec.decoder.projection.weight = w["output.weight"]
+    if "output_bias" in w:  # an imported Marian model's final_logits_bias
+        spec.decoder.projection.bias = w["output_bias"]
     src_vocab = [tok.src.id_to_piece(i) for i in range(tok.src_vocab_size)]
     tgt_vocab = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
     spec.register_source_vocabulary(src_vocab)

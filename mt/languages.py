@@ -23,6 +23,31 @@ import numpy as np
 
 from mt.errors import MtError
 
+# NLLB's codes (ISO 639-3 and script) -> the ISO 639-1 codes LibreTranslate clients send, for
+# the languages that have one (zt: LibreTranslate's traditional Chinese).
+ISO_639_1 = dict(
+    pair.split(":")
+    for pair in (
+        "afr_Latn:af amh_Ethi:am arb_Arab:ar azj_Latn:az bel_Cyrl:be ben_Beng:bn bos_Latn:bs "
+        "bul_Cyrl:bg cat_Latn:ca ces_Latn:cs cym_Latn:cy dan_Latn:da deu_Latn:de ell_Grek:el "
+        "eng_Latn:en epo_Latn:eo est_Latn:et eus_Latn:eu fin_Latn:fi fra_Latn:fr gle_Latn:ga "
+        "glg_Latn:gl guj_Gujr:gu hau_Latn:ha heb_Hebr:he hin_Deva:hi hrv_Latn:hr hun_Latn:hu "
+        "hye_Armn:hy ibo_Latn:ig ind_Latn:id isl_Latn:is ita_Latn:it jav_Latn:jv jpn_Jpan:ja "
+        "kat_Geor:ka kaz_Cyrl:kk khm_Khmr:km kan_Knda:kn kor_Hang:ko lao_Laoo:lo lit_Latn:lt "
+        "lvs_Latn:lv mal_Mlym:ml mar_Deva:mr mkd_Cyrl:mk mlt_Latn:mt mya_Mymr:my nld_Latn:nl "
+        "nob_Latn:nb npi_Deva:ne pan_Guru:pa pes_Arab:fa pol_Latn:pl por_Latn:pt ron_Latn:ro "
+        "rus_Cyrl:ru slk_Latn:sk slv_Latn:sl som_Latn:so spa_Latn:es srp_Cyrl:sr swe_Latn:sv "
+        "swh_Latn:sw tam_Taml:ta tel_Telu:te tha_Thai:th tgl_Latn:tl tur_Latn:tr ukr_Cyrl:uk "
+        "urd_Arab:ur vie_Latn:vi xho_Latn:xh yor_Latn:yo zho_Hans:zh zho_Hant:zt zsm_Latn:ms "
+        "zul_Latn:zu als_Latn:sq khk_Cyrl:mn uzn_Latn:uz kir_Cyrl:ky tgk_Cyrl:tg"
+    ).split()
+)
+
+
+def client_code(code: str) -> str:
+    """The code a LibreTranslate client sends for a model's language (`fra_Latn` -> `fr`)."""
+    return ISO_639_1.get(code, code)
+
 
 def lang_piece(lang: str) -> str:
     """The reserved piece that asks for output in `lang`."""
@@ -69,9 +94,18 @@ class Languages:
     def zero_shot(self, src: str, tgt: str) -> bool:
         return (src, tgt) not in self.pairs
 
+    def canonical(self, code: str | None) -> str | None:
+        """The model's own code for `code`: itself, or the one language whose client code it
+        is (`fr` for an NLLB model's `fra_Latn`)."""
+        if code is None or code in self.languages:
+            return code
+        aliases = [lang for lang in self.languages if client_code(lang) == code]
+        return aliases[0] if len(aliases) == 1 else code
+
     def check(self, to: str | None, frm: str | None, where: str = "--to") -> str:
         """The target language for a request (`to`, or the only one the model writes), with
         `frm` (optional) checked against the languages the model reads; one line otherwise."""
+        to, frm = self.canonical(to), self.canonical(frm)
         names = ", ".join(self.languages)
         if frm is not None and frm not in self.sources:
             if frm in self.languages:
@@ -94,6 +128,8 @@ class Languages:
         return to
 
     def describe_pairs(self) -> str:
+        if len(self.pairs) > 12:  # an imported M2M/NLLB model: every direction
+            return f"{len(self.pairs):,} directions among {len(self.languages)} languages"
         return ", ".join(f"{s}-{t}" for s, t in self.pairs)
 
     def to_dict(self) -> dict[str, Any]:

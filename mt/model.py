@@ -23,14 +23,25 @@ PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports only config and dro
 SHORT_QUERIES = 8  # attend: at most this many queries per row on CPU skip the fused kernel
 
 
-def sinusoids(length: int, dim: int) -> torch.Tensor:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same). (length, dim)"""
+def sinusoids(length: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same). (length, dim)
+    `layout` "halves": sines in the first half, cosines in the second (Marian); "fairseq" too,
+    with frequencies 10000^(-i / (dim/2 - 1)) (M2M-100, NLLB)."""
     pos = torch.arange(length, dtype=torch.float32)[:, None]
-    inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    if layout == "fairseq":
+        half = dim // 2
+        inv = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
+    else:
+        inv = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    if layout != "interleaved":
+        return torch.cat([torch.sin(pos * inv), torch.cos(pos * inv)], dim=1)
     pe = torch.zeros(length, dim)
     pe[:, 0::2] = torch.sin(pos * inv)
     pe[:, 1::2] = torch.cos(pos * inv)
     return pe
+
+
+ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
 
 def attend(
@@ -137,14 +148,17 @@ class CrossAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, activation_dropout: float, activation: str = "relu"
+    ) -> None:
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
         self.dropout = Dropout(activation_dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
 class EncoderLayer(nn.Module):
@@ -152,7 +166,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
         self.attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.dropout = Dropout(cfg.dropout)
@@ -175,7 +189,7 @@ class DecoderLayer(nn.Module):
         self.pre_norm = cfg.norm == "pre"
         self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.cross_attn = CrossAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.norm3 = nn.LayerNorm(cfg.d_model)
@@ -270,8 +284,9 @@ class Transformer(nn.Module):
         self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD_ID)
         tie = cfg.tie_embeddings and src_vocab == tgt_vocab
         self.tgt_embed = self.src_embed if tie else nn.Embedding(tgt_vocab, d, padding_idx=PAD_ID)
-        self.register_buffer("positions", sinusoids(cfg.max_positions, d), persistent=False)
-        self.embed_scale = math.sqrt(d)
+        table = sinusoids(cfg.max_positions + cfg.position_offset, d, cfg.positions)
+        self.register_buffer("positions", table[cfg.position_offset :], persistent=False)
+        self.embed_scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
         self.dropout = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -280,8 +295,10 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if pre else nn.Identity()
         self.output = nn.Linear(d, tgt_vocab, bias=False)
-        if cfg.tie_embeddings:
+        if cfg.tie_embeddings or cfg.tie_output:
             self.output.weight = self.tgt_embed.weight
+        bias = torch.zeros(tgt_vocab) if cfg.logits_bias else None  # fixed, not trained (Marian)
+        self.register_buffer("output_bias", bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -334,7 +351,7 @@ class Transformer(nn.Module):
             if ws is not None:
                 self_w.append(ws)
                 cross_w.append(wc)
-        return self.output(self.decoder_norm(x)), self_w, cross_w  # (B, T, V)
+        return self.project(x), self_w, cross_w  # (B, T, V)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits (B, T, V) for training and scoring."""
@@ -379,4 +396,5 @@ class Transformer(nn.Module):
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder output (..., D) -> next-token logits (..., V)."""
-        return self.output(self.decoder_norm(hidden))
+        logits = self.output(self.decoder_norm(hidden))
+        return logits if self.output_bias is None else logits + self.output_bias

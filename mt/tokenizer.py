@@ -8,6 +8,7 @@ translate raw text.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -19,8 +20,10 @@ from mt.atomic import write_bytes
 from mt.config import TokenizerConfig
 from mt.errors import MtError
 from mt.languages import Languages, lang_piece
+from mt.vocab import PieceTable
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+PIECES_FILE = "pieces.json"  # an imported model's piece tables, in a run directory
 
 
 # TrainerSpec fields of sentencepiece's model proto that change how text is encoded (model type,
@@ -66,13 +69,18 @@ def _proto_fields(data: bytes) -> list[tuple[int, bytes | int]]:
 
 
 class Tokenizer:
-    """A source and a target sentencepiece model (the same object when the vocabulary is joint)."""
+    """A source and a target sentencepiece model (the same object when the vocabulary is joint).
+
+    `pieces` (an imported model's): its source and target piece tables (id -> piece), whose ids
+    the model uses instead of sentencepiece's (mt/vocab.py); None for a model mt trained.
+    """
 
     def __init__(
         self,
         src_proto: bytes,
         tgt_proto: bytes | None = None,
         languages: Languages | None = None,
+        pieces: tuple[list[str], list[str]] | None = None,
     ) -> None:
         self.src_proto = src_proto
         # A multilingual model's directions and per-language pieces (mt/languages.py), set by
@@ -84,6 +92,14 @@ class Tokenizer:
         self.tgt = (
             self.src if self.joint else spm.SentencePieceProcessor(model_proto=self.tgt_proto)
         )
+        self.pieces = pieces
+        if pieces is not None:
+            src_table = PieceTable(self.src, pieces[0])
+            same = pieces[1] is pieces[0] or pieces[1] == pieces[0]
+            self.src, self.tgt = (
+                src_table,
+                src_table if self.joint and same else PieceTable(self.tgt, pieces[1]),
+            )
 
     @property
     def src_vocab_size(self) -> int:
@@ -97,6 +113,8 @@ class Tokenizer:
         """Hash of the model protos; keys the token cache so a new tokenizer never reuses it."""
         h = hashlib.sha256(self.src_proto)
         h.update(self.tgt_proto)
+        if self.pieces is not None:
+            h.update(repr(self.pieces).encode())
         return h.hexdigest()[:16]
 
     def vocabulary_key(self) -> str:
@@ -112,6 +130,8 @@ class Tokenizer:
                     h.update(repr(kept).encode())
                 elif number in (1, 3, 5):  # pieces, normalizer, denormalizer
                     h.update(number.to_bytes(1, "little") + value)
+        if self.pieces is not None:
+            h.update(repr(self.pieces).encode())
         return h.hexdigest()[:16]
 
     def lang_id(self, lang: str) -> int:
@@ -139,24 +159,44 @@ class Tokenizer:
         return [self.tgt.id_to_piece(i) for i in ids]
 
     def save(self, folder: Path) -> None:
-        """Write `spm.model` (joint) or `spm.src.model` + `spm.tgt.model` into a run directory."""
+        """Write `spm.model` (joint) or `spm.src.model` + `spm.tgt.model` into a run directory,
+        and an imported model's piece tables as `pieces.json`."""
         folder.mkdir(parents=True, exist_ok=True)
         if self.joint:
             write_bytes(folder / "spm.model", self.src_proto, "the tokenizer")
         else:
             write_bytes(folder / "spm.src.model", self.src_proto, "the tokenizer")
             write_bytes(folder / "spm.tgt.model", self.tgt_proto, "the tokenizer")
+        if self.pieces is not None:
+            text = json.dumps({"src": self.pieces[0], "tgt": self.pieces[1]}, ensure_ascii=False)
+            write_bytes(folder / PIECES_FILE, text.encode("utf-8"), "the tokenizer")
 
     @staticmethod
     def load(folder: Path) -> Tokenizer | None:
         """The tokenizer a run directory already has, or None."""
+        tables = folder / PIECES_FILE
+        pieces = None
+        if tables.is_file():
+            data = json.loads(tables.read_text(encoding="utf-8"))
+            pieces = (data["src"], data["tgt"])
         joint = folder / "spm.model"
         if joint.is_file():
-            return Tokenizer(joint.read_bytes())
+            return Tokenizer(joint.read_bytes(), None, None, pieces)
         src, tgt = folder / "spm.src.model", folder / "spm.tgt.model"
         if src.is_file() and tgt.is_file():
-            return Tokenizer(src.read_bytes(), tgt.read_bytes())
+            return Tokenizer(src.read_bytes(), tgt.read_bytes(), None, pieces)
         return None
+
+    @staticmethod
+    def from_stored(tok: dict) -> Tokenizer:
+        """The tokenizer a checkpoint's `tokenizer` entry describes (mt.checkpoint.payload)."""
+        langs, pieces = tok.get("languages"), tok.get("pieces")
+        return Tokenizer(
+            tok["src"],
+            tok.get("tgt"),
+            Languages.from_dict(langs) if langs else None,
+            (pieces[0], pieces[1]) if pieces is not None else None,
+        )
 
 
 def _train_one(

@@ -11,6 +11,7 @@ from mt.cli import training  # noqa: F401  (train, prepare, plot, average)
 from mt.cli import decoding  # noqa: F401  (translate, eval, score, export)
 from mt.cli import inspect  # noqa: F401  (attention, vectors)
 from mt.cli import serving  # noqa: F401  (serve)
+from mt.cli import hub  # noqa: F401  (import)
 from mt.cli.app import app, main
 
 __all__ = ["app", "main"]

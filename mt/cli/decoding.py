@@ -23,6 +23,8 @@ from mt.cli.options import (
     Int8Option,
     KeepNumbersOption,
     MaxDoubtOption,
+    MaxLenAOption,
+    MaxLenBOption,
     MaxTokensOption,
     ProtectOption,
     RecaseOption,
@@ -55,6 +57,8 @@ def translate(
         int | None, typer.Option(help="Lines per input: 'i ||| text ||| score'.")
     ] = None,
     max_tokens: MaxTokensOption = None,
+    max_len_a: MaxLenAOption = None,
+    max_len_b: MaxLenBOption = None,
     device: DeviceOption = "auto",
     greedy: Annotated[bool, typer.Option(help="Greedy search instead of beam search.")] = False,
     alignment: Annotated[
@@ -134,6 +138,8 @@ def translate(
         stop_early=stop_early,
         int8=int8,
         max_tokens=max_tokens,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
         no_repeat_ngram=no_repeat_ngram,
         buffer_lines=1 if typing else buffer_lines,
         sample=sample or None,
@@ -236,6 +242,8 @@ def evaluate(
     int8: Int8Option = None,
     dtype: DtypeOption = None,
     max_tokens: MaxTokensOption = None,
+    max_len_a: MaxLenAOption = None,
+    max_len_b: MaxLenBOption = None,
     device: DeviceOption = "auto",
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     min_bleu: Annotated[
@@ -289,6 +297,8 @@ def evaluate(
             stop_early=stop_early,
             int8=int8,
             max_tokens=max_tokens,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
         )
         session = open_session(checkpoints, device, dtype)
         targets = session.targets(to, from_, target_vocab)

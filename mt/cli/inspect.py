@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import BeamOption, DeviceOption, open_session, use_threads
+from mt.cli.options import BeamOption, DeviceOption, ToOption, open_session, use_threads
 from mt.errors import MtError
 
 
@@ -29,6 +29,7 @@ def attention(
     ] = None,
     beam: BeamOption = None,
     device: DeviceOption = "cpu",
+    to: ToOption = None,
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
     from mt.decode.attention import attention_json, layer_label
@@ -41,7 +42,7 @@ def attention(
     n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
         raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
-    att = session.attention(src, DecodeOptions(beam=beam))
+    att = session.attention(src, DecodeOptions(beam=beam), to=to)
     try:
         views = att.views(layer)
     except IndexError:

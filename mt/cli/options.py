@@ -57,6 +57,13 @@ MaxTokensOption = Annotated[
         help="Tokens per batch, each row counting its longest known side (decode.max_tokens)."
     ),
 ]
+MaxLenAOption = Annotated[
+    float | None,
+    typer.Option(help="Output length limit a * source length + b: its a (decode.max_len_a)."),
+]
+MaxLenBOption = Annotated[
+    int | None, typer.Option(help="... and its b, in tokens (decode.max_len_b).")
+]
 StopEarlyOption = Annotated[
     bool | None,
     typer.Option(

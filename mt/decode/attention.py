@@ -81,10 +81,14 @@ def translate_with_attention(
     target = target or Target(None, [], None, None)
     model = model_for(model, target)  # type: ignore[assignment]
     src = pad([target.src_mark + tokenizer.encode_src([sentence])[0]]).to(device)
-    hyp = beam_search(model, src, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b)[0][0]
+    hyp = beam_search(
+        model, src, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b,
+        penalty=cfg.penalty, hf_stopping=cfg.hf_stopping, length_offset=cfg.length_offset,
+    )[0][0]  # fmt: skip
     tgt_in = torch.tensor([[BOS] + hyp.tokens], device=device)
     marks = [tokenizer.src.id_to_piece(i) for i in target.src_mark]
-    first = "<s>" if target.start is None else tokenizer.tgt.id_to_piece(target.start)
+    start = target.start if target.forced is None else target.forced  # the row shown first
+    first = "<s>" if start is None else tokenizer.tgt.id_to_piece(start)
     return SentenceAttention(
         source=sentence,
         translation=tokenizer.decode_tgt(hyp.tokens),

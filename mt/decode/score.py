@@ -57,10 +57,10 @@ class TargetTooLong(ValueError):
         self.index = index
 
 
-def normalise(logprob: float, n_tokens: int, alpha: float) -> float:
+def normalise(logprob: float, n_tokens: int, alpha: float, penalty: str = "gnmt") -> float:
     """`beam_search`'s finished score: `n_tokens` counts EOS (a hypothesis ending at step t has
     t + 1 tokens and is divided by length_penalty(t + 1))."""
-    return logprob / length_penalty(n_tokens, alpha)
+    return logprob / length_penalty(n_tokens, alpha, penalty)
 
 
 class Scorer:
@@ -134,7 +134,12 @@ class Scorer:
     def _pair_score(self, tgt: list[int], lp: list[float]) -> PairScore:
         total = sum(lp)
         pieces = self.tokenizer.tgt_pieces(tgt) + [EOS_PIECE]
-        return PairScore(total, normalise(total, len(lp), self.cfg.alpha), pieces, lp)
+        return PairScore(
+            total,
+            normalise(total, len(lp) + self.cfg.length_offset, self.cfg.alpha, self.cfg.penalty),
+            pieces,
+            lp,
+        )
 
 
 @torch.inference_mode()

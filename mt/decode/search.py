@@ -141,16 +141,20 @@ class Beams:
         K: int,
         alpha: float,
         finished: Sequence[Sized],
+        penalty: str = "gnmt",
+        keep_best: bool = False,
+        offset: int = 0,
     ) -> list[tuple[int, int, float]]:
         """(sentence, row, length-normalised score) of each candidate among the first K that
         ends (EOS, finite score), while its sentence has fewer than K finished hypotheses
-        (`finished[sentence]`, counted with the endings taken before it)."""
+        (`finished[sentence]`, counted with the endings taken before it); with `keep_best`
+        every such candidate (the caller keeps the best K)."""
         ends = (tok[:, :K].eq(EOS) & top_s[:, :K].isfinite()).nonzero().tolist()
         if not ends:
             return []
-        lp = length_penalty(self.step + 1, alpha)
+        lp = length_penalty(self.step + 1 + offset, alpha, penalty)
         sent = self.sent.tolist()
-        room = {sent[i]: K - len(finished[sent[i]]) for i, _ in ends}
+        room = {sent[i]: K - (0 if keep_best else len(finished[sent[i]])) for i, _ in ends}
         out = []
         for i, j in ends:
             if room[sent[i]] > 0:
@@ -179,6 +183,28 @@ class Beams:
         self.scores = scores[keep]
         self.sent = self.sent[keep]
         return keep, reorder
+
+
+def hf_done(
+    finished: list[list[Hypothesis]],
+    sent: torch.Tensor,
+    best_running: torch.Tensor,
+    length: int,
+    K: int,
+    alpha: float,
+    penalty: str,
+) -> list[bool]:
+    """HF generate's rule, per active sentence (`sent`): its finished hypotheses cut to the best
+    K (in place), and whether it ends: it has K, and its best running beam's score
+    (`best_running`) over the length so far is no better than the worst of them."""
+    lp = length_penalty(length, alpha, penalty)
+    out = []
+    for s, best in zip(sent.tolist(), best_running.tolist()):
+        hyps = finished[s]
+        hyps.sort(key=lambda h: -h.score)
+        del hyps[K:]
+        out.append(len(hyps) == K and hyps[-1].score >= best / lp)
+    return out
 
 
 def continuing(tok: torch.Tensor, K: int) -> torch.Tensor:
@@ -212,6 +238,9 @@ def beam_search(
     prefixes: list[list[int]] | None = None,
     no_repeat_ngram: int = 0,
     bans: Bans | None = None,
+    penalty: str = "gnmt",
+    hf_stopping: bool = False,
+    length_offset: int = 0,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence, by length-normalised log-probability.
 
@@ -221,7 +250,11 @@ def beam_search(
     limit, where only EOS is allowed. With `stop_early` it stops as soon as its best candidate
     ends and it has `nbest` finished hypotheses (OpenNMT's and CTranslate2's rule): fewer
     steps, and a longer hypothesis that would have scored better after length normalisation
-    is no longer waited for.
+    is no longer waited for. With `hf_stopping`, HF generate's default rule: a better ending
+    replaces the worst of K finished ones, and a sentence ends once it has K and its best
+    running score over its length so far (`penalty`, counting `length_offset` tokens before the
+    output) is no better than the worst of them, and
+    the EOS forced at the length limit adds 0 to a score (its `forced_eos_token_id`).
 
     `prefixes[i]` (target ids) is forced as the start of every hypothesis of sentence i, with
     its log-probability in the score; `no_repeat_ngram` N > 0 bans any n-gram of N tokens from
@@ -245,12 +278,17 @@ def beam_search(
         )
         assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)
-        only_eos(row_lp, row_tok, eos_lp, (limit[sent] <= t).repeat_interleave(width))
+        # At the limit EOS keeps its log-probability; HF's forced_eos_token_id makes it 0.
+        last_lp = torch.zeros_like(eos_lp) if hf_stopping else eos_lp
+        only_eos(row_lp, row_tok, last_lp, (limit[sent] <= t).repeat_interleave(width))
         cand = (beams.scores[:, :, None] + row_lp.view(n, width, C)).view(n, width * C)
         top_s, top_j = cand.topk(min(2 * K, width * C), dim=1)  # (n, 2K)
         tok = row_tok.view(n, width * C).gather(1, top_j)
         rows = torch.arange(n, device=dev)[:, None] * width + top_j // C  # (n, 2K) row in state
-        for s, row, score in beams.endings(top_s, rows, tok, K, alpha, finished):
+        ended = beams.endings(
+            top_s, rows, tok, K, alpha, finished, penalty, hf_stopping, length_offset
+        )
+        for s, row, score in ended:
             finished[s].append(Hypothesis(history[row].tolist(), score, align_hist[row].tolist()))
         pick = continuing(tok, K)
         need = [K] * n
@@ -260,6 +298,10 @@ def beam_search(
         done = torch.tensor(
             [len(finished[s]) >= m for s, m in zip(sent.tolist(), need)], device=dev
         )
+        if hf_stopping:
+            best = top_s.gather(1, pick[:, :1])[:, 0]  # the best beam that goes on
+            closed = hf_done(finished, sent, best, t + 1 + length_offset, K, alpha, penalty)
+            done = torch.tensor(closed, dtype=torch.bool, device=dev)
         done |= limit[sent] <= t
         if done.all():
             break

@@ -63,6 +63,8 @@ class DecodeOptions:
     int8: bool | None = None
     dtype: str | None = None
     max_tokens: int | None = None
+    max_len_a: float | None = None
+    max_len_b: int | None = None
     no_repeat_ngram: int | None = None
     buffer_lines: int | None = None
     sample: bool | None = None
@@ -162,6 +164,8 @@ class Session:
                         f"{own!r}, not {given!r}"
                     )
             to = frm = None
+        elif frm is None and self.languages.placement == "forced":
+            frm = self.cfg.data.src_lang  # M2M/NLLB read a source token: the imported default
         if ratio is None:
             ratio = self.cfg.decode.target_vocab_ratio
         return Targets(

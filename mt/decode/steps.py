@@ -63,8 +63,10 @@ def repeated_ngram_bans(history: torch.Tensor, n: int) -> torch.Tensor | None:
     return torch.where(match, history[:, n - 1 :], PAD)
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's ((5 + |Y|) / 6) ** alpha."""
+def length_penalty(length: int, alpha: float, kind: str = "gnmt") -> float:
+    """GNMT's ((5 + |Y|) / 6) ** alpha, or with `kind` "power" |Y| ** alpha (HF, fairseq)."""
+    if kind == "power":
+        return float(length) ** alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 

@@ -27,27 +27,48 @@ from mt.tokenizer import BOS, Tokenizer
 class TargetLanguage:
     """A model seen from one target language: BOS fed to the decoder becomes `start` (None:
     unchanged), and the logits of every piece outside `allowed` are -inf (None: all pass).
+    `forced` (M2M/NLLB): the decoder reads BOS then this token before the search's first
+    choice, so the token is written without being searched or scored (HF's forced BOS).
     Everything else is the model's own."""
 
     def __init__(
-        self, model: torch.nn.Module, start: int | None, allowed: torch.Tensor | None
+        self,
+        model: torch.nn.Module,
+        start: int | None,
+        allowed: torch.Tensor | None,
+        forced: int | None = None,
     ) -> None:
-        self.model, self.start = model, start
+        self.model, self.start, self.forced = model, start, forced
         self.banned = None if allowed is None else ~allowed  # (V,) bool on the model's device
 
     def _first(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.forced is not None:  # (B, T) -> (B, T + 1): the forced token after BOS
+            column = torch.full_like(tokens[:, :1], self.forced)
+            return torch.cat([tokens[:, :1], column, tokens[:, 1:]], dim=1)
         return tokens if self.start is None else tokens.masked_fill(tokens.eq(BOS), self.start)
 
     def step_hidden(self, prev: torch.Tensor, state, **kwargs):
-        return self.model.step_hidden(self._first(prev), state, **kwargs)
+        if self.forced is not None and state.length == 0:
+            self.model.step_hidden(prev, state, **kwargs)
+            prev = torch.full_like(prev, self.forced)
+        return self.model.step_hidden(
+            self._first(prev) if self.forced is None else prev, state, **kwargs
+        )
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return self.model(src, self._first(tgt_in))
+        logits = self.model(src, self._first(tgt_in))
+        return logits if self.forced is None else logits[:, 1:]  # not the forced token's
 
     __call__ = forward
 
     def attention_maps(self, src: torch.Tensor, tgt_in: torch.Tensor):
-        return self.model.attention_maps(src, self._first(tgt_in))
+        maps = self.model.attention_maps(src, self._first(tgt_in))
+        if self.forced is None:
+            return maps
+        keep = list(range(1, tgt_in.size(1) + 1))  # from the forced token on, as many as fed
+        maps.decoder = [w[:, :, keep][:, :, :, keep] for w in maps.decoder]
+        maps.cross = [w[:, :, keep] for w in maps.cross]
+        return maps
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.project(hidden)  # this call's own tensor: masked in place
@@ -65,6 +86,7 @@ class Target:
     src_mark: list[int]  # ids put before the source ids
     start: int | None  # the decoder's first input instead of BOS
     guard: torch.Tensor | None  # (V,) allowed pieces, or None (no guard)
+    forced: int | None = None  # read after BOS before the output (placement "forced")
 
 
 class Targets:
@@ -102,9 +124,21 @@ class Targets:
                 raise
             raise MtError(f"{where}: {err}") from None
 
-    def of(self, lang: str | None) -> Target:
+    def of(self, lang: str | None, frm: str | None = None) -> Target:
+        """How to decode into `lang`; `frm` (else the translator's) matters only to a model
+        that reads its source language's token (placement "forced": M2M, NLLB)."""
         if lang is None or self.languages is None:
             return Target(None, [], None, None)
+        if self.languages.placement == "forced":
+            source = self.languages.canonical(frm or self.frm)
+            if source is None:
+                raise MtError(f"this model reads its source language's token: say which with "
+                              f"{self.where.replace('--to', '--from')}")  # fmt: skip
+            key = f"{source}>{lang}"
+            if key not in self._cache:
+                mark = [self.tokenizer.lang_id(source)]
+                self._cache[key] = Target(lang, mark, None, None, self.tokenizer.lang_id(lang))
+            return self._cache[key]
         if lang not in self._cache:
             token = self.tokenizer.lang_id(lang)
             allowed = None
@@ -120,9 +154,10 @@ class Targets:
 
 def model_for(model: torch.nn.Module, target: Target) -> torch.nn.Module:
     """`model` as the search should see it for `target` (itself for a bilingual model)."""
-    if target.start is None and target.guard is None:
+    if target.start is None and target.guard is None and target.forced is None:
         return model
-    return TargetLanguage(model, target.start, target.guard)  # type: ignore[return-value]
+    wrapped = TargetLanguage(model, target.start, target.guard, target.forced)
+    return wrapped  # type: ignore[return-value]
 
 
 def strip_mark(hyps: list[Hypothesis], target: Target) -> list[Hypothesis]:

@@ -155,6 +155,9 @@ class Translator:
             prefixes=prefixes,
             no_repeat_ngram=c.no_repeat_ngram,
             bans=bans,
+            penalty=c.penalty,
+            hf_stopping=c.hf_stopping,
+            length_offset=c.length_offset,
         )
 
     def translate_lines(self, lines: list[str], to: str | None = None) -> list[Translation]:
@@ -180,7 +183,7 @@ class Translator:
         todo = [i for i, line in enumerate(lines) if line.strip()]
         langs = [self.targets.resolve(r.to, r.frm, r.where) for r in requests]
         for i in todo:
-            mark = self.targets.of(langs[i]).src_mark
+            mark = self.targets.of(langs[i], requests[i].frm).src_mark
             if len(ids[i]) + len(mark) > self.max_src:
                 ids[i] = ids[i][: self.max_src - 1 - len(mark)] + [EOS]
                 self.truncated += 1

@@ -14,6 +14,7 @@ from functools import cache
 from typing import Any
 
 from mt.decode.session import Session
+from mt.languages import client_code
 from mt.serve.limits import ApiError
 
 NAMES = {
@@ -28,7 +29,9 @@ def directions(session: Session) -> dict[str, list[str]]:
     if langs is None:
         d = session.cfg.data
         return {d.src_lang: [d.tgt_lang]}
-    return {s: [t for t in langs.targets if t != s] for s in langs.languages}
+    # Codes as clients send them (an NLLB model's fra_Latn is fr); the model maps them back.
+    code = client_code
+    return {code(s): [code(t) for t in langs.targets if t != s] for s in langs.languages}
 
 
 def listing(sessions: list[Session]) -> list[dict[str, Any]]:

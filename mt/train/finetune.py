@@ -48,6 +48,7 @@ from mt.config_file import expand_env, from_dict
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
+from mt.train.vocab_update import announce, load_with_new_vocab
 
 # Keys a fine-tuning config may set to another value than the checkpoint's.
 DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")
@@ -64,6 +65,7 @@ class Init:
     train_state: dict[str, Any] | None  # optimizer and scaler, for train.init_keep_optimizer
     freeze: list[str]
     keep_optimizer: bool
+    new_vocab: bool = False  # train.init_vocab: new (the run trains its own tokenizer)
 
 
 def merge_model(config: ModelConfig, stored: ModelConfig, source: str) -> ModelConfig:
@@ -135,7 +137,8 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
             _resume_as_recorded(cfg, last)
         return None
     if not t.init_from:
-        for key, value in (("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)):
+        given = [("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)]
+        for key, value in given + [("init_vocab", t.init_vocab == "new")]:
             if value:
                 raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")
         return None
@@ -144,15 +147,17 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
     data = _load(path)
     stored = from_dict(data["config"], f"{path} (stored config)")
     cfg.model = merge_model(cfg.model, stored.model, str(path))
-    if cfg.tokenizer != stored.tokenizer and log:
+    new_vocab = t.init_vocab == "new"
+    if cfg.tokenizer != stored.tokenizer and log and not new_vocab:
         print(
             f"note: the tokenizer of {path} is used; the config's tokenizer settings are not",
             file=sys.stderr,
             flush=True,
         )
-    cfg.tokenizer = stored.tokenizer
+    if not new_vocab:
+        cfg.tokenizer = stored.tokenizer
     try:
-        tokenizer = Tokenizer(data["tokenizer"]["src"], data["tokenizer"].get("tgt"))
+        tokenizer = Tokenizer.from_stored({**data["tokenizer"], "languages": None})
     except Exception:
         raise MtError(f"train.init_from: {path}: the embedded tokenizer cannot be read") from None
     step = int(data.get("step") or 0)
@@ -172,7 +177,8 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
         start = "optimizer state and step kept" if t.init_keep_optimizer else "fresh optimizer"
         frozen = f", frozen: {', '.join(t.freeze)}" if t.freeze else ""
         print(
-            f"fine-tuning from {path} (step {step:,}): its tokenizer and model "
+            f"fine-tuning from {path} (step {step:,}): its "
+            f"{'model (a new vocabulary)' if new_vocab else 'tokenizer and model'} "
             f"(d_model {m.d_model}, {m.encoder_layers}+{m.decoder_layers} layers, dropout "
             f"{m.dropout}), {start}{frozen}",
             file=sys.stderr,
@@ -186,6 +192,7 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
         train_state=data.get("train_state") if t.init_keep_optimizer else None,
         freeze=list(t.freeze),
         keep_optimizer=t.init_keep_optimizer,
+        new_vocab=new_vocab,
     )
 
 
@@ -196,7 +203,7 @@ def write_tokenizer(init: Init | None, run_dir: Path) -> None:
     refused: its token stores hold ids the checkpoint cannot read. `mt prepare` calls this too,
     so a fine-tuning run can be prepared ahead like any other.
     """
-    if init is None:
+    if init is None or init.new_vocab:  # a new vocabulary: preparation trains it
         return
     existing = Tokenizer.load(run_dir)
     if existing is None:
@@ -229,8 +236,15 @@ def freeze(model: Transformer, parts: list[str]) -> int:
     return sum(p.numel() for p in frozen.values())
 
 
-def init_model(init: Init | None, model: Transformer, parts: list[str]) -> None:
-    """Load the checkpoint's weights (fresh runs), then freeze `parts` (fresh and resumed)."""
+def init_model(
+    init: Init | None, model: Transformer, parts: list[str], tokenizer: Tokenizer | None = None
+) -> None:
+    """Load the checkpoint's weights (fresh runs), then freeze `parts` (fresh and resumed).
+    With a new vocabulary (`tokenizer`, the run's), the shared pieces' rows are the
+    checkpoint's (mt/train/vocab_update.py)."""
+    if init is not None and init.weights is not None and init.new_vocab and tokenizer:
+        announce(load_with_new_vocab(model, init.weights, init.tokenizer, tokenizer))
+        init.weights = None
     if init is not None and init.weights is not None:
         try:
             model.load_state_dict(init.weights)

@@ -11,6 +11,7 @@ rank 0 prepares, the others map.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -27,16 +28,25 @@ _LENGTH = 8  # bytes of the source model's length in `pack`
 
 
 def pack(tok: Tokenizer) -> bytes:
-    """The tokenizer's models as one byte string: source length, source, target (none when
-    joint)."""
+    """The tokenizer's models as one byte string: source length, source, target length,
+    target (empty when joint), then an imported model's piece tables as JSON (or nothing)."""
     target = b"" if tok.joint else tok.tgt_proto
-    return len(tok.src_proto).to_bytes(_LENGTH, "little") + tok.src_proto + target
+    tables = json.dumps(tok.pieces).encode("utf-8") if tok.pieces is not None else b""
+    parts = b""
+    for blob in (tok.src_proto, target):
+        parts += len(blob).to_bytes(_LENGTH, "little") + blob
+    return parts + tables
 
 
 def unpack(data: bytes) -> Tokenizer:
-    n = int.from_bytes(data[:_LENGTH], "little")
-    src, tgt = data[_LENGTH : _LENGTH + n], data[_LENGTH + n :]
-    return Tokenizer(src, tgt or None)
+    blobs, i = [], 0
+    for _ in range(2):
+        n = int.from_bytes(data[i : i + _LENGTH], "little")
+        blobs.append(data[i + _LENGTH : i + _LENGTH + n])
+        i += _LENGTH + n
+    tables = json.loads(data[i:]) if data[i:] else None
+    pieces = (tables[0], tables[1]) if tables is not None else None
+    return Tokenizer(blobs[0], blobs[1] or None, None, pieces)
 
 
 def prepare_run(

@@ -102,7 +102,7 @@ class Trainer:
         dev_sets = dev_sets_of(prepared, d.max_valid_examples)
 
         self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
-        finetune.init_model(self.init, self.model, t.freeze)  # weights, then train.freeze
+        finetune.init_model(self.init, self.model, t.freeze, self.tokenizer)  # then freeze
         self.update = Update(cfg, self.model, self.dist, self.device, self.precision)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
