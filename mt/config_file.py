@@ -23,7 +23,8 @@ from typing import Any, Literal
 import yaml
 
 from mt.atomic import write_text
-from mt.config import Config, to_dict, validate
+from mt.config import Config, to_dict
+from mt.config_rules import validate
 from mt.errors import MtError
 
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mt.config import MAX_THREADS
+from mt.config_rules import MAX_THREADS
 from mt.errors import MtError
 
 if TYPE_CHECKING:

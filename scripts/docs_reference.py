@@ -3,7 +3,7 @@
 `config_reference()` lists every key of a config file from the dataclasses of mt/config.py:
 its type, default, allowed values and the description written beside the field (the comment
 lines right above it, the comment on its line, or a string right below it). The allowed range
-of a number is not copied from anywhere: each value is tried against `mt.config.validate` at
+of a number is not copied from anywhere: each value is tried against `mt.config_rules.validate` at
 its extremes, and the rule that rejects it is quoted, so the page says what the check says.
 `cli_reference()` lists every `mt` command with its arguments and flags from the Typer app.
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import mt.config as config_module
+import mt.config_rules as rules_module
 from mt.config import Config
 from mt.errors import MtError
 
@@ -146,7 +147,7 @@ def allowed_values(section: str, name: str, hint: Any) -> str:
         cfg = Config()
         setattr(getattr(cfg, section), name, probe)
         try:
-            config_module.validate(cfg)
+            rules_module.validate(cfg)
         except MtError as err:
             rule = str(err).split(", got ")[0]
             if key in rule:

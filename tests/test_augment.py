@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mt.config import Config, DataConfig, TokenizerConfig, validate
+from mt.config import Config, DataConfig, TokenizerConfig
+from mt.config_rules import validate
 from mt.data.augment import Augment, modify, title
 from mt.data.prepare import prepare
 from mt.data.store import TokenStore

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, reverse_task_config, run_in_process
 
-from mt.config import MAX_THREADS
+from mt.config_rules import MAX_THREADS
 from mt.device import (
     Cores,
     cgroup_quota,

@@ -17,7 +17,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from mt.config import AUGMENT_MODIFIERS
+from mt.config_rules import AUGMENT_MODIFIERS
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _END = re.compile(r"\s*[.!?。！？]+\s*$")
@@ -30,7 +30,8 @@ class Augment:
 
     @classmethod
     def from_config(cls, items: list[str], seed: int = 1) -> Augment | None:
-        """`["uppercase:0.05", ...]` (checked by mt.config.validate) -> Augment; None if empty."""
+        """`["uppercase:0.05", ...]` (checked by mt.config_rules.validate) -> Augment;
+        None if empty."""
         if not items:
             return None
         rules = []

@@ -11,7 +11,7 @@ thing everywhere:
   CUDA as the checkpoint's decode.dtype says (the setting was made for the GPU it trained on).
 - `session.decode_config(options)` applies a caller's `DecodeOptions` to a copy of the
   checkpoint's decode settings and checks the result with the config's own rules
-  (`mt.config.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
+  (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
   `options.beam` for the server). The checkpoint's config is never written to.
 - `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
 
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
-from mt.config import DecodeConfig, to_dict, validate_decode
+from mt.config import DecodeConfig, to_dict
+from mt.config_rules import validate_decode
 from mt.decode.ensemble import Ensemble
 from mt.decode.protect import translate_protected
 from mt.decode.score import Scorer

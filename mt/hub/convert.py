@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from mt.checkpoint import payload, save
-from mt.config import Config, DecodeConfig, validate
+from mt.config import Config, DecodeConfig
+from mt.config_rules import validate
 from mt.errors import MtError
 from mt.hub import m2m, marian
 from mt.hub.files import read_json, read_weights, resolve

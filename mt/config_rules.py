@@ -1,0 +1,260 @@
+"""The rules a config value must meet, and the bounds that turn a typo into one error line.
+
+Every rule lives here once (`validate`, `decode_checks`), for a YAML file, `--set`, a
+checkpoint's stored config and a caller's decode overrides alike; the dataclasses they check
+are mt/config.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from mt.config import Config, DataConfig, DecodeConfig
+from mt.errors import MtError
+
+# Upper bounds that keep absurd values from reaching an allocation or a C integer: each sits far
+# above any real setting, so what they reject is a typo.
+MAX_LENGTH = 65_535  # token counts are 16-bit in the token store (mt/data/store.py)
+MAX_VOCAB = 1_000_000
+MAX_WIDTH = 65_536  # model.d_model, model.d_ff
+MAX_LAYERS = 256
+MAX_BEAM = 1_024
+MAX_BATCH_TOKENS = 1 << 24  # train.max_tokens, decode.max_tokens, --max-tokens
+MAX_ACCUM = 1_024
+MAX_THREADS = 4_096
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
+MAX_TIMEOUT_S = 30 * 24 * 3600  # a collective timeout of a month: longer is a typo
+
+
+def in_range(name: str, value: float, low: float, high: float) -> tuple[bool, str]:
+    """A validate() check: `low <= value <= high`, with a message naming the key and bounds."""
+    return low <= value <= high, f"{name} must be in [{low:,}, {high:,}], got {value:,}"
+
+
+def _key(key: str) -> str:
+    return key
+
+
+def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tuple[bool, str]]:
+    """The rules of decoding settings, for a config file and for a caller's overrides alike;
+    `name` turns a key ("decode.beam") into what the caller calls it ("--beam")."""
+    n = name
+    return [
+        in_range(n("decode.beam"), d.beam, 1, MAX_BEAM),
+        (
+            0 < d.nbest <= d.beam,
+            f"{n('decode.nbest')} must be between 1 and the beam size {n('decode.beam')} "
+            f"({d.beam:,}), got {d.nbest:,}",
+        ),
+        (
+            d.nbest == 1 or not (d.greedy or d.sample),
+            f"{n('decode.nbest')} needs beam search; it cannot be combined with "
+            f"{n('decode.greedy') if d.greedy else n('decode.sample')}",
+        ),
+        (
+            not (d.greedy and d.sample),
+            f"{n('decode.sample')} draws one output per line: it cannot be combined with "
+            f"{n('decode.greedy')}",
+        ),
+        in_range(n("decode.max_tokens"), d.max_tokens, 1, MAX_BATCH_TOKENS),
+        (0.0 <= d.alpha <= 10.0, f"{n('decode.alpha')} must be in [0, 10]"),
+        in_range(n("decode.length_offset"), d.length_offset, 0, 16),
+        (
+            d.penalty in ("gnmt", "power"),
+            f"{n('decode.penalty')} must be gnmt or power, got {d.penalty!r}",
+        ),
+        (
+            not (d.hf_stopping and d.stop_early),
+            f"{n('decode.hf_stopping')} and {n('decode.stop_early')} are two stopping rules: "
+            "choose one",
+        ),
+        in_range(n("decode.buffer_lines"), d.buffer_lines, 1, 10_000_000),
+        in_range(n("decode.no_repeat_ngram"), d.no_repeat_ngram, 0, MAX_LENGTH),
+        (d.max_len_a >= 0, f"{n('decode.max_len_a')} must be >= 0"),
+        (d.max_len_b >= 0, f"{n('decode.max_len_b')} must be >= 0"),
+        (d.topk >= 0, f"{n('decode.topk')} must be >= 0 (0: no limit), got {d.topk:,}"),
+        (0 < d.topp <= 1, f"{n('decode.topp')} must be in (0, 1], got {d.topp}"),
+        (0 < d.temperature, f"{n('decode.temperature')} must be > 0, got {d.temperature}"),
+        in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
+        in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
+        (
+            d.dtype in ("auto", "fp32", "bf16", "fp16"),
+            f"{n('decode.dtype')} must be one of auto, fp32, bf16, fp16, got {d.dtype!r}",
+        ),
+    ]
+
+
+def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
+    """Check decoding settings after a caller's overrides (flags, a request's options)."""
+    for ok, message in decode_checks(d, name):
+        if not ok:
+            raise MtError(message)
+
+
+_LANG = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
+
+
+def parse_pair(item: str) -> tuple[str, str] | None:
+    """`"de-en"` -> ("de", "en"); None when it is not two language codes joined by `-`."""
+    parts = item.split("-")
+    if len(parts) != 2 or not all(_LANG.fullmatch(p) for p in parts):
+        return None
+    return parts[0], parts[1]
+
+
+def pair_checks(d: DataConfig) -> list[tuple[bool, str]]:
+    """`data.pairs`: each a `src-tgt` of two different codes, none twice, not with corpora."""
+    checks: list[tuple[bool, str]] = []
+    for i, item in enumerate(d.pairs):
+        pair = parse_pair(item)
+        checks.append(
+            (
+                pair is not None,
+                f"data.pairs[{i}] must be two language codes joined by '-' (de-en), got {item!r}",
+            )
+        )
+        if pair is not None:
+            checks.append((pair[0] != pair[1], f"data.pairs[{i}] ({item}) names one language"))
+    checks.append((len(set(d.pairs)) == len(d.pairs), "data.pairs names a pair twice"))
+    checks.append(
+        (
+            not (d.pairs and d.corpora),
+            "data.pairs and data.corpora cannot be combined (each pair is read from data.root)",
+        )
+    )
+    return checks
+
+
+AUGMENT_MODIFIERS = ("uppercase", "titlecase", "no_final_punct", "typos")
+
+
+def augment_checks(items: list[str]) -> list[tuple[bool, str]]:
+    """`data.augment`: known modifiers, each once, probabilities in (0, 1] summing to <= 1."""
+    checks, total, seen = [], 0.0, set()
+    for i, item in enumerate(items):
+        name, sep, p = item.partition(":")
+        try:
+            prob = float(p) if sep else -1.0
+        except ValueError:
+            prob = -1.0
+        where = f"data.augment[{i}]"
+        checks.append(
+            (
+                name in AUGMENT_MODIFIERS and name not in seen,
+                f"{where}: {name!r} is not a modifier or is given twice "
+                f"(known: {', '.join(AUGMENT_MODIFIERS)})",
+            )
+        )
+        checks.append((0 < prob <= 1, f"{where} must be MODIFIER:PROBABILITY in (0, 1]"))
+        seen.add(name)
+        total += max(prob, 0.0)
+    checks.append((total <= 1, "data.augment: the probabilities must sum to at most 1"))
+    return checks
+
+
+def validate(cfg: Config) -> None:
+    """Reject values that type-check but cannot work; messages name the key (the caller adds
+    the file or the `--set` item)."""
+    m, t, d, tok = cfg.model, cfg.train, cfg.decode, cfg.tokenizer
+    checks = [
+        in_range("model.d_model", m.d_model, 1, MAX_WIDTH),
+        in_range("model.n_heads", m.n_heads, 1, max(m.d_model, 1)),
+        (
+            m.n_heads > 0 and m.d_model % m.n_heads == 0,
+            f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})",
+        ),
+        (m.d_model % 2 == 0, "model.d_model must be even (sinusoidal positions)"),
+        in_range("model.d_ff", m.d_ff, 1, MAX_WIDTH * 4),
+        in_range("model.encoder_layers", m.encoder_layers, 1, MAX_LAYERS),
+        in_range("model.decoder_layers", m.decoder_layers, 1, MAX_LAYERS),
+        (0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)"),
+        (0.0 <= m.attention_dropout < 1.0, "model.attention_dropout must be in [0, 1)"),
+        (0.0 <= m.activation_dropout < 1.0, "model.activation_dropout must be in [0, 1)"),
+        in_range("model.max_positions", m.max_positions, 1, MAX_LENGTH + 1),
+        in_range("model.position_offset", m.position_offset, 0, MAX_LENGTH),
+        (
+            not (m.tie_output and m.tie_embeddings),
+            "model.tie_output is for separate embeddings (model.tie_embeddings: false)",
+        ),
+        (
+            not m.tie_embeddings or tok.joint,
+            "model.tie_embeddings needs tokenizer.joint: true (one shared vocabulary)",
+        ),
+        in_range("tokenizer.vocab_size", tok.vocab_size, 16, MAX_VOCAB),
+        in_range("tokenizer.input_sentence_size", tok.input_sentence_size, 2, 2**31 - 1),
+        (0.0 < tok.character_coverage <= 1.0, "tokenizer.character_coverage must be in (0, 1]"),
+        in_range("tokenizer.sample_alpha", tok.sample_alpha, 0.0, 1.0),
+        in_range("tokenizer.sample_copies", tok.sample_copies, 1, 64),
+        (t.warmup > 0, "train.warmup must be > 0"),
+        in_range("train.max_tokens", t.max_tokens, 1, MAX_BATCH_TOKENS),
+        in_range("train.accum_steps", t.accum_steps, 1, MAX_ACCUM),
+        in_range("train.seed", t.seed, 0, MAX_SEED),
+        (0.0 <= t.weight_decay <= 1.0, "train.weight_decay must be in [0, 1]"),
+        (t.lr > 0, "train.lr must be > 0"),
+        (t.lr_scale > 0, "train.lr_scale must be > 0"),
+        (0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)"),
+        (t.clip_norm >= 0, "train.clip_norm must be >= 0"),
+        (t.max_bad_updates > 0, "train.max_bad_updates must be > 0"),
+        (t.max_steps > 0, "train.max_steps must be > 0"),
+        (t.max_epochs >= 0, "train.max_epochs must be >= 0"),
+        (t.max_minutes >= 0, "train.max_minutes must be >= 0"),
+        (t.patience >= 0, "train.patience must be >= 0"),
+        (t.checkpoint_minutes >= 0, "train.checkpoint_minutes must be >= 0"),
+        (
+            0 < t.collective_timeout_s <= MAX_TIMEOUT_S,
+            f"train.collective_timeout_s must be in (0, {MAX_TIMEOUT_S:,}] seconds",
+        ),
+        (t.log_every > 0, "train.log_every must be > 0"),
+        (t.eval_every > 0, "train.eval_every must be > 0"),
+        (t.keep_last >= 0, "train.keep_last must be >= 0"),
+        (t.average_last >= 0, "train.average_last must be >= 0"),
+        (
+            t.average_last <= t.keep_last,
+            f"train.average_last ({t.average_last}) must be <= train.keep_last "
+            f"({t.keep_last}): the run keeps only that many step checkpoints to average",
+        ),
+        (0.0 <= t.rdrop <= 100.0, f"train.rdrop must be in [0, 100], got {t.rdrop}"),
+        (0.0 <= t.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {t.cooldown}"),
+        (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
+        (len(t.tune_beam) <= 16, "train.tune_beam takes at most 16 beam sizes"),
+        (len(t.tune_alpha) <= 16, "train.tune_alpha takes at most 16 length penalties"),
+        *(in_range("train.tune_beam", b, 1, MAX_BEAM) for b in t.tune_beam),
+        *(in_range("train.tune_alpha", a, 0.0, 10.0) for a in t.tune_alpha),
+        in_range("train.threads", t.threads, 0, MAX_THREADS),
+        (0 <= t.loader_workers <= 64, "train.loader_workers must be in [0, 64]"),
+        (
+            len(t.optimizer_betas) == 2 and all(0 <= b < 1 for b in t.optimizer_betas),
+            "train.optimizer_betas must be two numbers in [0, 1)",
+        ),
+        (t.optimizer_eps > 0, "train.optimizer_eps must be > 0"),
+        (len(set(t.freeze)) < 3, "train.freeze cannot name all three parts: nothing would train"),
+        (
+            t.init_vocab == "keep" or not (t.init_keep_optimizer or "embeddings" in t.freeze),
+            "train.init_vocab: new cannot be combined with train.init_keep_optimizer or "
+            "freezing the embeddings (the vocabulary's rows change)",
+        ),
+        (
+            not (t.freeze and t.init_keep_optimizer),
+            "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "
+            "state covers every parameter)",
+        ),
+        in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),
+        (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
+        (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
+        (
+            0 < cfg.data.sampling_temperature <= 100,
+            "data.sampling_temperature must be in (0, 100]",
+        ),
+        (cfg.data.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
+        (cfg.data.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
+    ]
+    checks += decode_checks(d)
+    checks += pair_checks(cfg.data)
+    checks += augment_checks(cfg.data.augment)
+    for i, c in enumerate(cfg.data.corpora):
+        checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
+        checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
+    for ok, message in checks:
+        if not ok:
+            raise MtError(message)
