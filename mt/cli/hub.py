@@ -31,7 +31,8 @@ def import_command(
     ] = None,
     threads: ThreadsOption = None,
 ) -> None:
-    """Import a pretrained model (MarianMTModel: OPUS-MT) as an ordinary mt checkpoint."""
+    """Import a pretrained model (MarianMTModel: OPUS-MT; M2M-100 and NLLB) as an ordinary mt
+    checkpoint."""
     from mt.hub.convert import import_model
 
     use_threads("import", threads)
