@@ -1,17 +1,17 @@
 """The `mt` command line: parse flags, call one function per command, map errors to exit codes.
 
 Commands live by what they work on: runs (training.py), a trained model's output
-(decoding.py), a model's inside (inspect.py), a model behind HTTP (serving.py); options.py
-holds what they share. They join the app as their module is imported, in the order `mt --help`
-lists them.
+(decoding.py), a model's inside (inspect.py), a model behind HTTP (serving.py), models of
+other toolkits in and out (hub.py); options.py holds what they share. They join the app as
+their module is imported, in the order `mt --help` lists them.
 """
 
 # isort: skip_file
 from mt.cli import training  # noqa: F401  (train, prepare, plot, average)
-from mt.cli import decoding  # noqa: F401  (translate, eval, score, export)
+from mt.cli import decoding  # noqa: F401  (translate, eval, score)
 from mt.cli import inspect  # noqa: F401  (attention, vectors)
 from mt.cli import serving  # noqa: F401  (serve)
-from mt.cli import hub  # noqa: F401  (import)
+from mt.cli import hub  # noqa: F401  (import, export)
 from mt.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -1,4 +1,4 @@
-"""`mt translate`, `mt eval`, `mt score` and `mt export`: commands that use a trained model."""
+"""`mt translate`, `mt eval` and `mt score`: commands that use a trained model."""
 
 from __future__ import annotations
 
@@ -395,24 +395,3 @@ def score(
         scores = score_files(scorer, src, tgt, n)
         write_output(output, lambda out: write_scores(scores, out, json_))
     warn_truncated(scorer.truncated, scorer.max_src, "source")
-
-
-@app.command(name="export")
-def export_model(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
-    out_dir: Annotated[Path, typer.Argument(help="Folder to write (must not exist).")],
-    to: Annotated[str, typer.Option("--to", help="ctranslate2 or marian (HF transformers).")],
-    quantization: Annotated[
-        str | None, typer.Option(help="ctranslate2: int8, int8_float16, float16, bfloat16, ...")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing OUT_DIR.")] = False,
-    threads: ThreadsOption = None,
-) -> None:
-    """Export a checkpoint for CTranslate2 or HF transformers (needs `pip install 'mt[export]'`)."""
-    from mt.export import export
-
-    use_threads("export", threads)
-    how = export(checkpoint, to, out_dir, quantization, force)
-    typer.echo(f"exported {checkpoint} to {out_dir} ({to})", err=True)
-    for line in how:  # a multilingual model: how to ask it for a language
-        typer.echo(line, err=True)

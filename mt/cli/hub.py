@@ -1,4 +1,5 @@
-"""`mt import`: a model of another toolkit (HF Marian / OPUS-MT) into an mt checkpoint."""
+"""`mt import` and `mt export`: a model of another toolkit (HF Marian / OPUS-MT, M2M-100 /
+NLLB) into an mt checkpoint, and a checkpoint out to CTranslate2 or HF transformers."""
 
 from __future__ import annotations
 
@@ -51,3 +52,24 @@ def import_command(
         f"{len(data['tokenizer']['pieces'][1]):,} target pieces",
         err=True,
     )
+
+
+@app.command(name="export")
+def export_model(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by mt train.")],
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write (must not exist).")],
+    to: Annotated[str, typer.Option("--to", help="ctranslate2 or marian (HF transformers).")],
+    quantization: Annotated[
+        str | None, typer.Option(help="ctranslate2: int8, int8_float16, float16, bfloat16, ...")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing OUT_DIR.")] = False,
+    threads: ThreadsOption = None,
+) -> None:
+    """Export a checkpoint for CTranslate2 or HF transformers (needs `pip install 'mt[export]'`)."""
+    from mt.export import export
+
+    use_threads("export", threads)
+    how = export(checkpoint, to, out_dir, quantization, force)
+    typer.echo(f"exported {checkpoint} to {out_dir} ({to})", err=True)
+    for line in how:  # a multilingual model: how to ask it for a language
+        typer.echo(line, err=True)
