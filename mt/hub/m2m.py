@@ -23,9 +23,11 @@ import sentencepiece as spm
 
 from mt.config import ModelConfig
 from mt.errors import MtError
+from mt.hub import shape
 from mt.hub.files import read_json
 from mt.hub.layers import map_layers, vocab_order
 from mt.hub.marian import Parts, embeddings
+from mt.hub.shape import shared_fields
 from mt.languages import Languages, lang_piece
 
 # M2M100Config's defaults, for the keys a config.json leaves out.
@@ -63,38 +65,19 @@ MADEUP = 8  # M2M-100's dictionary ends with madeupword0000..0007
 
 
 def setting(config: dict[str, Any], key: str) -> Any:
-    return config.get(key, DEFAULTS[key])
+    return shape.setting(config, DEFAULTS, key)
 
 
 def model_config(config: dict[str, Any], where: str) -> ModelConfig:
-    def one(enc: str, dec: str) -> int:
-        a, b = setting(config, enc), setting(config, dec)
-        if a != b:
-            raise MtError(f"{where}: {enc} ({a}) differs from {dec} ({b}); mt has one value")
-        return int(a)
-
-    act = str(setting(config, "activation_function"))
-    if act not in ("relu", "gelu", "swish", "silu"):
-        raise MtError(f"{where}: activation_function {act!r} is not supported (relu, gelu, swish)")
+    """mt's ModelConfig of an M2M100Config (as a config.json dict)."""
     if not setting(config, "tie_word_embeddings"):
         raise MtError(f"{where}: tie_word_embeddings false is not supported for m2m_100")
     return ModelConfig(
-        d_model=int(setting(config, "d_model")),
-        n_heads=one("encoder_attention_heads", "decoder_attention_heads"),
-        d_ff=one("encoder_ffn_dim", "decoder_ffn_dim"),
-        encoder_layers=int(setting(config, "encoder_layers")),
-        decoder_layers=int(setting(config, "decoder_layers")),
-        dropout=float(setting(config, "dropout")),
-        attention_dropout=float(setting(config, "attention_dropout")),
-        activation_dropout=float(setting(config, "activation_dropout")),
+        **shared_fields(config, DEFAULTS, where),
         norm="pre",
         tie_embeddings=True,
-        max_positions=int(setting(config, "max_position_embeddings")),
-        activation="swish" if act == "silu" else act,  # type: ignore[arg-type]
-        scale_embeddings=bool(setting(config, "scale_embedding")),
         positions="fairseq",
         position_offset=int(setting(config, "pad_token_id")) + 1,
-        logits_bias=True,
     )
 
 

@@ -18,8 +18,10 @@ import torch
 
 from mt.config import ModelConfig
 from mt.errors import MtError
+from mt.hub import shape
 from mt.hub.files import read_json
 from mt.hub.layers import NEVER, Order, first, map_layers, reorder, vocab_order
+from mt.hub.shape import shared_fields
 
 # MarianConfig's defaults, for the keys a config.json leaves out.
 DEFAULTS: dict[str, Any] = {
@@ -43,7 +45,6 @@ DEFAULTS: dict[str, Any] = {
     "share_encoder_decoder_embeddings": True,
     "tie_word_embeddings": True,
 }
-ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 
 
@@ -60,42 +61,19 @@ class Parts:
 
 
 def setting(config: dict[str, Any], key: str) -> Any:
-    return config.get(key, DEFAULTS[key])
+    return shape.setting(config, DEFAULTS, key)
 
 
 def model_config(config: dict[str, Any], where: str) -> ModelConfig:
     """mt's ModelConfig of a MarianConfig (as a config.json dict)."""
-
-    def one(enc: str, dec: str) -> int:
-        a, b = setting(config, enc), setting(config, dec)
-        if a != b:
-            raise MtError(f"{where}: {enc} ({a}) differs from {dec} ({b}); mt has one value")
-        return int(a)
-
-    act = str(setting(config, "activation_function"))
-    if act not in ACTIVATIONS:
-        raise MtError(
-            f"{where}: activation_function {act!r} is not supported ({', '.join(ACTIVATIONS)})"
-        )
     share = bool(setting(config, "share_encoder_decoder_embeddings"))
     tie = bool(setting(config, "tie_word_embeddings"))
     return ModelConfig(
-        d_model=int(setting(config, "d_model")),
-        n_heads=one("encoder_attention_heads", "decoder_attention_heads"),
-        d_ff=one("encoder_ffn_dim", "decoder_ffn_dim"),
-        encoder_layers=int(setting(config, "encoder_layers")),
-        decoder_layers=int(setting(config, "decoder_layers")),
-        dropout=float(setting(config, "dropout")),
-        attention_dropout=float(setting(config, "attention_dropout")),
-        activation_dropout=float(setting(config, "activation_dropout")),
+        **shared_fields(config, DEFAULTS, where),
         norm="post",
         tie_embeddings=share and tie,
         tie_output=tie and not share,
-        max_positions=int(setting(config, "max_position_embeddings")),
-        activation=ACTIVATIONS[act],  # type: ignore[arg-type]
-        scale_embeddings=bool(setting(config, "scale_embedding")),
         positions="halves",
-        logits_bias=True,
     )
 
 
