@@ -50,7 +50,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def keep_pair(src: list[int], tgt: list[int], max_len: int, max_ratio: float) -> bool:
-    """The length and ratio rule `mt.data.prepare.drop_reasons` vectorises, for one pair whose
+    """The length and ratio rule `mt.data.build.drop_reasons` vectorises, for one pair whose
     `src` ends with EOS (`tgt` has none): the reference the data tests check it against."""
     ls, lt = len(src), len(tgt) + 1
     return ls <= max_len and lt <= max_len and max(ls, lt) <= max_ratio * min(ls, lt)

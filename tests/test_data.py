@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from conftest import keep_pair
 
-import mt.data.prepare as prep
+import mt.data.build as build
 from mt.config import CorpusConfig, DataConfig, TokenizerConfig
+from mt.data.build import open_or_build
+from mt.data.cache import Filter
 from mt.data.corpus import (
     Source,
     line_chunks,
@@ -24,7 +26,6 @@ from mt.data.corpus import (
     split_source,
     train_sources,
 )
-from mt.data.prepare import Filter, open_or_build
 from mt.data.store import FORMAT_VERSION, TokenStore
 from mt.errors import MtError
 from mt.tokenizer import EOS, Tokenizer, train_tokenizer
@@ -388,8 +389,8 @@ def forbid_building(monkeypatch) -> None:
     def fail(*args, **kwargs):
         raise AssertionError("read and encoded again instead of mapping the store")
 
-    monkeypatch.setattr(prep, "build_store", fail)
-    monkeypatch.setattr(prep, "pair_chunks", fail)
+    monkeypatch.setattr(build, "build_store", fail)
+    monkeypatch.setattr(build, "pair_chunks", fail)
 
 
 def test_store_is_reused(tmp_path, tokenizer, monkeypatch, capsys):
@@ -419,13 +420,13 @@ def test_other_processes_never_build(tmp_path, tokenizer):
 
 def count_builds(monkeypatch) -> list[Path]:
     built: list[Path] = []
-    real = prep.build_store
+    real = build.build_store
 
     def counting(source, tokenizer, folder, *args, **kwargs):
         built.append(folder)
         return real(source, tokenizer, folder, *args, **kwargs)
 
-    monkeypatch.setattr(prep, "build_store", counting)
+    monkeypatch.setattr(build, "build_store", counting)
     return built
 
 

@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 from conftest import keep_pair
 
+import mt.data.build as build
 import mt.data.prepare as prep
 from mt.config import Config, CorpusConfig, DataConfig, TokenizerConfig
+from mt.data.build import FILTERS, drop_reasons
+from mt.data.cache import Filter
 from mt.data.corpus import Source, pair_chunks, read_parallel
-from mt.data.prepare import FILTERS, Filter, drop_reasons, prepare, sample_pairs
+from mt.data.prepare import prepare, sample_pairs
 from mt.data.store import TokenStore
 from mt.tokenizer import EOS, Tokenizer, train_tokenizer
 
@@ -28,7 +31,8 @@ def write_pairs(root: Path, name: str, src: list[str], tgt: list[str]) -> Source
 
 def small_chunks(monkeypatch, chunk: int) -> None:
     """Make preparation read `chunk` pairs at a time, to cross chunk boundaries on small data."""
-    monkeypatch.setattr(prep, "pair_chunks", functools.partial(pair_chunks, chunk=chunk))
+    for module in (build, prep):  # a store's build and the tokenizer's sample
+        monkeypatch.setattr(module, "pair_chunks", functools.partial(pair_chunks, chunk=chunk))
 
 
 def all_pairs(store: TokenStore) -> list[tuple[list[int], list[int]]]:
@@ -78,7 +82,7 @@ def test_drop_counts_in_the_summary(tmp_path, monkeypatch):
     source = write_pairs(tmp_path / "d", "train", src, tgt)
     f = Filter(max_len=12, max_ratio=2.0)
     small_chunks(monkeypatch, 37)
-    store = prep.build_store(source, tok, tmp_path / "store", f, log=False)
+    store = build.build_store(source, tok, tmp_path / "store", f, log=False)
 
     src_ids, tgt_ids = tok.src.encode(src), tok.tgt.encode(tgt)
     reason = drop_reasons(
@@ -175,7 +179,7 @@ def test_prepared_again_is_only_opened(multi30k_run, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("prepared again")
 
-    monkeypatch.setattr(prep, "build_store", fail)
+    monkeypatch.setattr(build, "build_store", fail)
     monkeypatch.setattr(prep, "train_tokenizer", fail)
     again = prepare(cfg, run_dir, log=False)
     assert [s.folder for s in again.train] == [s.folder for s in prepared.train]

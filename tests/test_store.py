@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mt.data.prepare as prep
+import mt.data.build as build
 import mt.data.store as store_module
 from mt.config import TokenizerConfig
 from mt.data.corpus import Source, pair_chunks
@@ -185,7 +185,7 @@ def test_reading_error_in_a_later_chunk_leaves_no_store(tmp_path, monkeypatch):
         ("\n".join(lines[:25]) + "\n").encode() + b"bad \xff\n" + b"x\n" * 4
     )
     tok = train_tokenizer(lines, lines, TokenizerConfig(vocab_size=40))
-    monkeypatch.setattr(prep, "pair_chunks", lambda s, limit=0: pair_chunks(s, 4, limit))
+    monkeypatch.setattr(build, "pair_chunks", lambda s, limit=0: pair_chunks(s, 4, limit))
     appended = []
     real = StoreWriter.append
     monkeypatch.setattr(
@@ -193,7 +193,7 @@ def test_reading_error_in_a_later_chunk_leaves_no_store(tmp_path, monkeypatch):
     )
     folder = tmp_path / "cache" / "train-x"
     with pytest.raises(MtError) as info:
-        prep.build_store(Source("train", str(root), "text", "de", "en"), tok, folder, None)
+        build.build_store(Source("train", str(root), "text", "de", "en"), tok, folder, None)
     assert str(info.value) == f"{root / 'train.en'}:26: invalid UTF-8"
     assert len(appended) == 6  # six chunks of four were written before the bad one
     assert list(folder.parent.iterdir()) == []
@@ -271,7 +271,7 @@ def test_full_filesystem_through_build_store(tiny_fs, tmp_path):
     folder.parent.mkdir()
     source = Source("train", str(root), "text", "de", "en")
     with pytest.raises(MtError) as info:
-        prep.build_store(source, tok, folder, prep.Filter(128, 3.0), log=False)
+        build.build_store(source, tok, folder, build.Filter(128, 3.0), log=False)
     assert str(folder) in str(info.value) and "No space left on device" in str(info.value)
     assert list(folder.parent.iterdir()) == []
 

@@ -2,9 +2,10 @@
 uses, and the lock that lets one process at a time build there.
 
 A store's folder is `{cache}/{name}-{key}`, the key a hash of what the store depends on, so a
-changed corpus, tokenizer or filter never reuses an old store. The cache folder is
-`data.cache_dir` (which defaults to env MT_CACHE, set per node in a multi-node job) or
-`{run_dir}/cache`.
+changed corpus, tokenizer or filter never reuses an old store; the settings among its
+ingredients (`Filter`, `Sampling`) are defined here, beside the key, and their reprs are part of
+it. The cache folder is `data.cache_dir` (which defaults to env MT_CACHE, set per node in a
+multi-node job) or `{run_dir}/cache`.
 """
 
 from __future__ import annotations
@@ -15,20 +16,37 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from mt.config import Config
+from mt.config import DataConfig
+from mt.data.augment import Augment
 from mt.data.corpus import Source
 from mt.errors import MtError
 from mt.tokenizer import Tokenizer
 
-if TYPE_CHECKING:
-    from mt.data.prepare import Filter
+
+@dataclass(frozen=True)
+class Filter:
+    """Which training pairs to drop; lengths count the EOS each side gets in training."""
+
+    max_len: int
+    max_ratio: float
 
 
-def cache_dir(cfg: Config, run_dir: Path) -> Path:
-    return Path(cfg.data.cache_dir) if cfg.data.cache_dir else run_dir / "cache"
+@dataclass(frozen=True)
+class Sampling:
+    """Subword regularisation (`tokenizer.sample_alpha`): copy number `copy` of the training
+    text, each sentence segmented by sampling from sentencepiece's lattice (nbest -1) with
+    `alpha` (unigram: the smoothing of the piece probabilities; bpe: the BPE-dropout rate)."""
+
+    alpha: float
+    copy: int
+
+
+def cache_dir(data: DataConfig, run_dir: Path) -> Path:
+    """`data.cache_dir` (env MT_CACHE by default), else the run directory's `cache`."""
+    return Path(data.cache_dir) if data.cache_dir else run_dir / "cache"
 
 
 def _identity(source: Source) -> str:
@@ -48,11 +66,11 @@ def store_folder(
     f: Filter | None,
     limit: int,
     protect: bool = False,
-    sampling: object | None = None,
-    augment: object | None = None,
+    sampling: Sampling | None = None,
+    augment: Augment | None = None,
 ) -> Path:
     """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters, the
-    masking of spans, the sampled segmentation (`prepare.Sampling`, its copy number) and the
+    masking of spans, the sampled segmentation (`Sampling`, its copy number) and the
     training-data modifiers (`mt.data.augment.Augment`)."""
     settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
     settings += f":{sampling}" if sampling is not None else ""

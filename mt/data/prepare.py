@@ -1,264 +1,31 @@
-"""Turn raw corpora into token stores: stream, encode on all cores, filter, append.
+"""A run's data: its tokenizer (trained on a sample when the run has none) and a token store
+per corpus, built where missing (`mt.data.build`) or only opened.
 
-Peak memory does not grow with the corpus: text is read `CHUNK` pairs at a time, encoded with
-sentencepiece's batch API (C++ threads over all cores) while the next chunk is read, converted to
-flat numpy arrays and appended to the store. The tokenizer, when the run has none yet, trains on
-a uniform sample of `tokenizer.input_sentence_size` sentences drawn in one streaming pass
-(reservoir sampling), so it never needs the corpus in memory either.
+The tokenizer, when the run has none yet, trains on a uniform sample of
+`tokenizer.input_sentence_size` sentences drawn in one streaming pass (reservoir sampling), so
+it never needs the corpus in memory.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import queue
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 
 from mt.config import Config, DataConfig
 from mt.data.augment import Augment
-from mt.data.cache import build_lock, cache_dir, store_folder
-from mt.data.corpus import Chunk, Source, directions, pair_chunks, split_sources, train_sources
+from mt.data.build import masked, open_or_build, read_ahead
+from mt.data.cache import Filter, Sampling, cache_dir
+from mt.data.corpus import Source, directions, pair_chunks, split_sources, train_sources
 from mt.data.mixing import always_allowed, pair_weights, piece_counts
-from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
+from mt.data.store import TokenStore
 from mt.errors import MtError
 from mt.languages import Languages
-from mt.progress import Progress
-from mt.spans import mask_pair, reserved_symbols
+from mt.spans import reserved_symbols
 from mt.tokenizer import Tokenizer, train_tokenizer
-
-FILTERS = ("empty", "too_long", "ratio")
-
-
-@dataclass(frozen=True)
-class Filter:
-    """Which training pairs to drop; lengths count the EOS each side gets in training."""
-
-    max_len: int
-    max_ratio: float
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Subword regularisation (`tokenizer.sample_alpha`): copy number `copy` of the training
-    text, each sentence segmented by sampling from sentencepiece's lattice (nbest -1) with
-    `alpha` (unigram: the smoothing of the piece probabilities; bpe: the BPE-dropout rate)."""
-
-    alpha: float
-    copy: int
-
-
-def drop_reasons(src_len: np.ndarray, tgt_len: np.ndarray, f: Filter) -> np.ndarray:
-    """Per pair 0 (kept) or 1 + the index in FILTERS of the first filter that drops it.
-
-    Lengths are raw token counts; each side gets one EOS in training, counted here.
-    """
-    ls, lt = src_len.astype(np.int64) + 1, tgt_len.astype(np.int64) + 1
-    reason = np.zeros(len(ls), np.int8)
-    ratio = np.maximum(ls, lt) > f.max_ratio * np.minimum(ls, lt)
-    reason[ratio] = 3
-    reason[(ls > f.max_len) | (lt > f.max_len)] = 2
-    reason[(src_len == 0) | (tgt_len == 0)] = 1
-    return reason
-
-
-def threads() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _flat(ids: list[list[int]], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """sentencepiece's nested lists as (flat ids, lengths) without a Python loop per token."""
-    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(lengths.sum()))
-    return flat, lengths
-
-
-def _read_ahead(chunks: Iterator[Chunk], depth: int = 2) -> Iterator[Chunk]:
-    """Yield from `chunks`, read by a thread one or two chunks ahead (reading overlaps encoding)."""
-    q: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            for c in chunks:
-                if stop.is_set():
-                    return
-                q.put(("chunk", c))
-            q.put(("end", None))
-        except BaseException as err:  # re-raised in the consumer, where the user sees it
-            q.put(("error", err))
-
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value  # type: ignore[misc]
-            yield value  # type: ignore[misc]
-    finally:
-        stop.set()
-        while t.is_alive():  # unblock a reader waiting on a full queue
-            try:
-                q.get(timeout=0.1)
-            except queue.Empty:
-                pass
-
-
-def build_store(
-    source: Source,
-    tokenizer: Tokenizer,
-    folder: Path,
-    f: Filter | None,
-    limit: int = 0,
-    n_threads: int = 0,
-    log: bool = True,
-    protect: bool = False,
-    sampling: Sampling | None = None,
-    augment: Augment | None = None,
-) -> TokenStore:
-    """Read, encode, filter and write one corpus into a store at `folder`; with `augment`,
-    a share of the pairs is changed first (mt.data.augment); with `protect`,
-    spans are masked on both sides first (`mt.spans.mask_pair`); with `sampling`, each
-    sentence's segmentation is drawn (one thread from a seed per copy, so a copy built again
-    is the same)."""
-    encode: dict = {"num_threads": n_threads or threads()}
-    if sampling is not None:
-        spm.set_random_generator_seed(sampling.copy + 1)
-        encode = {"num_threads": 1, "enable_sampling": True, "alpha": sampling.alpha}
-        encode["nbest_size"] = -1
-    dtype = token_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
-    writer = StoreWriter(folder, dtype)
-    dropped = np.zeros(len(FILTERS) + 1, np.int64)
-    progress = Progress(f"prepare {source.name}", "pairs", enabled=log)
-    start = time.perf_counter()
-    try:
-        for src_text, tgt_text in _read_ahead(pair_chunks(source, limit=limit)):
-            if augment is not None:
-                src_text, tgt_text = augment.apply(src_text, tgt_text, progress.n)
-            if protect:
-                src_text, tgt_text = _masked(src_text, tgt_text)
-            src, src_len = _flat(tokenizer.src.encode(src_text, **encode), dtype)
-            tgt, tgt_len = _flat(tokenizer.tgt.encode(tgt_text, **encode), dtype)
-            if f is not None:
-                reason = drop_reasons(src_len, tgt_len, f)
-                dropped += np.bincount(reason, minlength=len(dropped))
-                keep = reason == 0
-                src, src_len = src[np.repeat(keep, src_len)], src_len[keep]
-                tgt, tgt_len = tgt[np.repeat(keep, tgt_len)], tgt_len[keep]
-            writer.append((src, src_len), (tgt, tgt_len))
-            progress.update(len(src_text))
-        progress.close()
-        read = progress.n
-        if f is not None and writer.pairs == 0:
-            raise MtError(
-                f"{source.where}: no pair passes the filters (data.max_len {f.max_len}, "
-                f"data.max_len_ratio {f.max_ratio}, and both sides non-empty)"
-            )
-        seconds = time.perf_counter() - start
-        summary = {
-            "source": source.where,
-            "pairs_read": read,
-            "pairs_kept": writer.pairs,
-            "dropped": {name: int(dropped[i + 1]) for i, name in enumerate(FILTERS)},
-            "seconds": round(seconds, 3),
-        }
-        writer.finish({"summary": summary})
-    except BaseException:
-        progress.close()
-        writer.abort()
-        raise
-    store = TokenStore.open(folder)
-    if log:
-        progress.write(describe(store))
-    return store
-
-
-def _masked(src: list[str], tgt: list[str]) -> tuple[list[str], list[str]]:
-    pairs = [mask_pair(s, t) for s, t in zip(src, tgt)]
-    return [s for s, _ in pairs], [t for _, t in pairs]
-
-
-def describe(store: TokenStore) -> str:
-    """One line on what a store holds and what preparing it dropped."""
-    m = store.meta
-    s = m.get("summary", {})
-    size = sum(p.stat().st_size for p in store.folder.iterdir())
-    tokens = m["tokens"]["src"] + m["tokens"]["tgt"]
-    dropped = s.get("dropped", {})
-    drops = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in dropped.items())
-    seconds = s.get("seconds", 0)
-    rate = f" ({s.get('pairs_read', 0) / seconds:,.0f} pairs/s)" if seconds >= 0.05 else ""
-    return (
-        f"{s.get('source', store.folder)}: {s.get('pairs_read', len(store)):,} pairs read, "
-        f"{len(store):,} kept" + (f" (dropped: {drops})" if dropped else "") + f"; "
-        f"{m['tokens']['src']:,} + {m['tokens']['tgt']:,} tokens, {size / 2**20:,.1f} MiB "
-        f"({size / max(tokens, 1):.2f} bytes/token) in {seconds:.1f} s{rate} "
-        f"-> {store.folder}"
-    )
-
-
-def open_or_build(
-    source: Source,
-    tokenizer: Tokenizer,
-    cache: Path,
-    f: Filter | None,
-    limit: int = 0,
-    build: bool = True,
-    log: bool = True,
-    protect: bool = False,
-    sampling: Sampling | None = None,
-    augment: Augment | None = None,
-) -> TokenStore:
-    """The store for `source`: mapped when a trusted one exists, else built (if `build`).
-
-    Builders hold the cache folder's lock (`cache.build_lock`): the nodes of a multi-node run
-    whose cache folders are one shared folder build each store once."""
-    folder = store_folder(cache, source, tokenizer, f, limit, protect, sampling, augment)
-    args = (source, tokenizer, folder, f, limit, build, log, protect, sampling, augment)
-    if not build:
-        return _open_or_build(*args)
-    with build_lock(cache):
-        return _open_or_build(*args)
-
-
-def _open_or_build(
-    source: Source,
-    tokenizer: Tokenizer,
-    folder: Path,
-    f: Filter | None,
-    limit: int,
-    build: bool,
-    log: bool,
-    protect: bool,
-    sampling: Sampling | None,
-    augment: Augment | None,
-) -> TokenStore:
-    if folder.exists():
-        try:
-            store = TokenStore.open(folder)
-            if log:
-                print(f"ready: {describe(store)}", file=sys.stderr, flush=True)
-            return store
-        except StoreError as err:
-            if not build:
-                raise MtError(f"{folder}: token store cannot be used ({err})") from None
-            print(f"{folder}: rebuilding the token store ({err})", flush=True, file=sys.stderr)
-    elif not build:
-        raise MtError(f"{folder}: token store missing (the preparing process did not write it)")
-    return build_store(source, tokenizer, folder, f, limit, 0, log, protect, sampling, augment)
 
 
 def sample_pairs(
@@ -274,7 +41,7 @@ def sample_pairs(
     tgt: list[str] = []
     seen = 0
     for source in sources:
-        for s, t in _read_ahead(pair_chunks(source, limit=limit)):
+        for s, t in read_ahead(pair_chunks(source, limit=limit)):
             fill = min(max(n - len(src), 0), len(s))
             src += s[:fill]
             tgt += t[:fill]
@@ -306,7 +73,7 @@ def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer
         )
     sampled = time.perf_counter() - start
     if cfg.data.protect:  # the tokenizer learns the text it will encode: spans masked
-        src, tgt = _masked(src, tgt)
+        src, tgt = masked(src, tgt)
     langs = [lang for pair in directions(cfg.data) for lang in pair] if cfg.data.pairs else None
     reserved = reserved_symbols() if cfg.data.protect else None
     tok = train_tokenizer(src, tgt, t, reserved, list(dict.fromkeys(langs or [])) or None)
@@ -388,7 +155,7 @@ def prepare(
         if loaded is None:
             raise MtError(f"{run_dir}: no tokenizer (the preparing process did not write it)")
         tok = loaded
-    cache = cache_dir(cfg, run_dir)
+    cache = cache_dir(d, run_dir)
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)
     aug = Augment.from_config(d.augment, cfg.train.seed)
