@@ -24,7 +24,7 @@ import torch
 
 from mt import checkpoint
 from mt.atomic import write_text
-from mt.config import Config
+from mt.config import ModelConfig
 from mt.errors import MtError
 from mt.train import distributed
 from mt.train.distributed import Dist
@@ -79,16 +79,17 @@ def read_last(d: Dist, path: Path, device: torch.device) -> dict[str, Any]:
 def restore(
     data: dict[str, Any],
     path: Path,
-    cfg: Config,
+    m: ModelConfig,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     device: torch.device,
 ) -> TrainState:
-    """Put the model and the training state of `data` (read from `path`) back in place."""
+    """Put the model and the training state of `data` (read from `path`) back in place; its
+    model config must be `m`."""
     if data.get("train_state") is None:
         raise MtError(f"{path}: holds no training state to resume from")
-    if data["config"]["model"] != asdict(cfg.model):
+    if data["config"]["model"] != asdict(m):
         raise MtError(f"{path}: model config differs from the one being resumed")
     ts = data["train_state"]
     model.load_state_dict(data["model"])

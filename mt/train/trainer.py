@@ -6,12 +6,13 @@ checkpoints `last.pt` (with the full training state), `best.pt` (best dev BLEU) 
 `keep_last` step checkpoints. `--resume` continues from `last.pt` with the same model,
 optimizer, scaler, RNG and data position, so a resumed run follows the uninterrupted one.
 
-This module is the procedure; the rooms beside it hold the parts: `update` (one optimizer
-step), `evaluation` (dev loss and BLEU), `metrics_log` (records and their sinks), `rotation`
-(which checkpoints are kept), `stop` (stop rules, ETA, divergence), `signals` (Ctrl-C and a
-scheduler's preemption), `state` (counters, run id, RNG), `resume` (what `last.pt` brings back),
-`nodes` (tokenizer and token stores on every node), `distributed` (torchrun) and `logline`
-(the log window and its stderr line).
+This module is the procedure; the rooms beside it hold the parts: `setup` (the phases before
+the first step, and how the run starts: fresh, resumed, restarted or fine-tuned), `update`
+(one optimizer step), `evaluation` (dev loss and BLEU), `metrics_log` (records and their
+sinks), `rotation` (which checkpoints are kept), `stop` (stop rules, ETA, divergence),
+`signals` (Ctrl-C and a scheduler's preemption), `state` (counters, run id, RNG), `resume`
+(what `last.pt` brings back), `nodes` (tokenizer and token stores on every node),
+`distributed` (torchrun) and `logline` (the log window and its stderr line).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import contextlib
 import itertools
 import math
 import os
-import random
 import sys
 import time
 from collections.abc import Iterator
@@ -30,28 +30,18 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mt import checkpoint
 from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
-from mt.data.loader import TrainingSet, iterate
-from mt.device import (
-    choose_threads,
-    resolve_device,
-    resolve_precision,
-    set_threads,
-    usable_cores,
-)
+from mt.data.loader import iterate
 from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
-from mt.train import distributed, finetune, nodes, tensorboard
+from mt.train import distributed, finetune, nodes, setup, tensorboard
 from mt.train.averaging import Ema, average_at_end, ema_weights
-from mt.train.evaluation import Evaluator, dev_sets_of
+from mt.train.evaluation import Evaluator
 from mt.train.logline import SlowdownWatch, Window, log_line
-from mt.train.metrics_log import JsonlSink, MetricsLog
-from mt.train.resume import decide, read_last, restore, training_state, trim_metrics
+from mt.train.resume import training_state
 from mt.train.rotation import Checkpoints
-from mt.train.rundir import RunLock
 from mt.train.schedule import budget_used
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState
@@ -62,67 +52,32 @@ from mt.train.update import Update
 
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
+        """Set the run up in the phases of `mt.train.setup`, in their order."""
         self.cfg = cfg
         self.run_dir = run_dir
-        self.lock: RunLock | None = None  # rank 0 holds the run directory's lock
         t = cfg.train
         use_tensorboard = tensorboard.enabled(t.tensorboard)  # before any work: true needs it
-        # torchrun's processes on this machine share its cores (it sets LOCAL_WORLD_SIZE).
-        self.threads = choose_threads(
-            usable_cores(),
-            t.threads or None,
-            "train.threads",
-            processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-        )
-        set_threads(self.threads)
-        device = resolve_device(t.device, "train.device")
-        self.dist, self.device = distributed.init(device, t.collective_timeout_s)
-        self.precision_choice = resolve_precision(t.precision, self.device)  # and why
-        self.precision = self.precision_choice.name
-        torch.manual_seed(t.seed + self.dist.rank)  # DDP copies rank 0's weights; dropout differs
-        random.seed(t.seed)
-        last = run_dir / "last.pt"
-        resume, resumed = decide(self.dist, self.device, run_dir, resume)
-
-        d = cfg.data
-        # Fine-tuning (train.init_from): the checkpoint's model config and tokenizer.
-        self.init = finetune.load_init(cfg, run_dir, resume, log=self.dist.main)
-        prepared, self.lock = nodes.prepare_run(
-            cfg, run_dir, resume, self.dist, self.device, self.init
+        proc = setup.process(t)
+        self.threads, self.dist, self.device = proc.threads, proc.dist, proc.device
+        self.precision_choice = proc.precision  # and why
+        self.precision = proc.precision.name
+        self.start = setup.decide_start(cfg, run_dir, resume, proc)
+        prepared, self.lock = nodes.prepare_run(  # rank 0 holds the run directory's lock
+            cfg, run_dir, self.start.resume, self.dist, self.device, self.start.init
         )
         self.tokenizer = prepared.tokenizer
-        langs = self.tokenizer.languages
-        self.train_set = TrainingSet(
-            prepared.train,
-            prepared.weights,
-            [self.tokenizer.lang_id(s.tgt_lang) for s in prepared.sources] if langs else None,
-            d.lang_token,
-            prepared.sampled,  # tokenizer.sample_alpha: one sampled copy per epoch
-        )
-        dev_sets = dev_sets_of(prepared, d.max_valid_examples)
-
-        self.model = checkpoint.build_model(cfg, self.tokenizer).to(self.device)
-        finetune.init_model(self.init, self.model, t.freeze, self.tokenizer)  # then freeze
+        self.train_set, dev_sets = setup.data(prepared, cfg.data)
+        self.model = setup.model(cfg, self.tokenizer, self.device, self.start)
         self.update = Update(cfg, self.model, self.dist, self.device, self.precision)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
-        self.state = TrainState()
+        self.state = setup.continued(
+            self.start, t.seed, cfg.model, proc, self.model, self.update, self.ema
+        )
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
         self.saved_at = time.monotonic()  # when last.pt was last written (train.checkpoint_minutes)
         self.last_metrics: dict[str, float] = {}  # of the latest evaluation
-        if resumed:
-            data = read_last(self.dist, last, self.device)
-            self.state = restore(
-                data, last, cfg, self.model, self.optimizer, self.scaler, self.device
-            )
-            if self.ema is not None:
-                self.ema.load_state_dict(data["train_state"].get("ema"))
-            del data
-            if self.dist.main:
-                tqdm.write(f"resumed at step {self.state.step} from {last}", file=sys.stderr)
-            if self.dist.active:  # last.pt holds rank 0's RNG: give each rank its own stream
-                torch.manual_seed(t.seed + self.dist.rank + 100_003 * self.state.step)
         net = distributed.wrap(self.dist, self.model, self.device)  # DDP under torchrun
         # torch.compile recompiles once when batch shapes first change, then they are dynamic.
         self.update.net = torch.compile(net) if t.compile else net
@@ -132,17 +87,13 @@ class Trainer:
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
         )
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
-        if self.dist.main:  # records a killed run wrote past its checkpoint are done again
-            trim_metrics(run_dir / "metrics.jsonl", self.state.step)
-        self.log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if self.dist.main else [])
-        self.tensorboard: tensorboard.TensorBoardSink | None = None
-        if use_tensorboard and self.dist.main:
-            self.tensorboard = tensorboard.TensorBoardSink(
-                run_dir, self.state.step if resumed else None, cfg, self.model
+        self.log, self.tensorboard = setup.sinks(
+            run_dir, self.dist.main, self.start, self.state.step, use_tensorboard, cfg, self.model
+        )
+        if self.start.init is not None:  # fine-tuning: the start step (and optimizer if kept)
+            self.state.step = finetune.start(
+                self.start.init, self.optimizer, self.scaler, self.log.write
             )
-            self.log.sinks.append(self.tensorboard)
-        if self.init is not None:  # fine-tuning: the start step (and optimizer if kept)
-            self.state.step = finetune.start(self.init, self.optimizer, self.scaler, self.log.write)
 
     # -- training state ----------------------------------------------------------------------
 
@@ -321,7 +272,8 @@ class Trainer:
             if better:
                 self._save_last()  # its best score is the average's now
         if t.tune_beam or t.tune_alpha:
-            self.log.write(tune_decode(self.cfg, self.run_dir / "best.pt", self.evaluate, s.step))
+            best = self.run_dir / "best.pt"
+            self.log.write(tune_decode(t, self.cfg.decode, best, self.evaluate, s.step))
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
         if self.tensorboard is not None and self.last_metrics:
             self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)

@@ -20,18 +20,19 @@ import torch
 from tqdm import tqdm
 
 from mt import checkpoint
-from mt.config import Config
+from mt.config import DecodeConfig, TrainConfig
 from mt.train.evaluation import Evaluator
 
 
-def grid(cfg: Config) -> list[tuple[int, float]]:
+def grid(t: TrainConfig, d: DecodeConfig) -> list[tuple[int, float]]:
     """(beam, alpha) pairs to try: each beam of `train.tune_beam` with each length penalty of
     `train.tune_alpha`, an empty list standing for the decode section's value."""
-    t, d = cfg.train, cfg.decode
     return [(b, a) for b in t.tune_beam or [d.beam] for a in t.tune_alpha or [d.alpha]]
 
 
-def tune_decode(cfg: Config, best: Path, evaluate: Evaluator, step: int) -> dict[str, Any]:
+def tune_decode(
+    t: TrainConfig, d: DecodeConfig, best: Path, evaluate: Evaluator, step: int
+) -> dict[str, Any]:
     """Score each (beam, alpha) of the grid on the dev set with `best`'s weights, store the best
     pair in its decode section (ties: the smaller beam, then the first alpha given) and return
     the record for the metrics log. The evaluator's model holds `best`'s weights after."""
@@ -39,10 +40,8 @@ def tune_decode(cfg: Config, best: Path, evaluate: Evaluator, step: int) -> dict
     with torch.no_grad():
         evaluate.model.load_state_dict(data["model"])
     tried = []
-    for beam, alpha in grid(cfg):
-        dcfg = dataclasses.replace(
-            cfg.decode, beam=beam, alpha=alpha, nbest=1, greedy=False, sample=False
-        )
+    for beam, alpha in grid(t, d):
+        dcfg = dataclasses.replace(d, beam=beam, alpha=alpha, nbest=1, greedy=False, sample=False)
         tried.append({"beam": beam, "alpha": alpha, "dev_bleu": round(evaluate.bleu(dcfg), 4)})
     chosen = max(tried, key=lambda r: (r["dev_bleu"], -r["beam"]))
     stored = data["config"]["decode"]  # beam search with the pair, whatever the config said
