@@ -1,0 +1,101 @@
+"""The house rules of docs/layout.md that code can check: no import circle in mt/ (counting
+imports inside functions and under TYPE_CHECKING, which are circles all the same to a reader),
+and no module of mt/ over 400 lines (past that a module holds more than one job)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+MT = Path(__file__).resolve().parent.parent / "mt"
+MAX_LINES = 400
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file, for every module and package of the tree at `root`."""
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of `known` that the file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if full in known:
+                    found.add(full)
+                elif node.module in known:
+                    found.add(node.module)
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_circles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_imports_are_read(tmp_path):
+    pkg = tmp_path / "p"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from p import b\ndef f():\n    import p.c\n")
+    (pkg / "b.py").write_text("from p.a import f\n")
+    (pkg / "c.py").write_text("")
+    known = modules(pkg)
+    assert set(known) == {"p", "p.a", "p.b", "p.c"}
+    assert imports(pkg / "a.py", known) == {"p.b", "p.c"}
+    assert imports(pkg / "b.py", known) == {"p.a"}
+
+
+def test_no_import_circle_in_mt():
+    known = modules(MT)
+    graph = {name: imports(path, known) - {name} for name, path in known.items()}
+    assert circles(graph) == []
+
+
+def test_no_module_over_400_lines():
+    sizes = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in MT.rglob("*.py")}
+    assert len(sizes) > 50
+    assert {str(p.relative_to(MT)): n for p, n in sizes.items() if n > MAX_LINES} == {}
