@@ -87,7 +87,9 @@ def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict
             trainer.model.load_state_dict(start)
             torch.manual_seed(0)  # the same dropout masks for every precision
             chosen = resolve_precision(name, trainer.device).name
-            update = Update(cfg, trainer.model, trainer.dist, trainer.device, chosen)
+            update = Update(
+                cfg.train, cfg.model, trainer.model, trainer.dist, trainer.device, chosen
+            )
             for step, group in enumerate(groups[: args.warmup], 1):
                 update(group, step)
             t = time.perf_counter()

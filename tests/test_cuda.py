@@ -144,7 +144,9 @@ def fp16_update(trainer: Trainer) -> Update:
     but torch runs fp16 autocast and the scaler on a CPU too, so the logic is tested there."""
     if trainer.precision == "fp16":
         return trainer.update
-    return Update(trainer.cfg, trainer.model, trainer.dist, trainer.device, "fp16")
+    return Update(
+        trainer.cfg.train, trainer.cfg.model, trainer.model, trainer.dist, trainer.device, "fp16"
+    )
 
 
 @pytest.mark.parametrize("device", [on_cuda("cuda"), on_cpu("cpu")])
@@ -193,7 +195,7 @@ def test_half_precision_updates_on_the_cpu_follow_fp32(precision, tmp_path):
         for name in ("fp32", precision):
             trainer.model.load_state_dict(start)
             torch.manual_seed(0)  # the same dropout masks for both
-            update = Update(cfg, trainer.model, trainer.dist, trainer.device, name)
+            update = Update(cfg.train, cfg.model, trainer.model, trainer.dist, trainer.device, name)
             if name == "fp16":  # a start scale fp16 can hold: no skipped step to line up
                 update.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
             curve = []

@@ -115,7 +115,7 @@ def update_of(rdrop: float, dropout: float) -> tuple[Update, torch.nn.Module]:
     cfg.train.rdrop, cfg.train.schedule, cfg.train.warmup = rdrop, "inverse_sqrt", 1
     torch.manual_seed(0)
     model = Transformer(cfg.model, 12, 12).train()
-    return Update(cfg, model, Dist(), torch.device("cpu"), "fp32"), model
+    return Update(cfg.train, cfg.model, model, Dist(), torch.device("cpu"), "fp32"), model
 
 
 def a_batch() -> Batch:

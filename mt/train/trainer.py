@@ -68,7 +68,7 @@ class Trainer:
         self.tokenizer = prepared.tokenizer
         self.train_set, dev_sets = setup.data(prepared, cfg.data)
         self.model = setup.model(cfg, self.tokenizer, self.device, self.start)
-        self.update = Update(cfg, self.model, self.dist, self.device, self.precision)
+        self.update = Update(t, cfg.model, self.model, self.dist, self.device, self.precision)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
         self.state = setup.continued(

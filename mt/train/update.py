@@ -15,7 +15,7 @@ import contextlib
 import torch
 
 from mt.batching import Batch
-from mt.config import Config
+from mt.config import ModelConfig, TrainConfig
 from mt.device import autocast
 from mt.tokenizer import PAD
 from mt.train import distributed
@@ -29,14 +29,21 @@ class Update:
     forward pass calls: `model`, or its DDP or compiled wrapper once the trainer sets it."""
 
     def __init__(
-        self, cfg: Config, model: torch.nn.Module, d: Dist, device: torch.device, precision: str
+        self,
+        t: TrainConfig,
+        m: ModelConfig,
+        model: torch.nn.Module,
+        d: Dist,
+        device: torch.device,
+        precision: str,
     ) -> None:
-        t = cfg.train
-        self.cfg, self.model, self.net = cfg, model, model
+        """`t` and `m`: the train and model sections (the schedule reads `model.d_model`)."""
+        self.train_cfg, self.model_cfg = t, m
+        self.model, self.net = model, model
         self.dist, self.device, self.precision = d, device, precision
         self.optimizer = torch.optim.Adam(
             [p for p in model.parameters() if p.requires_grad],  # not train.freeze's
-            lr=learning_rate(1, t, cfg.model),
+            lr=learning_rate(1, t, m),
             betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
             eps=t.optimizer_eps,
             weight_decay=t.weight_decay,
@@ -52,8 +59,8 @@ class Update:
         """Optimizer step number `step` over `group` with `used` of the budget spent (for
         train.cooldown): the loss sums, target tokens and gradient norm before clipping, left
         on the device."""
-        t = self.cfg.train
-        lr = learning_rate(step, t, self.cfg.model, used)
+        t = self.train_cfg
+        lr = learning_rate(step, t, self.model_cfg, used)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         ntok = sum(b.tgt_tokens for b in group)
@@ -100,7 +107,7 @@ class Update:
         masks); the loss is the mean of the two and the objective adds alpha/2 times their
         symmetric KL (the mean of both KLs): R-Drop's loss (Liang et al., 2021) halved, so
         alpha means what it means there."""
-        t = self.cfg.train
+        t = self.train_cfg
         src, tgt_in, tgt_out = b.src, b.tgt_in, b.tgt_out
         if t.rdrop:
             src, tgt_in, tgt_out = (torch.cat([x, x]) for x in (src, tgt_in, tgt_out))
