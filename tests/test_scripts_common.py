@@ -4,13 +4,10 @@ machine line and the corpus reader."""
 from __future__ import annotations
 
 import gzip
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import common  # noqa: E402
+from scripts import common
 
 
 def test_markdown_table_right_aligns_the_numbers():
