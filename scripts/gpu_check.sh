@@ -2,7 +2,7 @@
 # One command for a lent GPU: make mt importable beside the preinstalled torch, then run the
 # CUDA tests, the training and decoding benchmarks, the GPU recipe and the bf16 benchmark of the
 # device's own CPU, each under `timeout`, with every step's full log in $OUT (else
-# runs/gpu_check_out) and a summary table printed last. How to run it in a lease: docs/gpu.md.
+# runs/gpu_check_out) and a summary table printed last. How to run it in a lease: docs/studies/on-a-gpu.md.
 #
 # $OUT brings back at most 8 files, so these are the 8: summary.txt (nvidia-smi, versions, the
 # CPU's flags, then the table), tests.log (pytest -v -rA --tb=long, each failure's traceback

@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 
-# torchrun's c10d rendezvous shares one store across restart rounds by default, and a
-# restarted group can then read the old group's addresses and fail to connect (docs/cluster.md).
+# torchrun's c10d rendezvous shares one store across restart rounds by default, and a restarted
+# group can then read the old group's addresses and fail to connect
+# (docs/more-than-one-gpu-or-machine.md).
 ELASTIC_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 CKPT=$1
 OUT=${2:-docs}
-S=docs/seeing
+S=docs/studies/seeing-inside
 J=$(mktemp -d)  # the --json outputs: the numbers below come from them
 mkdir -p "$OUT"
 mt attention "$CKPT" --src "Ein Hund rennt durch den Schnee." -o "$OUT/attention_de_en.png" \

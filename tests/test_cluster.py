@@ -212,9 +212,9 @@ def test_a_hung_peer_ends_the_run_after_the_collective_timeout(tmp_path):
 
 
 def test_processes_started_as_srun_starts_them_stop_on_usr1_with_75(tmp_path):
-    """docs/cluster.md's Slurm script: no torchrun, each process gets RANK, WORLD_SIZE and
-    MASTER_ADDR/PORT from the environment; Slurm's SIGUSR1 to every task saves last.pt and
-    every task exits 75, the code the script requeues on."""
+    """docs/more-than-one-gpu-or-machine.md's Slurm script: no torchrun, each process gets
+    RANK, WORLD_SIZE and MASTER_ADDR/PORT from the environment; Slurm's SIGUSR1 to every task
+    saves last.pt and every task exits 75, the code the script requeues on."""
     config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000, log_every=1)
     port = free_port()
     procs = []

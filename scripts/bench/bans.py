@@ -6,7 +6,7 @@ Two workloads, each optional:
 - `--injected CKPT`: a Multi30k model on test_2016_flickr sentences with spans injected as
   `bench_protect.py` does (seed 1): the model never writes span characters, so this is the
   cost every protected line pays (the fixed ban, the rows read as text).
-- `--strings CKPT --strings-src FILE`: the software-strings model (docs/decoding.md,
+- `--strings CKPT --strings-src FILE`: the software-strings model (docs/studies/decoding.md,
   `scripts/tools/software_strings.py`) on its test part, beam search: real strings whose `%s`,
   `<%s>` and tags the model writes itself, so rows hold open spans.
 - `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),

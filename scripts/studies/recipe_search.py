@@ -1,5 +1,5 @@
 """A recipe search you can rerun: candidate settings trained one after another as short proxy
-runs, each scored, one row per trial appended to docs/recipes.md.
+runs, each scored, one row per trial appended to docs/studies/recipe-search.md.
 
 Each trial is the base config with a few `--set` overrides (a trial with none is the base
 itself). It runs `mt train BASE --run-dir WORK/NAME --set ...` under the budget given
@@ -295,7 +295,7 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], help="An override for every trial.")
     p.add_argument("--at", default="5,10,30", help="Minutes to read dev BLEU at (5,10,30).")
     p.add_argument("--work", type=Path, default=REPO / "runs" / "recipe_search")
-    p.add_argument("--out", type=Path, default=REPO / "docs" / "recipes.md")
+    p.add_argument("--out", type=Path, default=REPO / "docs" / "studies" / "recipe-search.md")
     p.add_argument("--test-lines", type=int, default=0, help="First N test lines (0: all).")
     p.add_argument("--timeout", type=float, default=1800, help="Seconds allowed beyond 3x budget.")
     p.add_argument("--dry-run", action="store_true", help="Print the commands only.")

@@ -1,6 +1,6 @@
 """How far apart two meanings of a word are at each depth, from `mt vectors --json`.
 
-    mt vectors CKPT --word Decke --input docs/seeing/decke.de --json > decke.json
+    mt vectors CKPT --word Decke --input docs/studies/seeing-inside/decke.de --json > decke.json
     python -m scripts.studies.sense_separation decke.json --first 3
 
 The first `--first` occurrences are one meaning, the rest the other. For each depth it prints

@@ -1,5 +1,5 @@
 """One word in several languages through a multilingual model's encoder: do translations of the
-word come together layer by layer? (README: Many languages; docs/multilingual.md.)
+word come together layer by layer? (README: Many languages; docs/many-languages.md.)
 
 Takes the first `--captions` test_2016_flickr captions whose four versions all hold the word
 (dog / Hund / chien / pes), follows the word with `mt vectors` (mt.decode.vectors), prints the
