@@ -33,6 +33,7 @@ from mt.decode.translator import Translator
 from mt.errors import MtError
 from mt.metrics import bleu
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines, timed
+from scripts.span_checks import kept
 
 SPANS = {
     "printf": ["%s", "%d", "%3d", "%1$s", "%(name)s", "%-5.2f", "%lld"],
@@ -76,11 +77,6 @@ def inject_text(line: str, k: int, rng: random.Random) -> tuple[str, list[str]]:
             words.insert(rng.randrange(len(words) + 1), span)
             spans.append(span)
     return " ".join(words), spans
-
-
-def kept(out: str, src: str, spans: list[str]) -> bool:
-    """Whether every injected span occurs in `out` as written and as often as in `src`."""
-    return all(out.count(x) == src.count(x) for x in set(spans))
 
 
 def inject_html(line: str, ref: str, k: int, rng: random.Random) -> tuple[str, str | None, str]:

@@ -28,11 +28,7 @@ from mt.decode.requests import Request
 from mt.decode.session import Session
 from mt.decode.translator import isolated
 from mt.metrics import bleu
-from mt.spans import find_spans
-
-
-def spans(text: str, flags: tuple[str, ...]) -> Counter:
-    return Counter(s.text for s in find_spans(text, flags))
+from scripts.span_checks import same_spans, span_counts
 
 
 def translate(translator, requests: list[Request]) -> tuple[list[str], int, float]:
@@ -70,7 +66,7 @@ def main() -> None:
             out, failed, seconds = translate(t, requests)
             outs[name], crashes[name] = out, crashes.get(name, 0) + failed
             times[name].append(seconds)
-    with_spans = [i for i, r in enumerate(requests) if spans(r.src, r.formats)]
+    with_spans = [i for i, r in enumerate(requests) if span_counts(r.src, r.formats)]
     report = {
         "lines": n,
         "lines_with_spans": len(with_spans),
@@ -79,10 +75,7 @@ def main() -> None:
 
     def kept(texts: list[str]) -> list[int]:
         """The lines with spans whose `texts` hold exactly their source's spans."""
-        return [
-            i for i in with_spans
-            if spans(texts[i], requests[i].formats) == spans(requests[i].src, requests[i].formats)
-        ]  # fmt: skip
+        return [i for i in with_spans if same_spans(texts[i], requests[i].src, requests[i].formats)]
 
     def share(ids: list[int]) -> str:
         return f"{len(ids)}/{len(with_spans)} = {100 * len(ids) / max(1, len(with_spans)):.2f}%"
