@@ -88,9 +88,11 @@ def run_mt(tree: Path, args: list[str], threads: int) -> tuple[bytes, float]:
 
 def bench_train(tree: Path, threads: int) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    script = tree / "scripts" / "bench_train.py"
+    # scripts/ became a package run with `python -m`; older commits have the flat script.
+    flat = tree / "scripts" / "bench_train.py"
+    run = [str(flat)] if flat.is_file() else ["-m", "scripts.bench.train"]
     proc = subprocess.run(
-        [sys.executable, str(script), "--rounds", "1", "--threads", str(threads)],
+        [sys.executable, *run, "--rounds", "1", "--threads", str(threads)],
         capture_output=True,
         env=env,
         cwd=tree,
