@@ -1,7 +1,7 @@
 """Export a checkpoint to other inference engines: CTranslate2, and HF transformers' Marian.
 
 Both compute the same function as the mt model: they let engines people already run serve mt
-models, and they are the peers of `scripts/bench_decode.py`'s speed comparison. They need the
+models, and they are the peers of `scripts/bench/decode.py`'s speed comparison. They need the
 `[export]` extra (`pip install 'mt[export]'`); without it `mt export` says so in one line.
 
 `--to ctranslate2` writes a CTranslate2 Transformer through its spec API (mt's weights map onto

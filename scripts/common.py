@@ -12,8 +12,9 @@
 - `read_lines()`, `write_text()`: a corpus file (`.gz` too) in, a result file out atomically.
 - `worktree()`: an older commit checked out beside the working tree, to measure both.
 
-Scripts run as `python scripts/NAME.py`, which puts this folder first on `sys.path`, so they
-`import common`.
+Scripts run from the repository root as `python -m scripts.bench.NAME` (or `studies`, `tools`)
+and `from scripts.common import ...`; processes, ports and the browser are in scripts/processes.py
+and scripts/browser.py, which the tests share.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # One command for a lent GPU: make mt importable beside the preinstalled torch, then run the
 # CUDA tests, the training and decoding benchmarks, the GPU recipe and the bf16 benchmark of the
 # device's own CPU, each under `timeout`, with every step's full log in $OUT (else
-# runs/gpu_check_out) and a summary table printed last. How to run it in a lease: docs/gpu.md.
+# runs/gpu_check_out) and a summary table printed last. How to run it in a lease: docs/studies/on-a-gpu.md.
 #
 # $OUT brings back at most 8 files, so these are the 8: summary.txt (nvidia-smi, versions, the
 # CPU's flags, then the table), tests.log (pytest -v -rA --tb=long, each failure's traceback
@@ -170,7 +170,7 @@ if wanted bench_train; then
     if [ $DEVICE = none ]; then skip bench_train; else
         real=()
         [ -f "$RUN/config.yaml" ] && real=(--run-dir "$RUN" --max-tokens 8192)
-        run bench_train 300 python3 scripts/bench_train.py "${BENCH_TRAIN[@]}" "${real[@]}"
+        run bench_train 300 python -m scripts.bench.train "${BENCH_TRAIN[@]}" "${real[@]}"
         key=$(py '
 import json, sys
 rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{") and "mt_mfu" in x]
@@ -268,14 +268,14 @@ if wanted bench_decode; then
                 engines=mt,hf why="; ct2 left out: no libcublas.so.12, and no cuBLAS 13 to stand in"
             fi
         fi
-        run bench_decode 420 python3 scripts/bench_decode.py "$ckpt" --src "$SRC" --ref "$REF" \
+        run bench_decode 420 python -m scripts.bench.decode "$ckpt" --src "$SRC" --ref "$REF" \
             --engines "$engines" "${BENCH_DECODE[@]}"
         key=$(grep -E '^mt(-early)? / ' "$OUTDIR/bench_decode.log" | paste -sd ';' | sed 's/;/; /g')
         [ $RC = 0 ] && note bench_decode ok $SECS "$key$why" || { note bench_decode failed $SECS "rc $RC$why" && FAILED=1; }
     fi
 fi
 
-# -- bench_cpu: bf16 against fp32 on the device's own CPU (scripts/bench_bf16.py) -----------
+# -- bench_cpu: bf16 against fp32 on the device's own CPU (scripts/bench/bf16.py) -----------
 # The issue's CPU targets need native bf16 (avx512_bf16 or AMX): the host of a lent GPU may
 # have it where the project's 2-core machine does not. Training always; decoding on the
 # recipe's checkpoint when there is one (CTranslate2 int8 beside it when it imports).
@@ -285,7 +285,7 @@ if wanted bench_cpu; then
         [ -f "$ckpt" ] || ckpt=$RUN/best.pt
         decode=(--skip-decode)
         [ -f "$ckpt" ] && decode=(--checkpoint "$ckpt")
-        run bench_cpu 420 python3 scripts/bench_bf16.py "${decode[@]}" "${BENCH_CPU[@]}"
+        run bench_cpu 420 python -m scripts.bench.bf16 "${decode[@]}" "${BENCH_CPU[@]}"
         key=$(grep -E '^(train|decode) ' "$OUTDIR/bench_cpu.log" | sed -E 's/ +/ /g' | paste -sd ';' | sed 's/;/; /g')
         [ $RC = 0 ] && note bench_cpu ok $SECS "$key" || { note bench_cpu failed $SECS "rc $RC" && FAILED=1; }
     fi

@@ -5,13 +5,13 @@
 set -euo pipefail
 CKPT=$1
 OUT=${2:-docs}
-S=docs/seeing
+S=docs/studies/seeing-inside
 J=$(mktemp -d)  # the --json outputs: the numbers below come from them
 mkdir -p "$OUT"
 mt attention "$CKPT" --src "Ein Hund rennt durch den Schnee." -o "$OUT/attention_de_en.png" \
     --html "$OUT/attention_de_en.html"
 if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
-    python scripts/screenshot.py "$OUT/attention_de_en.html" "$OUT/viewer_de_en.png" \
+    python -m scripts.tools.screenshot "$OUT/attention_de_en.html" "$OUT/viewer_de_en.png" \
         --select Attention=cross --hover 2,3 --size 900,900
 fi
 for w in decke tor; do
@@ -19,14 +19,14 @@ for w in decke tor; do
     mt vectors "$CKPT" --word "$W" --input "$S/$w.de" --centre -o "$OUT/vectors_$w.png" \
         --json > "$J/$w.json"
     echo "== $W ($S/$w.de)"
-    python scripts/sense_separation.py "$J/$w.json" --first 3
+    python -m scripts.studies.sense_separation "$J/$w.json" --first 3
 done
 for w in decke tor bank; do
     W="$(tr '[:lower:]' '[:upper:]' <<< "${w:0:1}")${w:1}"
     mt vectors "$CKPT" --word "$W" --input "$S/${w}_pairs.de" --centre \
         -o "$OUT/vectors_${w}_pairs.png" --json > "$J/${w}_pairs.json"
     echo "== $W ($S/${w}_pairs.de)"
-    python scripts/sense_separation.py "$J/${w}_pairs.json" --first 2
+    python -m scripts.studies.sense_separation "$J/${w}_pairs.json" --first 2
     mt translate "$CKPT" < "$S/${w}_pairs.de"
 done
 mt vectors "$CKPT" --word Decke --input "$S/decke.de" --centre --html "$OUT/vectors_decke.html" \

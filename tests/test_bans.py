@@ -18,7 +18,6 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_helpers import start_server
 
 from mt.checkpoint import load_model
 from mt.decode.bans import Bans, SpanRule, piece_texts, step_mask
@@ -29,6 +28,7 @@ from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Sampling
 from mt.spans import WIDEST, find_spans
 from mt.tokenizer import PAD
+from scripts.processes import start_server
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
 

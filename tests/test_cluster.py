@@ -1,20 +1,31 @@
 """Training beyond one process, through real torchrun launchers on 127.0.0.1 (gloo): two
-"nodes" that share no cache or working directory, a worker killed and restarted by torchrun,
-and a peer that hangs."""
+"nodes" that share no cache or working directory, a worker killed and restarted by torchrun, a
+launcher killed and started again, and a peer that hangs."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from cluster_helpers import finish, free_port, launch, node_args, wait_until, worker
 from conftest import reverse_task_config
+
+from scripts.processes import (
+    finish,
+    free_port,
+    kill_tree,
+    launch,
+    node_args,
+    wait_until,
+    worker,
+)
 
 
 def losses(run: Path) -> dict[int, float]:
@@ -27,6 +38,15 @@ def loss_steps(run: Path) -> list[int]:
         return []
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return [r["step"] for r in records if "loss" in r]
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def train_args(config: Path, *sets: str) -> list[str]:
@@ -126,6 +146,47 @@ def test_killed_worker_is_restarted_and_the_run_resumes_by_itself(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_killed_launcher_started_again_rejoins_and_the_run_resumes(tmp_path):
+    """SIGKILL of node 1's launcher with its worker (a node failure), the launcher started
+    again 2 s later: the group re-forms, resumes from last.pt, and logs each step once."""
+    steps, every = 60, 10
+    config = reverse_task_config(tmp_path, max_steps=steps, eval_every=every, log_every=1)
+    cwds = [tmp_path / "node0", tmp_path / "node1"]
+    for c in cwds:
+        c.mkdir()
+    port = free_port()
+    args = [*node_args(port, 2, 1, max_restarts=3), *train_args(config)]
+    logs = [tmp_path / f"{c.name}.log" for c in cwds]
+    envs = [{"MT_CACHE": str(c / "cache")} for c in cwds]
+    # Node 0 first: the launcher that binds the port hosts the rendezvous store, which must
+    # outlive node 1.
+    nodes = [launch(args, cwds[0], logs[0], envs[0])]
+    try:
+        wait_until(lambda: listening(port), "node 0's rendezvous store", 120, *nodes)
+        nodes.append(launch(args, cwds[1], logs[1], envs[1]))
+        runs = [c / "run" for c in cwds]
+        wait_until(
+            lambda: any((r / "last.pt").exists() for r in runs), "first checkpoint", 180, *nodes
+        )
+        run = next(r for r in runs if (r / "last.pt").exists())
+        wait_until(lambda: len(loss_steps(run)) > every + 1, "a step past it", 60, *nodes)
+        kill_tree(nodes[1])
+        nodes[1].wait()
+        logged_before = max(loss_steps(run))
+        time.sleep(2)
+        nodes[1] = launch(args, cwds[1], logs[1], envs[1])
+    finally:
+        rcs = finish(nodes, 300)
+    text = "".join(log.read_text() for log in logs)
+    assert rcs == [0, 0], text[-4000:]
+    assert loss_steps(run) == list(range(1, steps + 1))  # each step once, in order
+    resumed = [int(x.split()[3]) for x in text.splitlines() if x.startswith("resumed at step")]
+    assert resumed and resumed[0] % every == 0, text[-4000:]
+    assert 0 <= logged_before - resumed[0] <= every + 1
+    assert torch.load(run / "last.pt", weights_only=True)["step"] == steps
+
+
+@pytest.mark.slow
 def test_a_hung_peer_ends_the_run_after_the_collective_timeout(tmp_path):
     config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000, log_every=1)
     port = free_port()
@@ -151,9 +212,9 @@ def test_a_hung_peer_ends_the_run_after_the_collective_timeout(tmp_path):
 
 
 def test_processes_started_as_srun_starts_them_stop_on_usr1_with_75(tmp_path):
-    """docs/cluster.md's Slurm script: no torchrun, each process gets RANK, WORLD_SIZE and
-    MASTER_ADDR/PORT from the environment; Slurm's SIGUSR1 to every task saves last.pt and
-    every task exits 75, the code the script requeues on."""
+    """docs/more-than-one-gpu-or-machine.md's Slurm script: no torchrun, each process gets
+    RANK, WORLD_SIZE and MASTER_ADDR/PORT from the environment; Slurm's SIGUSR1 to every task
+    saves last.pt and every task exits 75, the code the script requeues on."""
     config = reverse_task_config(tmp_path, max_steps=100_000, eval_every=100_000, log_every=1)
     port = free_port()
     procs = []

@@ -3,7 +3,8 @@ and against fp32, torch.compile, and DDP over NCCL.
 
 Every test that needs a GPU is marked `cuda` and skips without one, so the default suite shows
 them as skipped; `pytest -m cuda` runs them on a GPU (scripts/gpu_check.sh does, with the
-benchmarks; docs/gpu.md). Where the same code runs on the CPU, a `cpu` parameter runs it too:
+benchmarks; docs/studies/on-a-gpu.md). Where the same code runs on the CPU, a `cpu` parameter
+runs it too:
 fp16 autocast with its GradScaler and bf16 autocast run on a CPU, so the update's
 mixed-precision logic (the skipped overflow step, the curves against fp32) is checked there.
 """

@@ -4,7 +4,7 @@ session's rule for a checkpoint's setting, and the flag on translate, eval, scor
 
 Closeness is asserted with bounds far above bf16's rounding (8 bits of mantissa) and far below
 what a wrong model gives, so the tests pass or fail by the plumbing, not by this CPU's float
-path; speed is for scripts/bench_bf16.py."""
+path; speed is for scripts/bench/bf16.py."""
 
 from __future__ import annotations
 

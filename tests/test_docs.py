@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def load_generator():
     spec = importlib.util.spec_from_file_location(
-        "docs_reference", REPO / "scripts" / "docs_reference.py"
+        "docs_reference", REPO / "docs" / "hooks" / "reference.py"
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules["docs_reference"] = module  # its dataclass looks its module up by name

@@ -1,10 +1,9 @@
 """Fuzzed lines of nested tags, entities, placeholders and empty elements on the tiny model:
-one output line each, the source's spans exactly, no exception (scripts/fuzz_spans.py's
+one output line each, the source's spans exactly, no exception (scripts/tools/fuzz_spans.py's
 generator, driven by hypothesis; the script runs 10,000 lines)."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 
@@ -13,18 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mt.decode.session import DecodeOptions, Session
+from scripts.tools import fuzz_spans
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _fuzz():
-    spec = importlib.util.spec_from_file_location("fuzz_spans", REPO / "scripts/fuzz_spans.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-FUZZ = _fuzz()
+FUZZ = fuzz_spans
 
 
 @pytest.fixture(scope="module")

@@ -159,7 +159,8 @@ def test_spans_int8_attention_and_vectors(imported, tmp_path, mt_cli):
 
 def test_serve_answers_as_the_cli(imported, tmp_path, mt_cli):
     import httpx
-    from serve_helpers import start_server
+
+    from scripts.processes import start_server
 
     want = mt_cli("translate", imported, stdin=LINES[0] + "\n")
     server = start_server(imported, log=tmp_path / "serve.log")

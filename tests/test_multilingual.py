@@ -332,7 +332,7 @@ def test_bad_pairs_are_one_line_exit_2(tmp_path, capsys, monkeypatch, value, nee
 def test_the_timing_script_compares_with_a_bilingual_model_of_the_same_size(
     multi_run, tiny_run, multi30k_dir, tmp_path
 ):
-    """scripts/bench_multilingual.py --bilingual on a few lines: every row timed, the ratio
+    """scripts/bench/multilingual.py --bilingual on a few lines: every row timed, the ratio
     printed; a bilingual model of another size (tiny_run: a smaller vocabulary) refused. The
     same-size bilingual model is multi_run's weights without its languages (a shape, for the
     script, not a translator)."""
@@ -346,11 +346,11 @@ def test_the_timing_script_compares_with_a_bilingual_model_of_the_same_size(
     torch.save(data, bilingual)
 
     def bench(other: Path) -> subprocess.CompletedProcess:
-        args = [sys.executable, REPO / "scripts/bench_multilingual.py", multi_run / "best.pt"]
+        args = [sys.executable, "-m", "scripts.bench.multilingual", multi_run / "best.pt"]
         args += ["--src", multi30k_dir / "test_2016_flickr.de.gz", "--to", "en"]
         args += ["--lines", "3", "--rounds", "1", "--beam", "2", "--bilingual", other]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+        return subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
 
     ok = bench(bilingual)
     assert ok.returncode == 0, ok.stderr

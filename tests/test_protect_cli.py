@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,15 +20,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _bench():
-    """scripts/bench_protect.py, whose injectors the benchmark and these tests share."""
-    if str(REPO / "scripts") not in sys.path:  # it imports scripts/common.py, as scripts do
-        sys.path.insert(0, str(REPO / "scripts"))
-    spec = importlib.util.spec_from_file_location(
-        "bench_protect", REPO / "scripts/bench_protect.py"
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    """scripts/bench/protect.py, whose injectors the benchmark and these tests share."""
+    from scripts.bench import protect
+
+    return protect
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""scripts/recipe_search.py: trials as overrides, what a row reads from a run, and one search end
-to end on the small reverse task (a trial that trains, one the config rejects)."""
+"""scripts/studies/recipe_search.py: trials as overrides, what a row reads from a run, and one
+search end to end on the small reverse task (a trial that trains, one the config rejects)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from pathlib import Path
 from conftest import reverse_task_config
 
 from mt.config_file import load_config, parse_override
+from scripts.studies import recipe_search
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-import recipe_search  # noqa: E402
 
 
 def test_trials_become_the_overrides_mt_train_reads(tmp_path):
@@ -64,8 +63,7 @@ def test_a_search_appends_one_row_per_trial(tmp_path):
     out.write_text("# Recipes\n\nIntro.\n", encoding="utf-8")
     result = subprocess.run(
         [
-            sys.executable,
-            REPO / "scripts" / "recipe_search.py",
+            *(sys.executable, "-m", "scripts.studies.recipe_search"),
             config,
             *("--steps", "4", "--set", "data.test=val", "--at", "1"),
             *("--trial", "ema train.ema_decay=0.9", "--trial", "broken model.d_model=7"),
@@ -74,6 +72,7 @@ def test_a_search_appends_one_row_per_trial(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
     text = out.read_text(encoding="utf-8")
@@ -91,9 +90,9 @@ def test_a_search_appends_one_row_per_trial(tmp_path):
 
 
 def test_every_shipped_trial_is_a_valid_recipe():
-    """A misspelt key or a value out of bounds in scripts/recipe_trials.yaml fails here, not
-    minutes into a search."""
-    trials = recipe_search.read_trials(REPO / "scripts" / "recipe_trials.yaml")
+    """A misspelt key or a value out of bounds in scripts/studies/recipe_trials.yaml fails here,
+    not minutes into a search."""
+    trials = recipe_search.read_trials(REPO / "scripts" / "studies" / "recipe_trials.yaml")
     assert len(trials) >= 20 and "base" in [t.name for t in trials]
     for recipe in ("multi30k_de_en", "multi30k_en_de"):
         for t in trials:

@@ -4,13 +4,10 @@ machine line and the corpus reader."""
 from __future__ import annotations
 
 import gzip
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import common  # noqa: E402
+from scripts import common
 
 
 def test_markdown_table_right_aligns_the_numbers():
@@ -56,3 +53,17 @@ def test_read_lines_reads_gzip_and_write_text_is_atomic(tmp_path):
         "a.de.gz",
         "out.json",
     ]
+
+
+def test_span_checks_count_each_span_as_often_as_it_occurs():
+    from scripts.span_checks import kept, same_spans, span_counts
+
+    src = "Open %s and %s in {dir}"
+    assert span_counts(src) == {"%s": 2, "{dir}": 1}
+    assert span_counts(src, ["c-format"]) == {"%s": 2}  # the string's own format flags only
+    assert same_spans("Öffne %s und %s in {dir}", src)
+    assert not same_spans("Öffne %s in {dir}", src)  # one %s lost
+    assert not same_spans("Öffne %s und %s in {dir} {dir}", src)  # one {dir} too many
+    assert same_spans("Öffne %s und %s", src, ["c-format"])  # {dir} is no span for c-format
+    assert kept("a <b>x</b> b", "c <b>y</b> d", ["<b>", "</b>"])
+    assert not kept("a <b>x b", "c <b>y</b> d", ["<b>", "</b>"])

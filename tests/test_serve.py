@@ -11,7 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import Server, start_server
+
+from scripts.processes import Server, start_server
 
 KEY = "k" * 20
 AUTH = {"Authorization": f"Bearer {KEY}"}

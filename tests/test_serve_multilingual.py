@@ -8,8 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import start_server
 from test_serve_page import browser  # noqa: F401 - the shared headless Chromium fixture
+
+from scripts.processes import start_server
 
 GERMAN = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 

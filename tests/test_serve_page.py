@@ -5,16 +5,16 @@ The screenshot is saved under pytest's tmp dir and its path printed."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
 import torch
-from serve_helpers import start_server
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+from scripts.browser import chromium
+from scripts.browser import missing as browser_missing
+from scripts.processes import start_server
+
 SENTENCE = "Ein Hund rennt im Park."
 
 
@@ -28,16 +28,9 @@ def server(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (Path(CHROMIUM).is_file() and Path(DRIVER).is_file()):
-        pytest.skip("chromium and chromedriver are not installed")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--window-size=1200,1400"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(DRIVER))
+    if why := browser_missing():
+        pytest.skip(why)
+    driver = chromium("1200,1400")
     yield driver
     driver.quit()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import Server, start_server
 
 from mt.data.corpus import read_lines
+from scripts.processes import Server, start_server
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import os
 import subprocess
 
 import pytest
-from cluster_helpers import free_port, torchrun
 from conftest import REPO, run_in_process
+
+from scripts.processes import free_port, torchrun
 
 N_LINES = 230  # not a multiple of the chunk: the last chunk is short
 

@@ -6,7 +6,6 @@ Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them) and se
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,26 +15,15 @@ from mt.checkpoint import load_model
 from mt.decode.attention import attention_json, translate_with_attention
 from mt.decode.vectors import word_vectors
 from mt.viewer import page, write_html
-
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+from scripts.browser import chromium
+from scripts.browser import missing as browser_missing
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (Path(CHROMIUM).is_file() and Path(DRIVER).is_file()):
-        pytest.skip(
-            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
-        )
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--window-size=1200,1200"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(DRIVER))
+    if why := browser_missing():
+        pytest.skip(why)
+    driver = chromium("1200,1200")
     # No network at all: the page must need none.
     driver.set_network_conditions(
         offline=True, latency=0, download_throughput=0, upload_throughput=0

@@ -75,7 +75,7 @@ ProtectOption = Annotated[
     bool,
     typer.Option(
         help="Keep placeholders (%s, {0}, $VAR), entities, tags, URLs and e-mail addresses "
-        "exactly as written (docs/translating.md: Software strings and HTML)."
+        "exactly as written (docs/decoding.md: Software strings and HTML)."
     ),
 ]
 ToOption = Annotated[

@@ -10,7 +10,7 @@ most, as `--alignment` prints it) links target words to source words, and the sp
 target words linked to the source words they enclosed; children are clipped into their
 parent's range and siblings kept apart, so tags nest in the output as they did in the input.
 (Averaging every layer's attention over a teacher-forced pass placed tags no better on the
-early recipe checkpoint and cost a second pass; docs/decoding.md.)
+early recipe checkpoint and cost a second pass; docs/studies/decoding.md.)
 
 Every span is emitted exactly once by construction, whatever the model writes; only the place
 is the model's. Lines without spans never come here (see `mt.decode.protect`).

@@ -68,7 +68,8 @@ def init(device: torch.device, timeout_s: float = 600.0) -> tuple[Dist, torch.de
         print(
             "note: torchrun restarts workers (--max-restarts) but shares its rendezvous store "
             "across restarts, where a restarted group can read the old group's addresses; "
-            "launch it with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (docs/cluster.md)",
+            "launch it with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+            "(docs/more-than-one-gpu-or-machine.md)",
             file=sys.stderr,
             flush=True,
         )

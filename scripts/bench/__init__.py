@@ -1,0 +1,2 @@
+"""Benchmarks: `python -m scripts.bench.NAME --help`. Each prints its numbers beside the machine
+they came from (scripts/common.py); the tables live in docs/benchmarks.md."""

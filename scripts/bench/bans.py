@@ -1,0 +1,153 @@
+"""What the span ban costs: protected decoding with this tree's `SpanRule` against an earlier
+commit's, and against no protection, in the same process, taking turns over rounds.
+
+Two workloads, each optional:
+
+- `--injected CKPT`: a Multi30k model on test_2016_flickr sentences with spans injected as
+  `bench_protect.py` does (seed 1): the model never writes span characters, so this is the
+  cost every protected line pays (the fixed ban, the rows read as text).
+- `--strings CKPT --strings-src FILE`: the software-strings model (docs/studies/decoding.md,
+  `scripts/tools/software_strings.py`) on its test part, beam search: real strings whose `%s`,
+  `<%s>` and tags the model writes itself, so rows hold open spans.
+- `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
+  sampled on its own source lines: the ban works at every step, which is where reading each
+  row's open span and finding its completing pieces costs.
+
+Every round builds each rule afresh, as each `mt translate` process does, so the first
+lookups of each open text are in the time, and the time spent in the ban (building the rule
+and its masks) is reported beside the whole: the rest of a protected run's extra time is
+decoding (a model that wants a span it may not complete writes longer). One thread each.
+
+    python -m scripts.bench.bans --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
+        --baseline 82cd87c --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from mt.decode.bans import Bans, SpanRule
+from mt.decode.protect import translate_protected
+from mt.decode.translator import Translator
+from scripts.bench.protect import inject_text
+from scripts.common import (
+    alternate,
+    describe_machine,
+    git,
+    load_checkpoint,
+    markdown_table,
+    read_lines,
+)
+
+
+def baseline_rule(commit: str) -> type:
+    """`SpanRule` of `mt/decode/bans.py` at `commit`, loaded as a module of its own."""
+    source = git("show", f"{commit}:mt/decode/bans.py")
+    folder = Path(tempfile.mkdtemp(prefix="mt-bans-"))
+    path = folder / "bans_baseline.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("bans_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bans_baseline"] = module
+    spec.loader.exec_module(module)
+    return module.SpanRule
+
+
+class Timed:
+    """A span rule whose `mask` calls are timed: the ban's own share of a protected run."""
+
+    def __init__(self, rule, seconds: list[float]) -> None:
+        self.rule, self.seconds = rule, seconds
+
+    def mask(self, *args):
+        start = time.perf_counter()
+        out = self.rule.mask(*args)
+        self.seconds.append(time.perf_counter() - start)
+        return out
+
+
+def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: list[float]):
+    """A call that translates `lines` with protection by a fresh `rule` (None: unprotected);
+    each call appends the seconds spent in the ban to `in_ban`."""
+    cfg = dataclasses.replace(loaded.cfg.decode, sample=sample, seed=3) if sample else None
+    cfg = cfg or loaded.cfg.decode
+    dev = torch.device("cpu")
+
+    def run() -> list[str]:
+        tr = Translator(loaded.model, loaded.tokenizer, cfg, dev, protect=rule is not None,
+                        around=translate_protected if rule is not None else None)  # fmt: skip
+        seconds: list[float] = []
+        if rule is not None:
+            start = time.perf_counter()
+            built = rule(loaded.tokenizer, dev)
+            seconds.append(time.perf_counter() - start)
+            tr.bans = Bans(spans=Timed(built, seconds))  # type: ignore[arg-type]
+        out = [t.text for t in tr.translate_stream(lines)]
+        in_ban.append(sum(seconds))
+        return out
+
+    return run
+
+
+def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
+    in_ban: dict[str, list[float]] = {k: [] for k in rules}
+    runs = {k: runner(loaded, lines, r, sample, in_ban[k]) for k, r in rules.items()}
+    outs, secs = alternate(rounds, runs)
+    best = {k: min(v) for k, v in secs.items()}
+    base = best["no protection"]
+    rows = [[k, f"{best[k]:.2f}", f"{best[k] / base:.2f}x",
+             f"{in_ban[k][secs[k].index(best[k])]:.2f}", " ".join(f"{s:.2f}" for s in secs[k])]
+            for k in runs]  # fmt: skip
+    same = outs["this tree"] == outs["baseline"]
+    header = ("rule", "best s", "vs unprotected", "in the ban (s)", "rounds (s)")
+    return (f"### {name}: {len(lines)} lines\n\n" + markdown_table(header, rows)
+            + f"\n\nprotected outputs identical between the two rules: {'yes' if same else 'no'}"
+            )  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--injected", type=Path, help="a Multi30k checkpoint (de->en)")
+    p.add_argument("--strings", type=Path, help="a software-strings checkpoint")
+    p.add_argument("--strings-src", type=Path, help="its test sources (test.de)")
+    p.add_argument("--spanful", type=Path, help="a checkpoint that writes spans of its own")
+    p.add_argument("--spanful-src", type=Path, help="its source lines (default: its val.src)")
+    data = Path(os.environ.get("MT_DATA", "data/multi30k"))
+    p.add_argument("--src", type=Path, default=data / "test_2016_flickr.de.gz")
+    p.add_argument("--limit", type=int, default=300)
+    p.add_argument("--baseline", default="82cd87c", help="the commit whose SpanRule to compare")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    rules = {"this tree": SpanRule, "baseline": baseline_rule(args.baseline), "no protection": None}
+    print(f"machine: {describe_machine()}; torch threads 1; baseline {args.baseline}\n")
+    if args.injected:
+        loaded = load_checkpoint(args.injected, 1)
+        rng = random.Random(1)
+        src = read_lines(args.src)[: args.limit]
+        lines = [inject_text(s, k, rng)[0] for k, s in enumerate(src)]
+        print(workload("injected spans, beam", loaded, lines, rules, args.rounds, False), "\n")
+    if args.strings:
+        loaded = load_checkpoint(args.strings, 1)
+        lines = read_lines(args.strings_src)[: args.limit]
+        print(workload("software strings, beam", loaded, lines, rules, args.rounds, False), "\n")
+    if args.spanful:
+        loaded = load_checkpoint(args.spanful, 1)
+        path = args.spanful_src or args.spanful.parent.parent / "val.src"
+        lines = read_lines(path)[: args.limit]
+        print(workload("spanful model, sampling", loaded, lines, rules, args.rounds, True))
+    print(f"\nmachine after: {describe_machine()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""bf16 against fp32 on this CPU: training target tokens/s on the recipe model and decoding
+sentences/s (greedy and beam 5), with what `auto` picks here, and CTranslate2 int8 beside them.
+
+The targets of issue 43 are for a CPU with native bf16 dot products (avx512_bf16 or AMX):
+training >= 1.5x fp32 target tokens/s, decoding >= 1.3x fp32 and >= 1.2x CTranslate2 int8 on
+the same checkpoint. On a CPU without them (AVX2 only) bf16 is emulated and slower, and the
+point is that `auto` stays fp32 there: no slower than before. The report names the CPU, its
+flags, torch's own CPU capability and the load, beside every number.
+
+Training runs mt's own update (`mt.train.update.Update`: autocast, loss, backward, clipping,
+fused Adam) on the recipe config's real token-budget batches of Multi30k, each precision from
+the same starting weights on the same batches, in alternating rounds; the loss after the timed
+steps is printed too (bf16 should follow fp32). Decoding runs `mt.decode.session` with
+`--dtype` fp32, bf16 and auto (and int8) on a checkpoint's test-set translations, in
+alternating rounds; each engine's outputs are compared with fp32's (identical lines, BLEU).
+
+    MT_DATA=../shared/data/multi30k OMP_NUM_THREADS=2 python -m scripts.bench.bf16 \\
+        --checkpoint runs/multi30k_de_en/best.pt --rounds 3
+    python -m scripts.bench.bf16 --skip-decode --steps 4 --rounds 2     # training only, briefly
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import copy
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from scripts.common import REPO, alternate, machine, read_lines, say
+
+
+def cpu_report() -> dict:
+    """The machine and what decides bf16 speed on it."""
+    import torch
+
+    from mt.device import NATIVE_BF16, cpu_flags, native_bf16, resolve_precision
+
+    flags = cpu_flags()
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
+    return {
+        **machine(),
+        "flags": {f: f in flags for f in wanted},
+        "native_bf16": native_bf16(flags) or f"none of {', '.join(NATIVE_BF16)}",
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+        "auto": resolve_precision("auto", torch.device("cpu")).describe(),
+    }
+
+
+# -- training ---------------------------------------------------------------------------------
+
+
+def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict]:
+    """Target tokens/s of the recipe model's update in each precision, alternating rounds."""
+    import torch
+
+    from mt.config_file import load_config
+    from mt.device import resolve_precision
+    from mt.train.trainer import Trainer
+    from mt.train.update import Update
+
+    sets = [f"data.root={args.data}", f"train.threads={args.threads}", "train.loader_workers=0"]
+    if args.train_examples:
+        sets.append(f"data.max_train_examples={args.train_examples}")
+    cfg = load_config(args.config, sets)
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-bf16-"))
+    say(f"preparing {args.config.name} in {run_dir} (tokenizer, token stores)")
+    trainer = Trainer(cfg, run_dir)
+    try:
+        n = args.warmup + args.steps
+        index = trainer.train_set.epoch_batches(cfg.train.max_tokens, cfg.train.seed, 0)[:n]
+        groups = [[trainer.train_set[b]] for b in index]
+        tokens = sum(g[0].tgt_tokens for g in groups[args.warmup :])
+        start = copy.deepcopy(trainer.model.state_dict())
+        losses: dict[str, float] = {}
+        seconds: dict[str, list[float]] = {name: [] for name in precisions}
+
+        def steps(name: str) -> None:
+            """Warm-up steps, then the timed ones (only those count), from `start`."""
+            trainer.model.load_state_dict(start)
+            torch.manual_seed(0)  # the same dropout masks for every precision
+            chosen = resolve_precision(name, trainer.device).name
+            update = Update(
+                cfg.train, cfg.model, trainer.model, trainer.dist, trainer.device, chosen
+            )
+            for step, group in enumerate(groups[: args.warmup], 1):
+                update(group, step)
+            t = time.perf_counter()
+            for step, group in enumerate(groups[args.warmup :], args.warmup + 1):
+                loss_sum, _, ntok, _ = update(group, step)
+            seconds[name].append(time.perf_counter() - t)
+            losses[name] = float(loss_sum) / ntok
+
+        alternate(args.rounds, {name: (lambda n=name: steps(n)) for name in precisions})
+    finally:
+        if trainer.lock is not None:
+            trainer.lock.release()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    rows = []
+    base = tokens / min(seconds[precisions[0]])
+    for name in precisions:
+        best = tokens / min(seconds[name])
+        rows.append(
+            {
+                "part": "train",
+                "precision": name,
+                "resolves_to": resolve_precision(name, torch.device("cpu")).name,
+                "tgt_tok_s_best": round(best, 1),
+                "tgt_tok_s_median": round(tokens / statistics.median(seconds[name]), 1),
+                f"vs_{precisions[0]}": round(best / base, 3),
+                "loss_after": round(losses[name], 4),
+                "timed_steps": args.steps,
+                "rounds": args.rounds,
+            }
+        )
+    return rows
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+
+def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
+    """Sentences/s of greedy and beam 5 per dtype (and int8, CTranslate2 int8), alternating."""
+    from mt.decode.session import DecodeOptions, Session
+    from mt.metrics import bleu
+
+    lines = read_lines(args.src)[: args.limit or None]
+    refs = read_lines(args.ref)[: len(lines)] if args.ref else None
+    engines: dict = {}
+    for beam in args.beams:
+        search = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None)
+        for dtype in dtypes:
+            session = Session([args.checkpoint], "cpu", dtype=dtype)
+            engines[(dtype, beam)] = session.translator(search, protect=False)
+        if args.int8:
+            int8 = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, int8=True)
+            session = Session([args.checkpoint], "cpu", dtype="fp32")
+            engines[("int8", beam)] = session.translator(int8, protect=False)
+    ct2 = ctranslate2_engines(args, lines) if args.ct2 else {}
+    runs = {f"{name} beam {beam}": tr for (name, beam), tr in engines.items()}
+    calls = {
+        k: (lambda tr=tr: [t.text for t in tr.translate_lines(lines)]) for k, tr in runs.items()
+    }
+    calls.update(ct2)
+    for call in calls.values():  # warm-up, untimed: first calls allocate and pack weights
+        call()
+    outputs, seconds = alternate(args.rounds, calls)
+    rows = []
+    for key, secs in seconds.items():
+        engine, beam = key.rsplit(" beam ", 1)
+        ref_key = f"{dtypes[0]} beam {beam}"
+        row = {
+            "part": "decode",
+            "engine": engine,
+            "beam": int(beam),
+            "sentences": len(lines),
+            "sent_s_best": round(len(lines) / min(secs), 2),
+            "sent_s_median": round(len(lines) / statistics.median(secs), 2),
+            f"vs_{dtypes[0]}": round(min(seconds[ref_key]) / min(secs), 3),
+            f"same_as_{dtypes[0]}": sum(a == b for a, b in zip(outputs[key], outputs[ref_key])),
+        }
+        if engine in dtypes:
+            row["resolves_to"] = runs[key].precision.name
+        if refs is not None:
+            row["bleu"] = round(bleu(outputs[key], refs), 2)
+        rows.append(row)
+    return rows
+
+
+def ctranslate2_engines(args: argparse.Namespace, lines: list[str]) -> dict:
+    """CTranslate2 int8 (its fastest CPU mode) on the same checkpoint, if it is installed."""
+    try:
+        import ctranslate2
+    except ImportError:
+        say("ctranslate2 is not installed: its rows are left out (pip install -e '.[bench]')")
+        return {}
+    from mt.export import to_ctranslate2
+    from scripts.common import load_checkpoint
+
+    loaded = load_checkpoint(args.checkpoint, 0)
+    folder = Path(tempfile.mkdtemp(prefix="bench-bf16-ct2-"))
+    to_ctranslate2(loaded, folder, None)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    tok, d = loaded.tokenizer, loaded.cfg.decode
+    translator = ctranslate2.Translator(
+        str(folder), device="cpu", inter_threads=1, intra_threads=args.threads or 0,
+        compute_type="int8",
+    )  # fmt: skip
+    pieces = [tok.src.encode(x, out_type=str) for x in lines]
+    longest = max(len(p) for p in pieces) + 1
+
+    def call(beam: int):
+        def translate() -> list[str]:
+            results = translator.translate_batch(
+                pieces, beam_size=beam, max_batch_size=4096, batch_type="tokens",
+                max_decoding_length=int(d.max_len_a * longest + d.max_len_b),
+            )  # fmt: skip
+            return [tok.tgt.decode_pieces(r.hypotheses[0]) for r in results]
+
+        return translate
+
+    return {f"ct2-int8 beam {beam}": call(beam) for beam in args.beams}
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def table(rows: list[dict]) -> str:
+    lines = []
+    for r in rows:
+        if r["part"] == "train":
+            ratio = next(v for k, v in r.items() if k.startswith("vs_"))
+            lines.append(
+                f"train  {r['precision']:>5} (-> {r['resolves_to']}) {r['tgt_tok_s_best']:>9.0f} "
+                f"tgt tok/s  {ratio:5.2f}x  loss {r['loss_after']:.4f}"
+            )
+        else:
+            ratio = next(v for k, v in r.items() if k.startswith("vs_"))
+            same = next(v for k, v in r.items() if k.startswith("same_as_"))
+            to = f" (-> {r['resolves_to']})" if "resolves_to" in r else ""
+            bleu = f"  BLEU {r['bleu']:.2f}" if "bleu" in r else ""
+            lines.append(
+                f"decode {r['engine'] + to:>16} beam {r['beam']} {r['sent_s_best']:>8.1f} sent/s  "
+                f"{ratio:5.2f}x  same {same}/{r['sentences']}{bleu}"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    data = os.environ.get("MT_DATA") or str(REPO.parent / "shared" / "data" / "multi30k")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", type=Path, default=REPO / "configs" / "multi30k_de_en.yaml")
+    p.add_argument("--data", default=data, help="Multi30k folder (default: $MT_DATA)")
+    p.add_argument("--threads", type=int, default=0, help="0: OMP_NUM_THREADS, else the cores")
+    p.add_argument("--train-examples", type=int, default=0, help="a slice, for a quick run")
+    p.add_argument("--steps", type=int, default=20, help="timed training steps per round")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best counts")
+    p.add_argument("--precisions", default="fp32,bf16,auto")
+    p.add_argument("--checkpoint", type=Path, help="a trained model for decoding")
+    p.add_argument("--src", type=Path, default=Path(data) / "test_2016_flickr.de.gz")
+    p.add_argument("--ref", type=Path, default=Path(data) / "test_2016_flickr.en.gz")
+    p.add_argument("--limit", type=int, default=300, help="sentences decoded (0: all)")
+    p.add_argument("--beams", default="1,5")
+    p.add_argument("--dtypes", default="fp32,bf16,auto")
+    p.add_argument("--no-int8", dest="int8", action="store_false", help="leave mt int8 out")
+    p.add_argument("--no-ct2", dest="ct2", action="store_false", help="leave CTranslate2 out")
+    p.add_argument("--skip-train", action="store_true")
+    p.add_argument("--skip-decode", action="store_true")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args()
+    args.beams = [int(b) for b in args.beams.split(",")]
+    from mt.device import choose_threads, set_threads, usable_cores, yield_when_waiting
+
+    yield_when_waiting()  # as `mt` does, before torch starts its pool
+    threads = choose_threads(usable_cores(), args.threads or None)
+    set_threads(threads)
+    args.threads = threads.count
+    info = cpu_report()
+    print(json.dumps({"machine": info}), flush=True)
+    rows: list[dict] = []
+    if not args.skip_train:
+        rows += bench_training(args, args.precisions.split(","))
+        print(json.dumps(rows[-1]), flush=True)
+    if not args.skip_decode:
+        if args.checkpoint is None:
+            say("no --checkpoint: decoding is left out")
+        else:
+            rows += bench_decoding(args, args.dtypes.split(","))
+    for r in rows:
+        print(json.dumps(r), flush=True)
+    print()
+    print(table(rows))
+    flags = ", ".join(f for f, have in info["flags"].items() if have)
+    print(
+        f"machine: {info['cpu']}, {info['threads']} threads ({flags}; torch "
+        f"{info['torch_cpu_capability']}), load {info['loadavg']}; auto: {info['auto']}"
+    )
+    if args.json:
+        from scripts.common import write_text
+
+        write_text(args.json, json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
