@@ -31,7 +31,6 @@ from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import DecodeConfig, to_dict
 from mt.config_rules import validate_decode
 from mt.decode.ensemble import Ensemble
-from mt.decode.protect import translate_protected
 from mt.decode.score import Scorer
 from mt.decode.target import Targets
 from mt.decode.translator import Translator
@@ -178,12 +177,11 @@ class Session:
         options: DecodeOptions | None = None,
         alignment: bool = False,
         with_scores: bool = False,
-        protect: bool = True,
         targets: Targets | None = None,
     ) -> Translator:
         """A Translator with these options; `alignment` and `with_scores` shape its output,
-        `protect` keeps placeholders, tags, URLs... exactly as written (mt/spans.py);
-        `targets` (from `targets()`) says which language to write."""
+        `targets` (from `targets()`) says which language to write. What happens around
+        search (protection, capitals, HTML...) is each request's `Plan`."""
         dcfg = self.decode_config(options)
         targets = targets or self.targets()
         try:
@@ -194,8 +192,6 @@ class Session:
                 self.device,
                 alignment,
                 with_scores,
-                protect,
-                translate_protected if protect else None,
                 targets,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do
