@@ -14,6 +14,9 @@ thing everywhere:
   (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
   `options.beam` for the server). The checkpoint's config is never written to.
 - `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
+  A translator has one method, `translate(requests)`; each `Request` carries the `Plan` of
+  steps around search it takes (protection, capitals, numbers, HTML, pivot, sentences), and
+  `mt.decode.translator.translate_stream` feeds it an endless input buffer by buffer.
 
 An ensemble is a model like any other here: translate (greedy, beam, n-best, prefixes,
 constraints, sampling), score and int8 work on it; attention and vectors, which show one

@@ -22,7 +22,8 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.casing import recase_stage
-from mt.decode.constrained import constrained_beam_search, phrase_ids
+from mt.decode.constrained import phrase_ids
+from mt.decode.dispatch import is_greedy, search
 from mt.decode.doubt import doubt_stage
 from mt.decode.dtype import compute, decode_model
 from mt.decode.html import html_stage
@@ -30,7 +31,6 @@ from mt.decode.numbers import numbers_stage
 from mt.decode.pivot import pivot_stage
 from mt.decode.protect import Search, can_constrain, protect_stage
 from mt.decode.requests import Plan, Request, Translation, isolated, translation_record
-from mt.decode.search import beam_search, greedy_search
 from mt.decode.sentences import split_stage
 from mt.decode.stages import Stage, run, spelling_cost
 from mt.decode.steps import Hypothesis, Sampling
@@ -60,7 +60,7 @@ class Translator:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
-        self.greedy = cfg.greedy or cfg.beam == 1 and cfg.nbest == 1
+        self.greedy = is_greedy(cfg)
         self.alignment = alignment
         # decode.sample: draw instead of search (one output per line), seeded on the device
         # the draws happen on, so the same input and batch settings give the same output.
@@ -83,6 +83,9 @@ class Translator:
         # The target language of each line (a multilingual model): mt.decode.target.
         self.targets = targets or Targets(tokenizer, device)
         self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
+        # Whether this search takes constraints: the one rule, which the stages that turn
+        # spans or numbers into constraints ask too.
+        self.constrain = can_constrain(self.greedy, self.sampling is not None, alignment, cfg)
 
     def _search(
         self,
@@ -93,51 +96,18 @@ class Translator:
         bans: Bans | None = None,
         target: Target | None = None,
     ) -> list[list[Hypothesis]]:
-        c = self.cfg
         # The model seen from the batch's target language (its token, its guard).
         model = self.model if target is None else model_for(self.model, target)
-        if constraints is not None and any(constraints):
-            return constrained_beam_search(
-                model,
-                src,
-                constraints,
-                c.beam,
-                c.alpha,
-                c.max_len_a,
-                c.max_len_b,
-                c.nbest,
-                bans,
-            )
-        if self.greedy or self.sampling is not None:
-            hyps = greedy_search(
-                model,
-                src,
-                c.max_len_a,
-                c.max_len_b,
-                alignment,
-                with_scores=self.with_scores or self.sampling is not None,
-                prefixes=prefixes,
-                no_repeat_ngram=c.no_repeat_ngram,
-                sampling=self.sampling,
-                bans=bans,
-            )
-            return [[h] for h in hyps]
-        return beam_search(
+        return search(
             model,
             src,
-            c.beam,
-            c.alpha,
-            c.max_len_a,
-            c.max_len_b,
-            c.nbest,
-            alignment,
-            c.stop_early,
+            self.cfg,
+            alignment=alignment,
+            with_scores=self.with_scores,
             prefixes=prefixes,
-            no_repeat_ngram=c.no_repeat_ngram,
+            constraints=constraints,
+            sampling=self.sampling,
             bans=bans,
-            penalty=c.penalty,
-            hf_stopping=c.hf_stopping,
-            length_offset=c.length_offset,
         )
 
     def translate(self, requests: list[Request]) -> list[Translation]:
@@ -147,28 +117,26 @@ class Translator:
         plans = dict.fromkeys(r.plan for r in requests)
         for plan in plans:
             rows = [i for i, r in enumerate(requests) if r.plan == plan]
-            search = lambda reqs, align, p=plan.protect: self._search_requests(  # noqa: E731
+            one_round = lambda reqs, align, p=plan.protect: self._search_requests(  # noqa: E731
                 reqs, align, p
             )
-            done = run(self.stages(plan), [requests[i] for i in rows], search)
+            done = run(self._stages(plan), [requests[i] for i in rows], one_round)
             for i, t in zip(rows, done):
                 out[i] = t
         return out
 
-    def stages(self, plan: Plan) -> list[Stage]:
+    def _stages(self, plan: Plan) -> list[Stage]:
         """The steps around search `plan` names, outermost first (mt.decode.stages)."""
         beam = not (self.greedy or self.sampling is not None)
-        sampling = self.sampling is not None
-        constrain = can_constrain(self.greedy, sampling, self.alignment, self.cfg)
-        search = Search(self.tokenizer, self.cfg.nbest, constrain)
+        below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
         if plan.html:
-            return [html_stage(search, plan.protect)]
+            return [html_stage(below, plan.protect)]
         inner = [doubt_stage(beam, self.cfg.alpha)]
-        inner += [protect_stage(search)] if plan.protect else []
+        inner += [protect_stage(below)] if plan.protect else []
         if plan.pivot is not None:
             return [pivot_stage(self.targets, plan.pivot), *inner]
         steps = [recase_stage(self._cost)] if plan.recase else []
-        steps += [numbers_stage(self.tokenizer, constrain)] if plan.keep_numbers else []
+        steps += [numbers_stage(self.tokenizer, self.constrain)] if plan.keep_numbers else []
         if plan.split is not None:
             return [split_stage(plan.split, self.tokenizer, self.max_src), *steps, *inner]
         return steps + inner
@@ -240,7 +208,7 @@ class Translator:
             return None
         if self.greedy or self.sampling is not None:
             raise MtError("constraints need beam search: drop --greedy / --sample (or beam 1)")
-        if self.alignment or self.cfg.stop_early or self.cfg.no_repeat_ngram:
+        if not self.constrain:
             raise MtError(
                 "constraints cannot be combined with --alignment, --stop-early or --no-repeat-ngram"
             )
