@@ -13,6 +13,7 @@ from mt.decode.attention import (
     layer_label,
     translate_with_attention,
 )
+from mt.decode.requests import Plan, Request
 from mt.decode.translator import Translator
 from mt.tokenizer import BOS
 
@@ -40,7 +41,7 @@ def test_attention_json_holds_every_weight_and_the_translate_alignment(tiny_run)
     translator = Translator(
         loaded.model, loaded.tokenizer, loaded.cfg.decode, torch.device("cpu"), alignment=True
     )
-    best = translator.translate_lines([sentence])[0]
+    best = translator.translate([Request(sentence, plan=Plan(protect=False, recase=False))])[0]
     assert best.text == data["translation"]
     assert data["alignment"]["pairs"] == [
         [s, t] for t, s in enumerate(best.hypotheses[0].alignment)

@@ -2,7 +2,7 @@
 
 The model here is trained to write spans of its own (every target holds `%s`, `<b>...</b>`,
 `&amp;`, `{0}` and `$HOME`, which no source holds), so without protection its output is full
-of them; with protection (`mt.decode.bans`), every path keeps exactly the source's spans.
+of them; with protection (`mt.spans.bans`), every path keeps exactly the source's spans.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mt.checkpoint import load_model
-from mt.decode.bans import Bans, SpanRule, piece_texts, step_mask
 from mt.decode.constrained import constrained_beam_search
 from mt.decode.ensemble import Ensemble
-from mt.decode.protect import exact
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Sampling
 from mt.spans import WIDEST, find_spans
+from mt.spans.bans import Bans, SpanRule, piece_texts, step_mask
+from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
 from scripts.processes import start_server
 
@@ -321,8 +321,8 @@ def test_no_pattern_needs_a_longer_run_than_the_walk_keeps() -> None:
     from re import _constants as c
     from re import _parser as parse
 
-    from mt.decode.bans import RUN
     from mt.spans import PATTERNS
+    from mt.spans.bans import RUN
 
     def need(items) -> int:
         most, run, last = 0, 0, None

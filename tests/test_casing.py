@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from mt.decode.casing import case_back, case_of, usual_case
-from mt.decode.requests import Request
+from mt.decode.requests import Plan, Request
 from mt.decode.session import Session
-from mt.decode.stages import spelling_cost, text_steps
+from mt.decode.stages import spelling_cost
 
 
 def test_case_of_tells_shouting_and_titles_from_text():
@@ -51,11 +51,11 @@ def translator(tiny_run: Path):
 def test_capitals_are_translated_in_their_usual_case(translator):
     cost = spelling_cost(translator.tokenizer)
     lines = ["ZWEI HUNDE SPIELEN IM SCHNEE.", "Ein Mann Fährt Mit Dem Fahrrad", "Ein Hund rennt."]
-    got = text_steps(translator, recase=True)([Request(x) for x in lines])
+    got = translator.translate([Request(x, plan=Plan(recase=True)) for x in lines])
     usual = [usual_case(x, cost) for x in lines[:2]] + [lines[2]]
-    plain = translator.translate([Request(x) for x in usual])
+    plain = translator.translate([Request(x, plan=Plan(recase=False)) for x in usual])
     assert got[0].text == plain[0].text.upper()
     assert got[1].text == case_back(plain[1].text, "title")
     assert got[2].text == plain[2].text  # ordinary text untouched
-    off = text_steps(translator, recase=False)([Request(lines[0])])
-    assert off[0].text == translator.translate([Request(lines[0])])[0].text
+    off = translator.translate([Request(lines[0], plan=Plan(recase=False))])
+    assert off[0].text == translator.translate([Request(lines[0], plan=Plan(recase=False))])[0].text

@@ -28,6 +28,7 @@ from conftest import REPO, TIMES, reverse_task_config
 from mt.checkpoint import load_model
 from mt.config_file import load_config
 from mt.data.corpus import read_lines
+from mt.decode.requests import Plan, Request
 from mt.decode.translator import Translation, Translator
 from mt.train.trainer import Trainer
 from mt.train.update import Update
@@ -70,7 +71,7 @@ def translate(
         # CUDA decodes with runs the same search on the CPU here.
         model, cfg.dtype = copy.deepcopy(model).to(HALF[dtype]), "fp32"
     translator = Translator(model, loaded.tokenizer, cfg, torch.device(device))
-    out = translator.translate_lines(lines)
+    out = translator.translate([Request(x, plan=Plan(protect=False, recase=False)) for x in lines])
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())  # caller's, untouched
     return out, translator
 

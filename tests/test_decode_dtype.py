@@ -20,6 +20,7 @@ from conftest import run_in_process
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.decode.dtype import compute, decode_model
+from mt.decode.requests import Plan, Request
 from mt.decode.score import Scorer
 from mt.decode.session import DecodeOptions, Session
 from mt.decode.translator import Translator
@@ -45,7 +46,7 @@ def _translate(tiny_run: Path, lines: list[str], dtype: str):
     cfg.dtype, cfg.nbest = dtype, 1
     translator = Translator(loaded.model, loaded.tokenizer, cfg, CPU)
     seen, handle = _dtypes_seen(translator.model)
-    out = translator.translate_lines(lines)
+    out = translator.translate([Request(x, plan=Plan(protect=False, recase=False)) for x in lines])
     handle.remove()
     # The caller's model is the translator's, untouched: autocast casts, nothing is copied.
     assert translator.model is loaded.model

@@ -50,6 +50,7 @@ def test_language_pieces_are_reserved_and_text_cannot_make_them(multi_run: Path)
 
 
 def test_the_guard_keeps_every_piece_in_the_target_language(multi_run: Path):
+    from mt.decode.requests import Request
     from mt.decode.session import Session
 
     session = Session([multi_run / "best.pt"], "cpu")
@@ -58,7 +59,7 @@ def test_the_guard_keeps_every_piece_in_the_target_language(multi_run: Path):
         targets = session.targets(to)
         allowed = targets.of(to).guard
         assert allowed is not None and 0 < int(allowed.sum()) < allowed.numel()
-        for t in session.translator(targets=targets).translate_lines(lines):
+        for t in session.translator(targets=targets).translate([Request(x) for x in lines]):
             assert all(bool(allowed[i]) for i in t.hypotheses[0].tokens), (to, t.text)
     # Without the guard the search is free: at least as many pieces are reachable.
     free = session.targets("fr", target_vocab=False)
@@ -212,6 +213,7 @@ def test_output_language_is_identified_with_the_guard(multi_run, multi30k_dir):
     lingua = pytest.importorskip("lingua")
     import gzip
 
+    from mt.decode.requests import Plan, Request
     from mt.decode.session import Session
 
     de = gzip.open(multi30k_dir / "val.de.gz", "rt").read().splitlines()[:40]
@@ -222,7 +224,7 @@ def test_output_language_is_identified_with_the_guard(multi_run, multi30k_dir):
 
     def french_share(guard: bool) -> float:
         tr = session.translator(targets=session.targets("fr", "de", guard))
-        texts = [t.text for t in tr.translate_lines(de)]
+        texts = [t.text for t in tr.translate([Request(x, plan=Plan(recase=False)) for x in de])]
         found = detector.detect_languages_in_parallel_of(texts)
         return sum(1 for f in found if f is not None and f.iso_code_639_1.name == "FR") / 40
 

@@ -9,9 +9,8 @@ import pytest
 from conftest import run_in_process
 
 from mt.decode.numbers import digits, kept, kept_rate, missing, numbers
-from mt.decode.requests import Request
+from mt.decode.requests import Plan, Request
 from mt.decode.session import Session
-from mt.decode.stages import text_steps
 
 
 def test_numbers_compare_by_digits_across_separators():
@@ -43,9 +42,10 @@ LINES = [
 
 
 def test_the_guard_writes_lost_numbers(translator):
-    plain = translator.translate([Request(x) for x in LINES])
+    plain = translator.translate([Request(x, plan=Plan(recase=False)) for x in LINES])
     assert any(not kept(s, t.text) for s, t in zip(LINES, plain))  # the tiny model loses some
-    guarded = text_steps(translator, recase=False, keep_numbers=True)([Request(x) for x in LINES])
+    asked = [Request(x, plan=Plan(recase=False, keep_numbers=True)) for x in LINES]
+    guarded = translator.translate(asked)
     assert all(kept(s, t.text) for s, t in zip(LINES, guarded)), [t.text for t in guarded]
     assert guarded[3].text == plain[3].text  # a line without numbers is not searched again
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import reverse_task_config
 
-from mt.decode.protect import Placeholders, mask, restore
 from mt.spans import find_spans, mask_pair
+from mt.spans.placeholders import Placeholders, mask, restore
 
 KEPT = [
     ("Delete %s?", ["%s"]),
@@ -181,8 +181,8 @@ def test_any_alignment_gives_well_formed_output_with_every_tag(fragment: str) ->
     import random
     import re
 
-    from mt.decode.markup import html_unit, parse_fragment
-    from mt.decode.place import assemble, lift
+    from mt.spans.markup import html_unit, parse_fragment
+    from mt.spans.place import assemble, lift
 
     unit = html_unit(parse_fragment(fragment, "test"), protect=True)
     lifted = lift(unit.text, unit.atoms)
@@ -200,8 +200,8 @@ def test_any_alignment_gives_well_formed_output_with_every_tag(fragment: str) ->
 
 
 def test_tags_follow_the_links() -> None:
-    from mt.decode.markup import html_unit, parse_fragment
-    from mt.decode.place import assemble, lift
+    from mt.spans.markup import html_unit, parse_fragment
+    from mt.spans.place import assemble, lift
 
     unit = html_unit(parse_fragment("Ein <b>roter</b> Ball, %s.", "test"), protect=True)
     lifted = lift(unit.text, unit.atoms)

@@ -11,10 +11,10 @@ import torch
 
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
-from mt.decode.markup import parse_fragment
-from mt.decode.requests import Request
+from mt.decode.requests import Plan, Request
 from mt.decode.translator import Translator
 from mt.errors import MtError
+from mt.spans.markup import parse_fragment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,10 @@ def test_no_protect_is_the_unprotected_path(tiny_run, mt_cli, injected, tmp_path
     off = mt_cli("translate", tiny_run / "best.pt", "-i", src, "--no-protect", "--device", "cpu")
     loaded = load_model(tiny_run / "best.pt")
     tr = Translator(loaded.model, loaded.tokenizer, loaded.cfg.decode, torch.device("cpu"))
-    today = [t.text for t in tr.translate_requests([Request(x) for x in lines])]
+    today = [
+        t.text
+        for t in tr.translate([Request(x, plan=Plan(protect=False, recase=False)) for x in lines])
+    ]
     assert off.rc == 0 and off.out == "".join(x + "\n" for x in today)
     # Clean lines: --protect changes nothing.
     clean = tmp_path / "clean.de"

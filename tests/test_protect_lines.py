@@ -55,16 +55,16 @@ def test_elements_without_words_translate(tiny_run, tmp_path, capsys, monkeypatc
 
 
 def _fail_on(monkeypatch, word: str) -> None:
-    """Translator.translate_requests raising for any batch holding `word`: a bug that one
-    line triggers inside the real search path."""
-    real = Translator.translate_requests
+    """Translator._search_requests (each round of search) raising for any batch holding
+    `word`: a bug that one line triggers inside the real search path."""
+    real = Translator._search_requests
 
-    def flaky(self, requests, alignment=None):
+    def flaky(self, requests, alignment, protect):
         if any(word in r.src for r in requests):
             raise RuntimeError(f"cannot handle {word}")
-        return real(self, requests, alignment)
+        return real(self, requests, alignment, protect)
 
-    monkeypatch.setattr(Translator, "translate_requests", flaky)
+    monkeypatch.setattr(Translator, "_search_requests", flaky)
 
 
 @pytest.mark.parametrize("fmt", ["text", "html"])

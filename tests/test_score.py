@@ -68,6 +68,7 @@ def test_score_ids_equal_beam_scores_unrounded(tiny_run, flickr):
     """In process: the same token ids give the search's unrounded score; text that tokenizes
     back to the search's ids gives it too."""
     from mt.checkpoint import load_model
+    from mt.decode.requests import Plan, Request
     from mt.decode.score import Scorer
     from mt.decode.translator import Translator
 
@@ -76,7 +77,9 @@ def test_score_ids_equal_beam_scores_unrounded(tiny_run, flickr):
     dcfg.nbest = 2
     lines = flickr[0].read_text(encoding="utf-8").splitlines()
     translator = Translator(loaded.model, loaded.tokenizer, dcfg, torch.device("cpu"))
-    translations = translator.translate_lines(lines)
+    translations = translator.translate(
+        [Request(x, plan=Plan(protect=False, recase=False)) for x in lines]
+    )
     src_ids = loaded.tokenizer.encode_src(lines)
     rows = [
         (i, h, text) for i, t in enumerate(translations) for h, text in zip(t.hypotheses, t.texts)

@@ -8,8 +8,8 @@ import pytest
 from conftest import run_in_process
 
 from mt.data.corpus import read_lines
-from mt.decode.requests import Request
-from mt.decode.sentences import fit, line_split, split_sentences, translate_split
+from mt.decode.requests import Plan, Request
+from mt.decode.sentences import fit, line_split, split_sentences
 from mt.decode.session import Session
 
 
@@ -56,7 +56,7 @@ def test_fit_cuts_long_sentences_into_pieces_that_fit():
 def test_paragraph_translation_is_its_sentences_joined(translator, test_de):
     paras = paragraphs(test_de[:40])
     lines = ["", paras[0], " " + paras[1] + "  ", *paras[2:]]
-    got = list(translate_split(translator, [Request(x) for x in lines], "de"))
+    got = translator.translate([Request(x, plan=Plan(split="de")) for x in lines])
     assert len(got) == len(lines)
     assert got[0].text == "" and not got[0].hypotheses
     for line, t in zip(lines[1:], got[1:]):
@@ -70,7 +70,7 @@ def test_paragraph_translation_is_its_sentences_joined(translator, test_de):
 
 def test_a_prefix_keeps_the_line_whole(translator, test_de):
     line = " ".join(test_de[:3])
-    [t] = translate_split(translator, [Request(line, prefix="A")], "de")
+    [t] = translator.translate([Request(line, prefix="A", plan=Plan(split="de"))])
     [whole] = translator.translate([Request(line, prefix="A")])
     assert t.text == whole.text
 
@@ -80,7 +80,7 @@ def test_a_sentence_over_the_source_limit_is_split_not_cut(translator, test_de):
     size = len(translator.tokenizer.encode_src([words])[0])
     assert size > translator.max_src
     before = translator.truncated
-    [t] = translate_split(translator, [Request(words)], "de")
+    [t] = translator.translate([Request(words, plan=Plan(split="de"))])
     assert translator.truncated == before and t.text
     split = line_split(words, "de", lambda s: len(translator.tokenizer.encode_src([s])[0]), 200)
     assert len(split.sentences) >= size // 200

@@ -87,7 +87,7 @@ def test_metrics_count_doubtful_translations(server):
 
 
 def test_libretranslate_html_and_alternatives(server):
-    from mt.decode.markup import parse_fragment
+    from mt.spans.markup import parse_fragment
 
     fragment = '<p>Ein Mann <b>fährt</b> <a href="https://example.com/x">Fahrrad</a>.</p>'
     r = post(

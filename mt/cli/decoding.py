@@ -114,10 +114,10 @@ def translate(
     Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
     share of --input's chunks and OUT is the one-process output, in order."""
     from mt.decode.doubt import DoubtCount
-    from mt.decode.requests import read_requests
+    from mt.decode.pivot import check_pivot
+    from mt.decode.requests import Plan, read_requests
     from mt.decode.session import DecodeOptions
-    from mt.decode.stages import text_steps
-    from mt.decode.translator import write_translations
+    from mt.decode.translator import translate_stream, write_translations
 
     use_threads("translate", threads)
     if input is not None and not input.is_file():
@@ -151,37 +151,30 @@ def translate(
     session = open_session(checkpoints, device, dtype)
     targets = session.targets(to, from_, target_vocab)
     translator = session.translator(
-        options, alignment, with_scores=output_format == "jsonl", protect=protect, targets=targets
+        options, alignment, with_scores=output_format == "jsonl", targets=targets
+    )
+    if pivot is not None and input_format != "html":
+        check_pivot(targets, pivot)
+    plan = Plan(
+        protect=protect,
+        recase=recase,
+        keep_numbers=keep_numbers,
+        html=input_format == "html",
+        pivot=pivot,
+        split=(from_ or session.source_language()) if split_sentences else None,
     )
     name = str(input) if input is not None else "<stdin>"
     failures: list[int] = []
     doubts = DoubtCount()
-    steps = text_steps(translator, recase, keep_numbers)
 
     def failed(line: int, error: str) -> None:
         failures.append(line)
         typer.echo(f"{name}:{line}: could not translate this line ({error})", err=True)
 
     def work(lines, out, first: int = 0) -> None:
-        if input_format == "html":
-            from mt.decode.markup import translate_html
-
-            translations = translate_html(translator, lines, name)
-        else:
-            requests = read_requests(lines, input_format, name, first)
-            if pivot is not None:
-                from mt.decode.pivot import translate_via
-
-                translations = translate_via(translator, requests, pivot)
-            elif split_sentences:
-                from mt.decode.sentences import translate_split
-
-                lang = from_ or session.source_language()
-                translations = translate_split(translator, requests, lang, steps)
-            else:
-                translations = translator.translate_stream(requests, steps)
+        requests = read_requests(lines, input_format, name, first, plan)
         write_translations(
-            doubts.watch(translations),
+            doubts.watch(translate_stream(translator, requests)),
             out,
             nbest=translator.cfg.nbest,
             alignment=alignment,
@@ -267,8 +260,9 @@ def evaluate(
     from mt.data.corpus import read_lines
     from mt.decode.doubt import DoubtCount, flags
     from mt.decode.numbers import kept_rate
+    from mt.decode.requests import Plan
     from mt.decode.session import DecodeOptions
-    from mt.decode.stages import text_steps
+    from mt.decode.translator import translate_stream
     from mt.metrics import format_scores, score
 
     use_threads("eval", threads)
@@ -302,16 +296,10 @@ def evaluate(
         )
         session = open_session(checkpoints, device, dtype)
         targets = session.targets(to, from_, target_vocab)
-        translator = session.translator(options, protect=protect, targets=targets)
-        steps = text_steps(translator, recase, keep_numbers)
-        if split_sentences:
-            from mt.decode.requests import Request
-            from mt.decode.sentences import translate_split
-
-            lang = from_ or session.source_language()
-            done = translate_split(translator, [Request(x) for x in sources], lang, steps)
-        else:
-            done = translator.translate_stream(sources, steps)
+        translator = session.translator(options, targets=targets)
+        split = (from_ or session.source_language()) if split_sentences else None
+        plan = Plan(protect=protect, recase=recase, keep_numbers=keep_numbers, split=split)
+        done = translate_stream(translator, sources, plan)
         hyps, where = [t.text for t in doubts.watch(done)], src
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")

@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from mt.decode.requests import Request
-from mt.decode.translator import Translation
+from mt.decode.stages import Ask, Rounds, Stage
 
 MIN_LETTERS = 6
 MIN_TITLE_WORDS = 4
@@ -79,24 +79,22 @@ def case_back(text: str, case: str) -> str:
     return text
 
 
-def recased(
-    translate: Callable[[list[Request]], list[Translation]], cost: Callable[[str], Any]
-) -> Callable[[list[Request]], list[Translation]]:
-    """`translate` with ALL-CAPS and Title Case requests translated in their usual case and
-    cased back; `cost(word)` ranks a word's spellings (mt.decode.stages: the source
-    tokenizer's pieces)."""
+def recase_stage(cost: Callable[[str], Any]) -> Stage:
+    """The stage (mt.decode.stages): ALL-CAPS and Title Case requests translated in their
+    usual case and cased back; `cost(word)` ranks a word's spellings
+    (mt.decode.stages.spelling_cost: the source tokenizer's pieces)."""
 
-    def run(requests: list[Request]) -> list[Translation]:
+    def rounds(requests: list[Request]) -> Rounds:
         cases = [case_of(r.src) if not (r.prefix or r.constraints) else "usual" for r in requests]
         asked = [
             r if c == "usual" else replace(r, src=usual_case(r.src, cost, c == "title"))
             for r, c in zip(requests, cases)
         ]
-        out = translate(asked)
+        out = yield Ask(asked)
         for t, c in zip(out, cases):
             if c != "usual" and not t.error:
                 t.text = case_back(t.text, c)
                 t.texts = [case_back(x, c) for x in t.texts]
         return out
 
-    return run
+    return rounds

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from mt.decode.bans import Bans, apply_mask, step_mask
 from mt.decode.search import Beams, continuing, only_eos
 from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
+from mt.spans.bans import Bans, apply_mask, step_mask
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
 NEG = float("-inf")
@@ -157,7 +157,7 @@ def constrained_beam_search(
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
     (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
-    `bans` (`mt.decode.bans`) but those of the phrases.
+    `bans` (`mt.spans.bans`) but those of the phrases.
 
     Scores are `beam_search`'s (log-probability including EOS over the GNMT length penalty).
     Candidates per step are fairseq's: the sentence's best 2*beam continuations, each

@@ -30,6 +30,8 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from mt.decode.requests import Request
+from mt.decode.stages import Ask, Rounds, Stage
 from mt.decode.steps import length_penalty
 
 SHORT = 0.5
@@ -132,3 +134,19 @@ class DoubtCount:
 
     def as_dict(self) -> dict[str, Any]:
         return {"lines": self.lines, "flagged": self.flagged, **self.by_flag}
+
+
+def doubt_stage(beam: bool, alpha: float) -> Stage:
+    """The stage (mt.decode.stages) that marks each translation with its confidence and
+    doubts; `beam` and `alpha` say how the search scored it (greedy/sampling: a plain sum)."""
+
+    def rounds(requests: list[Request]) -> Rounds:
+        out = yield Ask(requests)
+        for r, t in zip(requests, out):
+            if t.hypotheses:
+                best = t.hypotheses[0]
+                t.confidence = confidence(len(best.tokens), best.score, beam, alpha)
+            t.flags = flags(r.src, t.text) if not t.error else []
+        return out
+
+    return rounds

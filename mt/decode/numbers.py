@@ -5,9 +5,9 @@ translation's numbers more than its words. Separators may change with the langua
 -> `2,500`, `3,5` -> `3.5`), so numbers are compared by their digits: `2.500` and `2,500`
 are one number, `2500`.
 
-`kept(src, out)` is the check (`mt eval --check-numbers` reports its rate); `guarded` is the
-guard: a line whose translation lost a number of its source is translated again with each of
-its numbers as a placeholder word, through the protection machinery (mt.decode.protect:
+`kept(src, out)` is the check (`mt eval --check-numbers` reports its rate); `numbers_stage`
+is the guard: a line whose translation lost a number of its source is translated again with each of
+its numbers as a placeholder word, through the protection machinery (mt.spans.placeholders:
 `Z00`-style placeholders, all of one length, constraints of the beam search where it can
 take them), and each placeholder is replaced by its number as the source wrote it, exactly
 once; one the model never wrote is appended at the end. Only the lines that lost a number pay
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
 
 from mt.decode.doubt import flags
-from mt.decode.protect import can_constrain, mask, masked_request, placeholders_for, restore
+from mt.decode.protect import masked_request
 from mt.decode.requests import Request
-from mt.decode.translator import Translation, Translator, isolated
+from mt.decode.stages import Ask, Rounds, Stage
 from mt.spans import Span
+from mt.spans.placeholders import mask, placeholders_for, restore
+from mt.tokenizer import Tokenizer
 
 # Digits, with `.`, `,`, `:`, thin or no-break spaces between groups (`2.500`, `3,5`,
 # `10 000`, a time `14:35`): one number, so a time is put back whole.
@@ -67,15 +68,14 @@ def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
     return {"lines": len(pairs), "kept": round(100 * rate, 2)}
 
 
-def guarded(translator: Translator) -> Callable[[list[Request]], list[Translation]]:
-    """`translator.translate`, with the lines that lost a number translated again with their
-    numbers as placeholders, put back as written (a request with a prefix or constraints of
-    its own is left as it is)."""
-    ph = placeholders_for(translator.tokenizer)
-    constrain = can_constrain(translator)
+def numbers_stage(tokenizer: Tokenizer, constrain: bool) -> Stage:
+    """The guard, as a stage (mt.decode.stages): the lines that lost a number translated
+    again with their numbers as placeholders, put back as written (a request with a prefix
+    or constraints of its own is left as it is); `constrain`: the search takes constraints."""
+    ph = placeholders_for(tokenizer)
 
-    def translate(requests: list[Request]) -> list[Translation]:
-        out = translator.translate(requests)
+    def rounds(requests: list[Request]) -> Rounds:
+        out = yield Ask(requests)
         retry = [
             i
             for i, (r, t) in enumerate(zip(requests, out))
@@ -87,7 +87,7 @@ def guarded(translator: Translator) -> Callable[[list[Request]], list[Translatio
             spans = [Span(m.start(), m.end(), "number", m.group()) for m in NUMBER.finditer(src)]
             masks[i] = mask(src, ph, spans)
         again = [masked_request(requests[i], m, constrain) for i, m in masks.items() if m]
-        second = isolated(translator.translate, again) if again else []
+        second = (yield Ask(again, isolate=True)) if again else []
         for (i, m), t in zip(((i, m) for i, m in masks.items() if m), second):
             if t.error:
                 continue
@@ -97,4 +97,4 @@ def guarded(translator: Translator) -> Callable[[list[Request]], list[Translatio
             out[i] = t
         return out
 
-    return translate
+    return rounds

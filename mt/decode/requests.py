@@ -9,13 +9,28 @@ skipped or guessed line, because a skipped line would shift every later output l
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mt.decode.steps import Hypothesis
 from mt.errors import MtError
 
 KEYS = ("src", "prefix", "constraints", "format", "to", "from")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The steps around search a request takes (mt.decode.stages), chosen by the caller as
+    `mt translate`'s flags choose them; the defaults are the CLI's. A plan names no
+    translator: each step works on requests and translations only."""
+
+    protect: bool = True  # spans (placeholders, tags, URLs) kept as written: mt.decode.protect
+    recase: bool = True  # ALL-CAPS and Title Case lines in their usual case: mt.decode.casing
+    keep_numbers: bool = False  # a line that lost a number again, numbers masked: .numbers
+    html: bool = False  # the source is an HTML fragment: mt.decode.html
+    pivot: str | None = None  # through this language (a multilingual model): mt.decode.pivot
+    split: str | None = None  # sentence by sentence, the source in this language: .sentences
 
 
 @dataclass
@@ -28,6 +43,32 @@ class Request:
     to: str | None = None  # target language (a multilingual model; None: the translator's)
     frm: str | None = None  # source language, checked against the model's ("from" in JSON)
     where: str = ""  # `file:line` (or `items[i]`) of a JSON request: its language errors name it
+    plan: Plan = Plan()  # the steps around search (mt.decode.stages)
+
+
+@dataclass
+class Translation:
+    text: str
+    hypotheses: list[Hypothesis]  # best first; empty for an empty input line
+    texts: list[str]  # detokenized text of each hypothesis
+    pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
+    error: str = ""  # why this line could not be translated (its output is then empty)
+    confidence: float | None = None  # log-probability per token (mt.decode.doubt)
+    flags: list[str] = field(default_factory=list)  # doubts: copy, loop, short, long
+
+
+def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
+    """`translate(items)`; when it fails for a reason no check foresaw (a bug), each item is
+    tried alone, so one bad line costs its own output only: it comes back empty with its
+    `error`, and every other line is translated. A user's error (MtError) still ends the run."""
+    try:
+        return translate(items)
+    except MtError:
+        raise
+    except Exception as err:  # noqa: BLE001 - kept with the line that caused it
+        if len(items) == 1:
+            return [Translation("", [], [], error=f"{type(err).__name__}: {err}")]
+    return [t for item in items for t in isolated(translate, [item])]
 
 
 def parse_jsonl_line(line: str, where: str) -> Request:
@@ -71,19 +112,27 @@ def request_from_object(obj: Any, where: str) -> Request:
     return Request(src, prefix.strip(), phrases, tuple(fmt), to=to, frm=frm, where=where)
 
 
-def read_requests(lines: Iterable[str], fmt: str, name: str, first: int = 0) -> Iterator[Request]:
-    """Requests from text lines (`fmt` text: each line is the source), JSON lines, or the
-    messages of a gettext catalogue (`po`: each msgid, with its format flags); `first` is the
-    0-based number of the first line, for error messages."""
+def read_requests(
+    lines: Iterable[str], fmt: str, name: str, first: int = 0, plan: Plan | None = None
+) -> Iterator[Request]:
+    """Requests from text lines (`fmt` text: each line is the source; html: each line is a
+    fragment), JSON lines, or the messages of a gettext catalogue (`po`: each msgid, with its
+    format flags), each with `plan` (default: the CLI's); `first` is the 0-based number of
+    the first line, for error messages."""
+    plan = plan or Plan()
     if fmt == "po":
-        yield from po_requests("".join(lines), name)
+        for r in po_requests("".join(lines), name):
+            yield replace(r, plan=plan)
         return
     for i, line in enumerate(lines, first + 1):
         if fmt == "jsonl":
             stripped = line.strip()
-            yield parse_jsonl_line(stripped, f"{name}:{i}") if stripped else Request("")
+            r = parse_jsonl_line(stripped, f"{name}:{i}") if stripped else Request("")
+            yield replace(r, plan=plan)
+        elif fmt == "html":
+            yield Request(line.rstrip("\r\n"), where=f"{name}:{i}", plan=plan)
         else:
-            yield Request(line.rstrip("\r\n"))
+            yield Request(line.rstrip("\r\n"), plan=plan)
 
 
 def po_requests(text: str, name: str) -> Iterator[Request]:

@@ -29,13 +29,13 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.data.corpus import line_chunks
 from mt.decode.dtype import compute, decode_model
-from mt.decode.protect import placeholders_for
 from mt.decode.steps import length_penalty
 from mt.decode.target import Target, model_for
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.spans import mask_pair
+from mt.spans.placeholders import placeholders_for
 from mt.tokenizer import BOS, EOS, Tokenizer
 
 EOS_PIECE = "</s>"

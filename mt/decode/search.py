@@ -13,7 +13,6 @@ from collections.abc import Sequence, Sized
 
 import torch
 
-from mt.decode.bans import Bans, step_mask
 from mt.decode.steps import (
     Hypothesis,
     Sampling,
@@ -26,6 +25,7 @@ from mt.decode.steps import (
     top_tokens,
 )
 from mt.model import Transformer
+from mt.spans.bans import Bans, step_mask
 from mt.tokenizer import BOS, EOS
 
 
@@ -46,7 +46,7 @@ def greedy_search(
     `with_scores` the scores are NaN and each step skips the log-normaliser, a pass with an
     exp over every (row, vocabulary) entry that only the score needs (translation output is
     the tokens). `prefixes[i]` (target ids) is forced as the start of output i; `bans`
-    (`mt.decode.bans`) are tokens it may not write."""
+    (`mt.spans.bans`) are tokens it may not write."""
     B, dev = src.size(0), src.device
     prefix = prefix_tensor(prefixes, B, dev)
     limit = output_limits(src, prefix, max_len_a, max_len_b, model.cfg.max_positions)
@@ -258,7 +258,7 @@ def beam_search(
 
     `prefixes[i]` (target ids) is forced as the start of every hypothesis of sentence i, with
     its log-probability in the score; `no_repeat_ngram` N > 0 bans any n-gram of N tokens from
-    occurring twice in a hypothesis; `bans` (`mt.decode.bans`) are tokens it may not write.
+    occurring twice in a hypothesis; `bans` (`mt.spans.bans`) are tokens it may not write.
     """
     B, K, dev = src.size(0), beam, src.device
     prefix = prefix_tensor(prefixes, B, dev)

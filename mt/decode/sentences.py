@@ -18,15 +18,15 @@ A request with a prefix or constraints is not split: both speak of the whole lin
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from mt.decode.doubt import flags
-from mt.decode.requests import Request
+from mt.decode.requests import Request, Translation
+from mt.decode.stages import Ask, Rounds, Stage
 from mt.decode.steps import Hypothesis
-from mt.decode.translator import Translation, Translator, isolated
+from mt.tokenizer import Tokenizer
 
 _CLAUSE = re.compile(r"(?<=[,;:])\s+")
 _SPACE = re.compile(r"\s+")
@@ -143,11 +143,11 @@ def join_translations(split: Split, parts: list[Translation]) -> Translation:
     return out
 
 
-def source_size(translator: Translator) -> tuple[Callable[[str], int], int]:
-    """How `fit` measures a sentence for this translator's model, and the limit: tokens,
-    bounded from above by UTF-8 bytes, so most sentences skip the extra encoding."""
-    limit = translator.max_src - 3  # EOS and a multilingual model's target-language mark
-    tokenizer = translator.tokenizer
+def source_size(tokenizer: Tokenizer, max_src: int) -> tuple[Callable[[str], int], int]:
+    """How `fit` measures a sentence for a model reading at most `max_src` tokens, and the
+    limit: tokens, bounded from above by UTF-8 bytes, so most sentences skip the extra
+    encoding."""
+    limit = max_src - 3  # EOS and a multilingual model's target-language mark
 
     def size(text: str) -> int:
         n = len(text.encode("utf-8"))
@@ -189,21 +189,15 @@ def gather(
     return out
 
 
-def translate_split(
-    translator: Translator,
-    requests: Iterable[Request],
-    lang: str,
-    translate: Callable[[list[Request]], list[Translation]] | None = None,
-) -> Iterator[Translation]:
-    """Each request's line translated sentence by sentence (source language `lang`), buffer by
-    buffer, one translation per request in input order; `translate` stands for
-    `translator.translate` (the number guard wraps it: mt.decode.numbers)."""
-    size, limit = source_size(translator)
-    it = iter(requests)
-    while True:
-        chunk = list(itertools.islice(it, translator.cfg.buffer_lines))
-        if not chunk:
-            return
-        splits, flat = expand(chunk, lang, size, limit)
-        done = isolated(translate or translator.translate, flat) if flat else []
-        yield from gather(chunk, splits, done)
+def split_stage(lang: str, tokenizer: Tokenizer, max_src: int) -> Stage:
+    """The stage (mt.decode.stages): each request's line translated sentence by sentence
+    (source language: its `frm`, else `lang`), one translation per request; the sentences of
+    all the requests go down together, so they share batches."""
+    size, limit = source_size(tokenizer, max_src)
+
+    def rounds(requests: list[Request]) -> Rounds:
+        splits, flat = expand(requests, lang, size, limit)
+        done = (yield Ask(flat, isolate=True)) if flat else []
+        return gather(requests, splits, done)
+
+    return rounds

@@ -14,6 +14,9 @@ thing everywhere:
   (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
   `options.beam` for the server). The checkpoint's config is never written to.
 - `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
+  A translator has one method, `translate(requests)`; each `Request` carries the `Plan` of
+  steps around search it takes (protection, capitals, numbers, HTML, pivot, sentences), and
+  `mt.decode.translator.translate_stream` feeds it an endless input buffer by buffer.
 
 An ensemble is a model like any other here: translate (greedy, beam, n-best, prefixes,
 constraints, sampling), score and int8 work on it; attention and vectors, which show one
@@ -31,7 +34,6 @@ from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import DecodeConfig, to_dict
 from mt.config_rules import validate_decode
 from mt.decode.ensemble import Ensemble
-from mt.decode.protect import translate_protected
 from mt.decode.score import Scorer
 from mt.decode.target import Targets
 from mt.decode.translator import Translator
@@ -178,12 +180,11 @@ class Session:
         options: DecodeOptions | None = None,
         alignment: bool = False,
         with_scores: bool = False,
-        protect: bool = True,
         targets: Targets | None = None,
     ) -> Translator:
         """A Translator with these options; `alignment` and `with_scores` shape its output,
-        `protect` keeps placeholders, tags, URLs... exactly as written (mt/spans.py);
-        `targets` (from `targets()`) says which language to write."""
+        `targets` (from `targets()`) says which language to write. What happens around
+        search (protection, capitals, HTML...) is each request's `Plan`."""
         dcfg = self.decode_config(options)
         targets = targets or self.targets()
         try:
@@ -194,8 +195,6 @@ class Session:
                 self.device,
                 alignment,
                 with_scores,
-                protect,
-                translate_protected if protect else None,
                 targets,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do

@@ -1,21 +1,67 @@
-"""The steps around search that a request's text may need, put together in one order.
+"""The steps around search, and the one loop that runs them.
 
-Capitals outermost (mt.decode.casing: the guard and the search see the line in its usual
-case), then the number guard (mt.decode.numbers), then the translator's own `translate`
-(protection, doubt flags). Sentence splitting (mt.decode.sentences) takes the result as its
-`translate`, so each sentence of a paragraph is recased and guarded on its own.
+A stage is a generator function of the requests it is given: it rewrites them, `yield`s an
+`Ask` (the requests it wants translated by the stages below it, and finally by search), is sent
+back their translations, may ask again (the number guard retries, the pivot asks twice), and
+returns one translation per request it was given. So a stage never holds the translator, nor
+calls into it: `run` passes the rounds down, and the translator (mt.decode.translator) picks
+the stages a request's `Plan` names. Which stage does what:
+
+- mt.decode.sentences: a paragraph sentence by sentence (outermost: each sentence recased and
+  guarded on its own);
+- mt.decode.casing: ALL-CAPS and Title Case lines translated in their usual case;
+- mt.decode.numbers: a line that lost a number translated again, its numbers masked;
+- mt.decode.pivot: src -> pivot -> target with one multilingual model;
+- mt.decode.doubt (`doubt_stage`): confidence and doubt flags of each translation;
+- mt.decode.protect: spans kept exactly as written (innermost: it asks for plain search,
+  search with alignments, or search allowed the source's own spans);
+- mt.decode.html: an HTML fragment's text translated, its tags put back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from functools import lru_cache
 
-from mt.decode.casing import recased
-from mt.decode.numbers import guarded
-from mt.decode.requests import Request
-from mt.decode.translator import Translation, Translator
+from mt.decode.requests import Request, Translation, isolated
 from mt.tokenizer import Tokenizer
+
+Translate = Callable[[list[Request]], list[Translation]]
+Search = Callable[[list[Request], bool], list[Translation]]  # requests, alignment
+
+
+@dataclass
+class Ask:
+    """One round a stage asks for: `requests` through the stages below it."""
+
+    requests: list[Request]
+    alignment: bool = False  # straight to search, with alignments (placing spans needs them)
+    isolate: bool = False  # a bug in one request costs its own output only (`isolated`)
+
+
+Rounds = Generator[Ask, list[Translation], list[Translation]]
+Stage = Callable[[list[Request]], Rounds]
+
+
+def run(stages: list[Stage], requests: list[Request], search: Search) -> list[Translation]:
+    """`requests` through `stages` (outermost first), each round down to `search`."""
+    if not stages:
+        return search(requests, False)
+    rounds = stages[0](requests)
+    below: Translate = lambda xs: run(stages[1:], xs, search)  # noqa: E731
+    try:
+        ask = next(rounds)
+        while True:
+            if ask.alignment:
+                done = search(ask.requests, True)
+            elif ask.isolate:
+                done = isolated(below, ask.requests) if ask.requests else []
+            else:
+                done = below(ask.requests)
+            ask = rounds.send(done)
+    except StopIteration as stop:
+        return stop.value
 
 
 def spelling_cost(tokenizer: Tokenizer) -> Callable[[str], tuple[int, float]]:
@@ -31,13 +77,3 @@ def spelling_cost(tokenizer: Tokenizer) -> Callable[[str], tuple[int, float]]:
         return len(ids), -sum(sp.get_score(i) for i in ids)
 
     return cost
-
-
-def text_steps(
-    translator: Translator, recase: bool = True, keep_numbers: bool = False
-) -> Callable[[list[Request]], list[Translation]]:
-    """`translator.translate` with the chosen steps around it."""
-    translate = guarded(translator) if keep_numbers else translator.translate
-    if recase:
-        translate = recased(translate, spelling_cost(translator.tokenizer))
-    return translate

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mt.decode.bans import apply_mask
 from mt.model import DecoderState, Transformer
+from mt.spans.bans import apply_mask
 from mt.tokenizer import BOS, EOS, PAD
 
 
@@ -119,7 +119,7 @@ def top_tokens(
     results are None and the log-softmax pass (an exp per row and vocabulary entry) is skipped.
 
     `banned` (N, W) token ids are excluded (no-repeat-ngram; PAD entries ban nothing new), and
-    so are the tokens of `mask` ((V,) or (N, V) bool, `mt.decode.bans.step_mask`).
+    so are the tokens of `mask` ((V,) or (N, V) bool, `mt.spans.bans.step_mask`).
     A row with `forced` >= 0 (a target prefix) gets that token as its only candidate, with its
     real log-probability, whatever the bans say.
 

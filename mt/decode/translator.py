@@ -1,9 +1,12 @@
-"""Raw text in, translations out: batching by length, restoring input order, streaming.
+"""Requests in, translations out: the one door to search, `Translator.translate(requests)`.
 
-Input is read `buffer_lines` at a time, so memory stays bounded on any input size; within a
-buffer, sentences are sorted by length and cut into token-budget batches (little padding), then
-written back in input order. Every input line yields exactly one output line (`nbest` lines with
---nbest); an empty line yields an empty line without running the model.
+Each request's `Plan` (mt.decode.requests) names the steps around search it takes (protection,
+capitals, numbers, pivot, sentences, HTML: mt.decode.stages); `translate` runs them, and their
+rounds of search come back here, where sentences are sorted by length and cut into token-budget
+batches (little padding), then put back in input order. `translate_stream` feeds an endless
+input `buffer_lines` at a time, so memory stays bounded on any input size. Every input line
+yields exactly one output line (`nbest` lines with --nbest); an empty line yields an empty
+line without running the model.
 """
 
 from __future__ import annotations
@@ -13,49 +16,30 @@ import itertools
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
-from mt.decode.bans import Bans, SpanRule
-from mt.decode.constrained import constrained_beam_search, phrase_ids
-from mt.decode.doubt import confidence, flags
+from mt.decode.casing import recase_stage
+from mt.decode.constrained import phrase_ids
+from mt.decode.dispatch import is_greedy, search
+from mt.decode.doubt import doubt_stage
 from mt.decode.dtype import compute, decode_model
-from mt.decode.requests import Request, translation_record
-from mt.decode.search import beam_search, greedy_search
+from mt.decode.html import html_stage
+from mt.decode.numbers import numbers_stage
+from mt.decode.pivot import pivot_stage
+from mt.decode.protect import Search, can_constrain, protect_stage
+from mt.decode.requests import Plan, Request, Translation, isolated, translation_record
+from mt.decode.sentences import split_stage
+from mt.decode.stages import Stage, run, spelling_cost
 from mt.decode.steps import Hypothesis, Sampling
 from mt.decode.target import Target, Targets, model_for, strip_mark
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
+from mt.spans.bans import Bans, SpanRule
 from mt.tokenizer import EOS, Tokenizer
-
-
-@dataclass
-class Translation:
-    text: str
-    hypotheses: list[Hypothesis]  # best first; empty for an empty input line
-    texts: list[str]  # detokenized text of each hypothesis
-    pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
-    error: str = ""  # why this line could not be translated (its output is then empty)
-    confidence: float | None = None  # log-probability per token (mt.decode.doubt)
-    flags: list[str] = field(default_factory=list)  # doubts: copy, loop, short, long
-
-
-def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
-    """`translate(items)`; when it fails for a reason no check foresaw (a bug), each item is
-    tried alone, so one bad line costs its own output only: it comes back empty with its
-    `error`, and every other line is translated. A user's error (MtError) still ends the run."""
-    try:
-        return translate(items)
-    except MtError:
-        raise
-    except Exception as err:  # noqa: BLE001 - kept with the line that caused it
-        if len(items) == 1:
-            return [Translation("", [], [], error=f"{type(err).__name__}: {err}")]
-    return [t for item in items for t in isolated(translate, [item])]
 
 
 class Translator:
@@ -67,8 +51,6 @@ class Translator:
         device: torch.device,
         alignment: bool = False,
         with_scores: bool = False,
-        protect: bool = False,
-        around: Callable[[Translator, list[Request]], list[Translation]] | None = None,
         targets: Targets | None = None,
     ) -> None:
         # decode.dtype and int8 (mt.decode.dtype): a copy of the model or a context around
@@ -78,7 +60,7 @@ class Translator:
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
-        self.greedy = cfg.greedy or cfg.beam == 1 and cfg.nbest == 1
+        self.greedy = is_greedy(cfg)
         self.alignment = alignment
         # decode.sample: draw instead of search (one output per line), seeded on the device
         # the draws happen on, so the same input and batch settings give the same output.
@@ -95,14 +77,15 @@ class Translator:
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
-        # Protection: search writes no span of its own (mt.decode.bans), and `around` (the
-        # steps around search, mt.decode.protect.translate_protected) lifts out and puts back
-        # the source's. They wrap this class from outside: it never imports them.
-        self.protect = protect
-        self.bans = Bans(spans=SpanRule(tokenizer, device)) if protect else None
-        self.around = around
+        # Protection: search writes no span of its own (mt.spans.bans; built on first use),
+        # and the protection stage (mt.decode.protect) lifts out and puts back the source's.
+        self._bans: Bans | None = None
         # The target language of each line (a multilingual model): mt.decode.target.
         self.targets = targets or Targets(tokenizer, device)
+        self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
+        # Whether this search takes constraints: the one rule, which the stages that turn
+        # spans or numbers into constraints ask too.
+        self.constrain = can_constrain(self.greedy, self.sampling is not None, alignment, cfg)
 
     def _search(
         self,
@@ -113,67 +96,68 @@ class Translator:
         bans: Bans | None = None,
         target: Target | None = None,
     ) -> list[list[Hypothesis]]:
-        c = self.cfg
         # The model seen from the batch's target language (its token, its guard).
         model = self.model if target is None else model_for(self.model, target)
-        if constraints is not None and any(constraints):
-            return constrained_beam_search(
-                model,
-                src,
-                constraints,
-                c.beam,
-                c.alpha,
-                c.max_len_a,
-                c.max_len_b,
-                c.nbest,
-                bans,
-            )
-        if self.greedy or self.sampling is not None:
-            hyps = greedy_search(
-                model,
-                src,
-                c.max_len_a,
-                c.max_len_b,
-                alignment,
-                with_scores=self.with_scores or self.sampling is not None,
-                prefixes=prefixes,
-                no_repeat_ngram=c.no_repeat_ngram,
-                sampling=self.sampling,
-                bans=bans,
-            )
-            return [[h] for h in hyps]
-        return beam_search(
+        return search(
             model,
             src,
-            c.beam,
-            c.alpha,
-            c.max_len_a,
-            c.max_len_b,
-            c.nbest,
-            alignment,
-            c.stop_early,
+            self.cfg,
+            alignment=alignment,
+            with_scores=self.with_scores,
             prefixes=prefixes,
-            no_repeat_ngram=c.no_repeat_ngram,
+            constraints=constraints,
+            sampling=self.sampling,
             bans=bans,
-            penalty=c.penalty,
-            hf_stopping=c.hf_stopping,
-            length_offset=c.length_offset,
         )
 
-    def translate_lines(self, lines: list[str], to: str | None = None) -> list[Translation]:
-        """Translations of `lines` (into `to`, for a multilingual model), in their order."""
-        return self.translate_requests([Request(line, to=to) for line in lines])
+    def translate(self, requests: list[Request]) -> list[Translation]:
+        """Translations of `requests`, in their order, each through the steps its plan
+        names (requests of one plan go through them together)."""
+        out: list = [None] * len(requests)
+        plans = dict.fromkeys(r.plan for r in requests)
+        for plan in plans:
+            rows = [i for i, r in enumerate(requests) if r.plan == plan]
+            one_round = lambda reqs, align, p=plan.protect: self._search_requests(  # noqa: E731
+                reqs, align, p
+            )
+            done = run(self._stages(plan), [requests[i] for i in rows], one_round)
+            for i, t in zip(rows, done):
+                out[i] = t
+        return out
 
-    def translate_requests(
-        self, requests: list[Request], alignment: bool | None = None
+    def _stages(self, plan: Plan) -> list[Stage]:
+        """The steps around search `plan` names, outermost first (mt.decode.stages)."""
+        beam = not (self.greedy or self.sampling is not None)
+        below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
+        if plan.html:
+            return [html_stage(below, plan.protect)]
+        inner = [doubt_stage(beam, self.cfg.alpha)]
+        inner += [protect_stage(below)] if plan.protect else []
+        if plan.pivot is not None:
+            return [pivot_stage(self.targets, plan.pivot), *inner]
+        steps = [recase_stage(self._cost)] if plan.recase else []
+        steps += [numbers_stage(self.tokenizer, self.constrain)] if plan.keep_numbers else []
+        if plan.split is not None:
+            return [split_stage(plan.split, self.tokenizer, self.max_src), *steps, *inner]
+        return steps + inner
+
+    def _bans_for(self, protect: bool) -> Bans | None:
+        if not protect:
+            return None
+        if self._bans is None:
+            self._bans = Bans(spans=SpanRule(self.tokenizer, self.device))
+        return self._bans
+
+    def _search_requests(
+        self, requests: list[Request], alignment: bool, protect: bool
     ) -> list[Translation]:
-        """Translations of `requests` (sources with optional prefixes), in their order;
-        `alignment` overrides the translator's (placing protected spans needs one)."""
-        with compute(self.precision, self.device):  # decode.dtype's context, for the whole call
-            return self._translate_requests(requests, alignment)
+        """One round of search: `alignment` asks for alignments whatever the translator's
+        own setting (placing spans needs them); `protect` bans the spans no source holds."""
+        with compute(self.precision, self.device):  # decode.dtype's context, for the search
+            return self._search_batches(requests, alignment, protect)
 
-    def _translate_requests(
-        self, requests: list[Request], alignment: bool | None
+    def _search_batches(
+        self, requests: list[Request], alignment: bool, protect: bool
     ) -> list[Translation]:
         lines = [r.src for r in requests]
         ids = self.tokenizer.encode_src([line.strip() for line in lines])
@@ -203,8 +187,8 @@ class Translator:
                 src = pad([ids[r] for r in rows]).to(self.device)
                 prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
                 terms = [constraint_ids[r] for r in rows] if constrained else None  # type: ignore[index]
-                align = self.alignment if alignment is None else alignment
-                bans = self.bans
+                align = self.alignment or alignment
+                bans = self._bans_for(protect)
                 if bans is not None and any(requests[r].keep for r in rows):
                     bans = dataclasses.replace(bans, allowed=[requests[r].keep for r in rows])
                 found = self._search(src, prefixes, terms, align, bans, target)
@@ -224,7 +208,7 @@ class Translator:
             return None
         if self.greedy or self.sampling is not None:
             raise MtError("constraints need beam search: drop --greedy / --sample (or beam 1)")
-        if self.alignment or self.cfg.stop_early or self.cfg.no_repeat_ngram:
+        if not self.constrain:
             raise MtError(
                 "constraints cannot be combined with --alignment, --stop-early or --no-repeat-ngram"
             )
@@ -244,39 +228,22 @@ class Translator:
         ids = self.tokenizer.encode_tgt([r.prefix for r in requests])
         return [p[: self.max_src - 2] for p in ids]
 
-    def translate_stream(
-        self,
-        lines: Iterable[str | Request],
-        translate: Callable[[list[Request]], list[Translation]] | None = None,
-    ) -> Iterator[Translation]:
-        """Translate an endless iterable (of lines or requests) buffer by buffer, yielding in
-        input order; `translate` stands for `self.translate` (with steps around it:
-        mt.decode.stages)."""
-        it = iter(lines)
-        while True:
-            chunk = [
-                x if isinstance(x, Request) else Request(x.rstrip("\r\n"))
-                for x in itertools.islice(it, self.cfg.buffer_lines)
-            ]
-            if not chunk:
-                return
-            yield from isolated(translate or self.translate, chunk)
 
-    def translate(self, requests: list[Request]) -> list[Translation]:
-        """`translate_requests`, with the steps `around` it when given (protection masks,
-        constrains and restores the spans of each source: `mt.decode.protect`), each
-        translation marked with its confidence and doubts (`mt.decode.doubt`)."""
-        if self.around is None:
-            out = self.translate_requests(requests)
-        else:
-            out = self.around(self, requests)
-        beam = not (self.greedy or self.sampling is not None)
-        for r, t in zip(requests, out):
-            if t.hypotheses:
-                best = t.hypotheses[0]
-                t.confidence = confidence(len(best.tokens), best.score, beam, self.cfg.alpha)
-            t.flags = flags(r.src, t.text) if not t.error else []
-        return out
+def translate_stream(
+    translator: Translator, items: Iterable[str | Request], plan: Plan | None = None
+) -> Iterator[Translation]:
+    """Translate an endless iterable (of lines, or requests) buffer by buffer, yielding in
+    input order; a line becomes a request with `plan` (default: the CLI's defaults)."""
+    it = iter(items)
+    plan = plan or Plan()
+    while True:
+        chunk = [
+            x if isinstance(x, Request) else Request(x.rstrip("\r\n"), plan=plan)
+            for x in itertools.islice(it, translator.cfg.buffer_lines)
+        ]
+        if not chunk:
+            return
+        yield from isolated(translator.translate, chunk)
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:

@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from mt.decode.documents import SUFFIXES, translate_document, translate_fragments
+from mt.decode.requests import Plan
 from mt.decode.requests import Request as Item
 from mt.decode.session import DecodeOptions, Session
 from mt.errors import MtError
@@ -88,19 +89,21 @@ def _translators(
 ) -> tuple[Callable[[list[str]], list[str]], Callable[[list[str]], list[str]]]:
     """How a document's texts are translated in the worker's thread: plain texts sentence by
     sentence (capitals handled), HTML fragments through `--input-format html`'s path."""
-    from mt.decode.markup import translate_html
-    from mt.decode.sentences import translate_split
-    from mt.decode.stages import text_steps
+    from mt.decode.translator import translate_stream
 
     translator = session.translator(targets=session.targets(target))
-    steps = text_steps(translator, keep_numbers=worker.keep_numbers)
+    split = Plan(keep_numbers=worker.keep_numbers, split=lang)
 
     def text(xs: list[str]) -> list[str]:
-        items = [Item(x, to=target, frm=lang) for x in xs]
-        return [t.text for t in translate_split(translator, items, lang, steps)]
+        items = [Item(x, to=target, frm=lang, plan=split) for x in xs]
+        return [t.text for t in translate_stream(translator, items)]
 
     def fragments(xs: list[str]) -> list[str]:
-        return [t.text for t in translate_html(translator, xs, name)]
+        items = [
+            Item(x.rstrip("\r\n"), where=f"{name}:{i}", plan=Plan(html=True))
+            for i, x in enumerate(xs, 1)
+        ]
+        return [t.text for t in translate_stream(translator, items)]
 
     return text, fragments
 

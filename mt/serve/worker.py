@@ -5,7 +5,7 @@ The event loop never runs the model. A request hands its sentences to the worker
 and awaits a future; the worker wakes, waits until the oldest pending request is
 `batch_window_ms` old (so requests arriving together share a pass), takes everything pending,
 groups it by decoding options (different options cannot share a search), and gives each group
-to one `Translator.translate_requests` call, which sorts the sentences by length into token
+to one `Translator.translate` call, which sorts the sentences by length into token
 batches as the CLI does. Each answer goes back to its own request's future.
 
 A request whose client has gone is marked cancelled and dropped before its turn; `stop` lets
@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mt.decode.requests import Request
+from mt.decode.requests import Plan, Request, Translation
 from mt.decode.sentences import expand, gather, source_size
 from mt.decode.session import DecodeOptions, Session
-from mt.decode.stages import text_steps
-from mt.decode.translator import Translation, Translator
+from mt.decode.translator import Translator
 from mt.errors import MtError
 from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
@@ -288,16 +287,18 @@ class ModelWorker:
         first = group[0]
         try:
             translator = self._translator(first.options, first.alignment)
-            size, limit = source_size(translator)
+            size, limit = source_size(translator.tokenizer, translator.max_src)
             lang = self.session.source_language()
             splits = [
                 expand(job.requests, lang, size, limit) if job.split else None for job in group
             ]
+            plan = Plan(keep_numbers=self.keep_numbers)  # capitals, numbers, protection, flags
             requests = [
-                r for job, sp in zip(group, splits) for r in (sp[1] if sp else job.requests)
+                dataclasses.replace(r, plan=plan)
+                for job, sp in zip(group, splits)
+                for r in (sp[1] if sp else job.requests)
             ]
-            steps = text_steps(translator, keep_numbers=self.keep_numbers)
-            translations = steps(requests)  # capitals, numbers, protection, flags
+            translations = translator.translate(requests)
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
                 for job in group:

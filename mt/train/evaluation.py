@@ -24,8 +24,9 @@ from mt.data.loader import collate_store
 from mt.data.prepare import Prepared
 from mt.data.store import TokenStore
 from mt.decode.attention import AttentionView, sentence_attention
+from mt.decode.requests import Request
 from mt.decode.target import Targets
-from mt.decode.translator import Translator
+from mt.decode.translator import Translator, translate_stream
 from mt.device import autocast
 from mt.metrics import bleu, chrf
 from mt.model import Transformer
@@ -135,7 +136,9 @@ class Evaluator:
         self, lines: list[str], to: str | None = None, dcfg: DecodeConfig | None = None
     ) -> list[str]:
         """Translations (into `to`, for a multilingual model): greedy with the decode
-        section's length limits, or as `dcfg` says."""
+        section's length limits, or as `dcfg` says; through the translator's one path with
+        `mt eval`'s default steps (spans kept and restored, capitals), so dev BLEU is what
+        `mt eval` measures on the same checkpoint with the same settings."""
         d = self.cfg.decode
         dcfg = dcfg or DecodeConfig(
             beam=1, nbest=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b, max_tokens=d.max_tokens
@@ -145,15 +148,10 @@ class Evaluator:
         dcfg = dataclasses.replace(dcfg, dtype="fp32")
         was_training = self.model.training
         self.model.eval()
-        translator = Translator(
-            self.model,
-            self.tokenizer,
-            dcfg,
-            self.device,
-            protect=self.cfg.data.protect,  # a model that learned placeholders uses them
-        )
+        translator = Translator(self.model, self.tokenizer, dcfg, self.device)
         with autocast(self.device, self.precision):
-            hyps = [t.text for t in translator.translate_lines(lines, to)]
+            done = translate_stream(translator, [Request(x, to=to) for x in lines])
+            hyps = [t.text for t in done]
         self.model.train(was_training)
         return hyps
 

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.bans import Bans, SpanRule
-from mt.decode.protect import translate_protected
-from mt.decode.translator import Translator
+from mt.decode.requests import Plan
+from mt.decode.translator import Translator, translate_stream
+from mt.spans.bans import Bans, SpanRule
 from scripts.bench.protect import inject_text
 from scripts.common import (
     alternate,
@@ -85,15 +85,15 @@ def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: li
     dev = torch.device("cpu")
 
     def run() -> list[str]:
-        tr = Translator(loaded.model, loaded.tokenizer, cfg, dev, protect=rule is not None,
-                        around=translate_protected if rule is not None else None)  # fmt: skip
+        tr = Translator(loaded.model, loaded.tokenizer, cfg, dev)
         seconds: list[float] = []
         if rule is not None:
             start = time.perf_counter()
             built = rule(loaded.tokenizer, dev)
             seconds.append(time.perf_counter() - start)
-            tr.bans = Bans(spans=Timed(built, seconds))  # type: ignore[arg-type]
-        out = [t.text for t in tr.translate_stream(lines)]
+            tr._bans = Bans(spans=Timed(built, seconds))  # type: ignore[arg-type]
+        plan = Plan(protect=rule is not None, recase=False)
+        out = [t.text for t in translate_stream(tr, lines, plan)]
         in_ban.append(sum(seconds))
         return out
 

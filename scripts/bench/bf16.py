@@ -128,26 +128,26 @@ def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict
 
 def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
     """Sentences/s of greedy and beam 5 per dtype (and int8, CTranslate2 int8), alternating."""
+    from mt.decode.requests import Plan, Request
     from mt.decode.session import DecodeOptions, Session
     from mt.metrics import bleu
 
     lines = read_lines(args.src)[: args.limit or None]
+    asked = [Request(x, plan=Plan(protect=False, recase=False)) for x in lines]  # search alone
     refs = read_lines(args.ref)[: len(lines)] if args.ref else None
     engines: dict = {}
     for beam in args.beams:
         search = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None)
         for dtype in dtypes:
             session = Session([args.checkpoint], "cpu", dtype=dtype)
-            engines[(dtype, beam)] = session.translator(search, protect=False)
+            engines[(dtype, beam)] = session.translator(search)
         if args.int8:
             int8 = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, int8=True)
             session = Session([args.checkpoint], "cpu", dtype="fp32")
-            engines[("int8", beam)] = session.translator(int8, protect=False)
+            engines[("int8", beam)] = session.translator(int8)
     ct2 = ctranslate2_engines(args, lines) if args.ct2 else {}
     runs = {f"{name} beam {beam}": tr for (name, beam), tr in engines.items()}
-    calls = {
-        k: (lambda tr=tr: [t.text for t in tr.translate_lines(lines)]) for k, tr in runs.items()
-    }
+    calls = {k: (lambda tr=tr: [t.text for t in tr.translate(asked)]) for k, tr in runs.items()}
     calls.update(ct2)
     for call in calls.values():  # warm-up, untimed: first calls allocate and pack weights
         call()

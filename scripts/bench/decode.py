@@ -61,7 +61,10 @@ def run_engine(args: argparse.Namespace) -> dict:
     beam = args.beam
     out: list[str] = []
     if args.engine == "mt":
+        from mt.decode.requests import Plan, Request
         from mt.decode.session import DecodeOptions, Session
+
+        PLAN = Plan(recase=False)  # noqa: N806 - search and protection, as before the plans
 
         options = DecodeOptions(
             beam=beam,
@@ -72,9 +75,11 @@ def run_engine(args: argparse.Namespace) -> dict:
             dtype=args.dtype,
         )
         tr = Session([args.checkpoint], args.device).translator(options)
-        tr.translate_lines(lines[:16])  # warm-up, untimed, as for every engine
+        tr.translate(
+            [Request(x, plan=PLAN) for x in lines[:16]]
+        )  # warm-up, untimed, as for every engine
         start = time.perf_counter()
-        out = [t.text for t in tr.translate_lines(lines)]
+        out = [t.text for t in tr.translate([Request(x, plan=PLAN) for x in lines])]
     elif args.engine == "hf":
         hf = to_marian(loaded).to(device)
         if device.type == "cuda" and args.dtype != "fp32":

@@ -116,11 +116,14 @@ def engines(folder: Path, checkpoint: Path, lines: list[str], beam: int, batch: 
     import ctranslate2
     from transformers import MarianMTModel, MarianTokenizer
 
+    from mt.decode.requests import Plan, Request
     from mt.decode.session import DecodeOptions, Session
+
+    PLAN = Plan(protect=False, recase=False)  # noqa: N806 - the search alone
 
     session = Session([checkpoint], "cpu")
     options = DecodeOptions(greedy=beam == 1, beam=beam)
-    translator = session.translator(options, protect=False)
+    translator = session.translator(options)
     hf = MarianMTModel.from_pretrained(folder).eval()
     tok = MarianTokenizer.from_pretrained(folder)
     ct2_dir = folder.parent / "ct2"
@@ -130,7 +133,7 @@ def engines(folder: Path, checkpoint: Path, lines: list[str], beam: int, batch: 
     ordered = sorted(lines, key=len)
 
     def run_mt() -> int:
-        return len(translator.translate_lines(lines))
+        return len(translator.translate([Request(x, plan=PLAN) for x in lines]))
 
     def run_hf() -> int:
         n = 0

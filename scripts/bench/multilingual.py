@@ -23,8 +23,11 @@ from pathlib import Path
 import torch
 
 from mt.data.corpus import read_lines
+from mt.decode.requests import Plan, Request
 from mt.decode.session import DecodeOptions, Session
 from scripts.common import alternate, describe_machine, markdown_table
+
+PLAN = Plan(recase=False)  # search and protection, as before the plans
 
 SIZE = ("d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "norm")
 
@@ -72,7 +75,10 @@ def main() -> None:
             p.error(why)
         translators["bilingual"] = bi.translator(options)
     base = "bilingual" if args.bilingual else "no guard"
-    runs = {k: (lambda tr=tr: tr.translate_lines(lines)) for k, tr in translators.items()}
+    runs = {
+        k: (lambda tr=tr: tr.translate([Request(x, plan=PLAN) for x in lines]))
+        for k, tr in translators.items()
+    }
     outputs, seconds = alternate(args.rounds, runs)
     best = {k: min(v) for k, v in seconds.items()}
     tokens = {k: sum(len(t.hypotheses[0].tokens) for t in out if t.hypotheses) or 1

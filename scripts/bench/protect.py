@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.markup import parse_fragment, translate_html
-from mt.decode.protect import translate_protected
-from mt.decode.translator import Translator
+from mt.decode.requests import Plan, Request
+from mt.decode.translator import Translator, translate_stream
 from mt.errors import MtError
 from mt.metrics import bleu
+from mt.spans.markup import parse_fragment
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines, timed
 from scripts.span_checks import kept
 
@@ -121,8 +121,8 @@ def tag_list(fragment: str) -> list[str]:
     return sorted(re.findall(r"<[^<>]+>", fragment))
 
 
-def translate_all(tr: Translator, lines: list[str]) -> list[str]:
-    return [t.text for t in tr.translate_stream(lines)]
+def translate_all(tr: Translator, protect: bool, lines: list[str]) -> list[str]:
+    return [t.text for t in translate_stream(tr, lines, Plan(protect=protect, recase=False))]
 
 
 def main() -> None:
@@ -140,10 +140,9 @@ def main() -> None:
     src = read_lines(args.src)[: args.limit or None]
     ref = read_lines(args.ref)[: len(src)]
 
-    def translator(protect: bool) -> Translator:
-        around = translate_protected if protect else None
-        return Translator(loaded.model, loaded.tokenizer, loaded.cfg.decode, torch.device("cpu"),
-                          protect=protect, around=around)  # fmt: skip
+    def translator(protect: bool) -> tuple[Translator, bool]:
+        dcfg = loaded.cfg.decode
+        return Translator(loaded.model, loaded.tokenizer, dcfg, torch.device("cpu")), protect
 
     on, off = translator(True), translator(False)
     rng = random.Random(args.seed)
@@ -156,7 +155,7 @@ def main() -> None:
         "injected, --protect": (on, inj_src),
     }
     runs = {
-        name: (lambda t=tr, x=lines: translate_all(t, x)) for name, (tr, lines) in settings.items()
+        name: (lambda t=tr, x=lines: translate_all(*t, x)) for name, (tr, lines) in settings.items()
     }
     outs, times = alternate(args.rounds, runs)
     print(f"{len(src):,} sentences of {args.src.name}, beam {loaded.cfg.decode.beam}, "
@@ -205,7 +204,16 @@ def main() -> None:
     hrng = random.Random(args.seed)
     frags = [inject_html(s, r, k, hrng) for k, (s, r) in enumerate(zip(src, ref))]
     html_out, html_s = timed(
-        lambda: [t.text for t in translate_html(on, [f for f, _, _ in frags], "bench")]
+        lambda: [
+            t.text
+            for t in translate_stream(
+                on[0],
+                [
+                    Request(f, where=f"bench:{i}", plan=Plan(html=True))
+                    for i, (f, _, _) in enumerate(frags, 1)
+                ],
+            )
+        ]
     )
     ok = same_tags = placed = placeable = 0
     for (frag, target, tag), out in zip(frags, html_out):

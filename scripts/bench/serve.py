@@ -34,9 +34,16 @@ import httpx
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
+
+from mt.decode.requests import Plan, Request  # noqa: E402
 from mt.decode.session import Session  # noqa: E402
 from scripts.common import describe_machine, read_lines  # noqa: E402
 from scripts.processes import start_server  # noqa: E402
+
+
+def asked(lines: list[str]) -> list[Request]:
+    """Requests as the server's worker makes them from a body's items."""
+    return [Request(x, plan=Plan()) for x in lines]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -193,11 +200,11 @@ def main() -> None:
     session = Session([args.checkpoint], "cpu")
     translator = session.translator(with_scores=True)
     short = lines[: args.latency_limit or None]  # the 1-client round and one-sentence timing
-    reference = [t.text for t in translator.translate_lines(lines)]  # what every answer must be
+    reference = [t.text for t in translator.translate(asked(lines))]  # what every answer must be
 
     def in_process_file() -> float:
         start = time.perf_counter()
-        out = [t.text for t in translator.translate_lines(lines)]
+        out = [t.text for t in translator.translate(asked(lines))]
         assert out == reference
         return len(lines) / (time.perf_counter() - start)
 
@@ -205,7 +212,7 @@ def main() -> None:
         times, same = [], 0
         for line, want in zip(short, reference):
             t0 = time.perf_counter()
-            same += translator.translate_lines([line])[0].text == want
+            same += translator.translate(asked([line]))[0].text == want
             times.append(time.perf_counter() - t0)
         return statistics.median(times), same
 

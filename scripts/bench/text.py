@@ -19,6 +19,7 @@ On the first N sentences of test_2016_flickr (de->en, lowercased BLEU as the iss
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import time
@@ -67,25 +68,22 @@ def main() -> None:
 
     from mt.decode.doubt import flags
     from mt.decode.numbers import kept_rate
-    from mt.decode.requests import Request
-    from mt.decode.sentences import translate_split
+    from mt.decode.requests import Plan, Request
     from mt.decode.session import Session
-    from mt.decode.stages import text_steps
+    from mt.decode.translator import translate_stream
 
     src = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.de.gz")]
     ref = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.en.gz")]
     src, ref = src[: args.lines], ref[: args.lines]
     session = Session([args.checkpoint], "cpu")
     translator = session.translator()
-    plain = text_steps(translator, recase=False)
-    recase = text_steps(translator, recase=True)
-    guard = text_steps(translator, recase=False, keep_numbers=True)
+    plain = Plan(recase=False)
+    recase = Plan(recase=True)
+    guard = Plan(recase=False, keep_numbers=True)
 
-    def run(lines: list[str], steps=plain, split: bool = False) -> list:
-        requests = [Request(x) for x in lines]
-        if split:
-            return list(translate_split(translator, requests, "de", steps))
-        return list(translator.translate_stream(requests, steps))
+    def run(lines: list[str], steps: Plan = plain, split: bool = False) -> list:
+        plan = dataclasses.replace(steps, split="de" if split else None)
+        return list(translate_stream(translator, [Request(x, plan=plan) for x in lines]))
 
     def bleu(hyps: list[str], refs: list[str]) -> float:
         return sacrebleu.metrics.BLEU(lowercase=True).corpus_score(hyps, [refs]).score

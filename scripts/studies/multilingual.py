@@ -36,9 +36,9 @@ def _lines(data: Path, lang: str) -> list[str]:
 
 
 def translate(args: argparse.Namespace) -> None:
-    from mt.decode.pivot import translate_via
-    from mt.decode.requests import Request
+    from mt.decode.requests import Plan
     from mt.decode.session import DecodeOptions, Session
+    from mt.decode.translator import translate_stream
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -65,13 +65,13 @@ def translate(args: argparse.Namespace) -> None:
                     targets = session.targets(tgt, src, ratio is not None, ratio)
                     tr = session.translator(options, targets=targets)
                     start = time.perf_counter()
-                    hyps = [t.text for t in tr.translate_stream(lines)]
+                    hyps = [t.text for t in translate_stream(tr, lines, Plan(recase=False))]
                     tag = f"{system}-r{ratio:g}" if ratio is not None else f"{system}-noguard"
                     write(f"{tag}.{src}-{tgt}", hyps, time.perf_counter() - start)
                 if zero and PIVOT in langs.languages:
                     tr = session.translator(options, targets=session.targets(tgt, None))
                     start = time.perf_counter()
-                    hyps = [t.text for t in translate_via(tr, (Request(x) for x in lines), PIVOT)]
+                    hyps = [t.text for t in translate_stream(tr, lines, Plan(pivot=PIVOT))]
                     write(f"{system}-pivot.{src}-{tgt}", hyps, time.perf_counter() - start)
     if args.bilingual:
         for run in sorted(Path(args.bilingual).iterdir()):
@@ -81,7 +81,10 @@ def translate(args: argparse.Namespace) -> None:
             session = Session([run / "best.pt"], args.device)
             tr = session.translator(options)
             start = time.perf_counter()
-            hyps = [t.text for t in tr.translate_stream(_lines(Path(args.data), src))]
+            hyps = [
+                t.text
+                for t in translate_stream(tr, _lines(Path(args.data), src), Plan(recase=False))
+            ]
             write(f"bilingual.{src}-{tgt}", hyps, time.perf_counter() - start)
     (out / "timings.json").write_text(json.dumps(timings, indent=1))
 

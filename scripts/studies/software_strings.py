@@ -16,6 +16,7 @@ machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -24,15 +25,16 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.requests import Request
+from mt.decode.requests import Plan, Request, isolated
 from mt.decode.session import Session
-from mt.decode.translator import isolated
 from mt.metrics import bleu
 from scripts.span_checks import same_spans, span_counts
 
 
-def translate(translator, requests: list[Request]) -> tuple[list[str], int, float]:
-    """Outputs, lines that failed, seconds."""
+def translate(engine, requests: list[Request]) -> tuple[list[str], int, float]:
+    """Outputs, lines that failed, seconds (`engine`: a translator and the plan it runs)."""
+    translator, plan = engine
+    requests = [dataclasses.replace(r, plan=plan) for r in requests]
     start = time.perf_counter()
     out = []
     for k in range(0, len(requests), translator.cfg.buffer_lines):
@@ -55,8 +57,8 @@ def main() -> None:
     requests = [Request(x["src"], formats=tuple(x["format"])) for x in items]
     session = Session([args.checkpoint], "cpu")
     tr = {
-        "protect": session.translator(protect=True),
-        "no-protect": session.translator(protect=False),
+        "protect": (session.translator(), Plan(recase=False)),
+        "no-protect": (session.translator(), Plan(protect=False, recase=False)),
     }
     outs: dict[str, list[str]] = {}
     crashes: dict[str, int] = {}

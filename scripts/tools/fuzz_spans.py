@@ -5,8 +5,8 @@ translated by a checkpoint, checked for one output line each and the source's sp
 
 Lines nest elements (`<b><i>%d</i></b>`), leave them empty (`<i></i>`), put spans side by
 side and against punctuation (`%s%d.`, `»{0}«`), and are sometimes only spans. Each line is
-translated through the real `mt translate` path (`Translator.translate_stream`, or
-`translate_html` with --html), in buffers as the CLI does; a line that comes back with an
+translated through the real `mt translate` path (`translate_stream`, an HTML plan with
+--html), in buffers as the CLI does; a line that comes back with an
 error, a line count that differs, or a span multiset that differs is a failure, printed with
 its line. The exit code is the number of failures (capped at 100). tests/test_fuzz.py drives
 `fuzz_line` with hypothesis on the tiny model.
@@ -58,12 +58,16 @@ def fuzz_line(rng: random.Random, html: bool = False, depth: int = 0) -> str:
 
 def check(translator, lines: list[str], html: bool) -> list[str]:
     """Failures (one line each) of translating `lines` as `mt translate` does."""
-    from mt.decode.markup import translate_html
+    from mt.decode.requests import Plan, Request
+    from mt.decode.translator import translate_stream
 
     if html:
-        outs = list(translate_html(translator, lines, "fuzz"))
+        asked = [
+            Request(x, where=f"fuzz:{i}", plan=Plan(html=True)) for i, x in enumerate(lines, 1)
+        ]
+        outs = list(translate_stream(translator, asked))
     else:
-        outs = list(translator.translate_stream(lines))
+        outs = list(translate_stream(translator, lines, Plan(recase=False)))
     if len(outs) != len(lines):
         return [f"{len(lines)} lines in, {len(outs)} out"]
     bad = []

@@ -1,6 +1,6 @@
 """Facts about a regular expression read off its parsed form (`re._parser`), not its matches.
 
-`mt.open_spans` asks two questions of each span pattern that no match can answer: which
+`mt.spans.open` asks two questions of each span pattern that no match can answer: which
 characters a match can end with (a tag always ends on `>`, a `%s` on a letter), and which
 character tests it makes at all (so that characters it treats alike can be read as one). Both
 come from the expression's parse tree: the last set of its Glushkov automaton, and its atoms.

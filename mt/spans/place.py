@@ -13,7 +13,8 @@ parent's range and siblings kept apart, so tags nest in the output as they did i
 early recipe checkpoint and cost a second pass; docs/studies/decoding.md.)
 
 Every span is emitted exactly once by construction, whatever the model writes; only the place
-is the model's. Lines without spans never come here (see `mt.decode.protect`).
+is the model's. Lines without spans never come here (see `mt.decode.protect`, whose round
+of search gives the alignments).
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from mt.decode.requests import Request
-from mt.decode.search import Hypothesis
-from mt.decode.translator import Translation
 from mt.spans import Span, find_spans, gluable, splits
+from mt.tokenizer import Tokenizer
 
 
 @dataclass
@@ -217,24 +216,22 @@ def join(items: list[Item]) -> str:
     return out
 
 
-def place(translator, unit: Unit, lifted: Lifted, hyp: Hypothesis) -> str:
-    """The translation `hyp` of `lifted.text` (searched with alignments) with the unit's
-    atoms and pairs put back."""
-    tok = translator.tokenizer
+def place(tok: Tokenizer, unit: Unit, lifted: Lifted, tokens: list[int], align: list[int]) -> str:
+    """The translation `tokens` of `lifted.text` (searched with alignments: `align[k]` is the
+    source position target token k attends to most) with the unit's atoms and pairs put back."""
     src_word = _word_index(tok.src.encode(lifted.text, out_type=str))
     n_src_words = len(lifted.words)
-    tgt_word = _word_index(tok.tgt_pieces(hyp.tokens))
+    tgt_word = _word_index(tok.tgt_pieces(tokens))
     n = tgt_word[-1] + 1 if tgt_word else 0
     groups: list[list[int]] = [[] for _ in range(n)]
     links: list[set[int]] = [set() for _ in range(n)]
-    align = hyp.alignment
     even = (  # words lost in normalisation, or a search without alignments
-        not src_word or src_word[-1] + 1 != n_src_words or len(align) != len(hyp.tokens)
+        not src_word or src_word[-1] + 1 != n_src_words or len(align) != len(tokens)
     )
-    for k, (tid, w) in enumerate(zip(hyp.tokens, tgt_word)):
+    for k, (tid, w) in enumerate(zip(tokens, tgt_word)):
         groups[w].append(tid)
         if even:
-            links[w].add(min(n_src_words - 1, k * n_src_words // len(hyp.tokens)))
+            links[w].add(min(n_src_words - 1, k * n_src_words // len(tokens)))
         elif align[k] < len(src_word):
             links[w].add(src_word[align[k]])
     return assemble(unit, lifted, [tok.decode_tgt(g) for g in groups], links)
@@ -282,26 +279,3 @@ def assemble(unit: Unit, lifted: Lifted, words: list[str], links: list[set[int]]
 
 def _all(pairs: list[Pair]) -> list[Pair]:
     return [q for p in pairs for q in [p, *_all(p.children)]]
-
-
-def translate_units(translator, units: list[Unit]) -> list:
-    """Translations of `units`, in order: the text translated as if it had no spans, the
-    spans and tags put back. A unit with nothing but spans comes back as it is."""
-    units = [fold_wordless(u) for u in units]
-    out: list = [None] * len(units)
-    todo, lifts = [], []
-    for i, u in enumerate(units):
-        lifted = lift(u.text, u.atoms)
-        if not re.search(r"\w", lifted.text):
-            line = u.line.strip()
-            n = translator.cfg.nbest  # the line is its only translation, as each of the n best
-            out[i] = Translation(line, [Hypothesis([], 0.0)] * n, [line] * n)
-        else:
-            todo.append(i)
-            lifts.append(lifted)
-    reqs = [Request(x.text) for x in lifts]
-    results = translator.translate_requests(reqs, alignment=True) if todo else []
-    for i, lifted, t in zip(todo, lifts, results):
-        texts = [place(translator, units[i], lifted, h) for h in t.hypotheses]  # n-best too
-        out[i] = Translation(texts[0], t.hypotheses, texts, t.pieces)
-    return out

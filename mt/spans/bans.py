@@ -13,7 +13,7 @@ holds whatever the model has learned. A mask is a bool tensor, True where a toke
 
 A span is banned when it would be completed, not when it could start: `50 %` and `a < b`
 stay writable, `%s` and `<b>` do not. The rule reads the state of each row from the span
-patterns themselves (`mt.open_spans.open_starts`): where in the row's text a span is under way,
+patterns themselves (`mt.spans.open.open_starts`): where in the row's text a span is under way,
 and, for that open text, which pieces would complete a span (`SpanRule.completing`).
 """
 
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mt.open_spans import (
+from mt.spans import CLOSING_TAG, WIDEST, find_spans
+from mt.spans.open import (
     WINDOW_CHARS,
     alive_patterns,
     class_map,
@@ -33,7 +34,6 @@ from mt.open_spans import (
     growth,
     open_starts,
 )
-from mt.spans import CLOSING_TAG, WIDEST, find_spans
 from mt.tokenizer import Tokenizer
 
 # What a row's text may end with before a piece, for a span to start inside the piece: the
@@ -72,7 +72,7 @@ class SpanRule:
       completing an address after any word): `alone`, one fixed mask for every row, computed
       once per vocabulary over each kind of character the row may end with;
     - in the row's text, where a span is under way (`%`, `<a href=`, `$HO`, `{n, plural, `):
-      the row's open text is read off the patterns (`mt.open_spans.open_starts`), and the pieces
+      the row's open text is read off the patterns (`mt.spans.open.open_starts`), and the pieces
       that would complete a span after it are found by walking the trie of piece texts with
       the patterns' partial matches, pruning every branch no pattern can still match
       (`completing`). So a row ending is a dictionary lookup once its open text was seen.
@@ -178,7 +178,7 @@ class SpanRule:
         return self._rows[key]
 
     def _open_starts(self, text: str, last: int) -> list[int]:
-        """`mt.open_spans.open_starts(text)`, from the row's starts without its last piece where
+        """`mt.spans.open.open_starts(text)`, from the row's starts without its last piece where
         they are known: a start no pattern can still match from stays so (open text is
         prefix-closed), so only the starts open before and the last piece's characters are
         read. A piece holding `@` can open an address that starts before it: all are read."""
@@ -196,7 +196,7 @@ class SpanRule:
 
     def _trie(self, among: frozenset[int]) -> tuple[dict[int, str], Trie]:
         """For spans of the patterns `among`: their character classes
-        (`mt.open_spans.class_map`) and the trie of the pieces' texts written in them, so
+        (`mt.spans.open.class_map`) and the trie of the pieces' texts written in them, so
         pieces that read alike to those patterns share a path (for a `$VAR`, every letter
         is one). Only the pieces holding a mark where those spans end on one (a tag, a
         brace). Built when such a span is first under way: most lines never need one."""
@@ -215,7 +215,7 @@ class SpanRule:
     def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
         """(piece, the spans it completes) for the pieces that complete a span after `end`,
         whose spans under way start at `starts`: for each start, the trie of pieces is
-        walked with the partial matches of the patterns alive there (`mt.open_spans`), a
+        walked with the partial matches of the patterns alive there (`mt.spans.open`), a
         branch dropped as soon as none can still match along it, and each piece on a branch
         where one was completed is checked by `find_spans` itself (after `head`, the line's
         closing tags)."""

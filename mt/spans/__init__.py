@@ -187,7 +187,7 @@ def _icu_spans(text: str) -> list[Span]:
         depth, end = 0, None
         for i in range(m.start(), len(text)):
             if text[i] == "\n":
-                break  # one line at most: mt.decode.bans scans many lines at once
+                break  # one line at most: mt.spans.bans scans many lines at once
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             if depth == 0:
                 end = i + 1

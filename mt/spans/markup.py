@@ -8,7 +8,7 @@ check that tags nest (void elements such as `<br>` aside) is ours, so malformed 
   and `translate="no"` elements with their contents), and with protection the spans of the
   text (`&amp;`, `{0}`, URLs), are lifted out and put back beside the words they were next to;
 - paired inline tags (`<b>...</b>`, `<a href="...">...</a>`) are put back around the words
-  they enclosed (`mt.decode.place`), nested as they were: well-formed in, well-formed out.
+  they enclosed (`mt.spans.place`), nested as they were: well-formed in, well-formed out.
   Attributes are never translated because tags never reach the model.
 
 `text_unit` does the same for tags found in plain text lines, when they pair up.
@@ -17,14 +17,12 @@ check that tags nest (void elements such as `<br>` aside) is ours, so malformed 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-from mt.decode.place import Pair, Unit, translate_units
-from mt.decode.translator import isolated
 from mt.errors import MtError
 from mt.spans import Span, find_spans
+from mt.spans.place import Pair, Unit
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param"}
 VOID |= {"source", "track", "wbr"}
@@ -216,18 +214,3 @@ def html_unit(f: Fragment, protect: bool) -> Unit:
             found.append(Span(s.start - run[2], s.end - run[2], s.kind, s.text))
     free = [s for s in found if not any(a.start < s.end and s.start < a.end for a in f.atoms)]
     return Unit(f.line, f.text, sorted(f.atoms + free, key=lambda s: s.start), f.pairs)
-
-
-def translate_html(translator, lines: Iterable[str], name: str) -> Iterator:
-    """Translate HTML fragments, one per line, buffer by buffer; `name` is the input's name
-    in errors (`FILE:LINE: <b> is not closed`)."""
-    buf: list[Unit] = []
-    for i, line in enumerate(lines, 1):
-        buf.append(
-            html_unit(parse_fragment(line.rstrip("\r\n"), f"{name}:{i}"), translator.protect)
-        )
-        if len(buf) >= translator.cfg.buffer_lines:
-            yield from isolated(lambda units: translate_units(translator, units), buf)
-            buf = []
-    if buf:
-        yield from isolated(lambda units: translate_units(translator, units), buf)

@@ -1,7 +1,7 @@
 """Spans under way: where text appended to a line could still complete a span (`mt.spans`).
 
 The span patterns are compiled here for the `regex` module, whose partial matching says
-whether a string could still grow into a match. `mt.decode.bans` asks, at each step of a
+whether a string could still grow into a match. `mt.spans.bans` asks, at each step of a
 search, where in a hypothesis a span is under way (`open_starts`), which patterns are still
 alive there (`alive_patterns`), and, piece by piece, whether a span grows, is completed or dies
 (`growth`). The patterns are the only source: nothing here lists the endings of a span.
@@ -20,8 +20,8 @@ from functools import cache, lru_cache
 
 import regex
 
-from mt.regex_facts import character_tests, ends_on_mark
 from mt.spans import _ICU, PATTERNS
+from mt.spans.regex_facts import character_tests, ends_on_mark
 
 _KEYWORDS = r"plural|select|selectordinal|number|date|time|spellout|ordinal|duration"
 _ICU_WHOLE = (
@@ -100,7 +100,7 @@ def class_map(chars: Iterable[str], among: frozenset[int] = ALL) -> dict[int, st
     class: characters that every test of the patterns `among` (each literal and class, and
     `\\b`'s word test) treats alike are one class, so those patterns match the mapped text
     where they match the text, and texts that differ only within classes share one reading
-    (`mt.decode.bans` walks the vocabulary once for all of them)."""
+    (`mt.spans.bans` walks the vocabulary once for all of them)."""
     tests = _tests(among)
     reps: dict[tuple[bool, ...], str] = {}
     out = {}

@@ -1,0 +1,75 @@
+"""Which search a batch takes, with every setting read from the one validated DecodeConfig.
+
+The searches themselves (mt.decode.search, mt.decode.constrained) take plain arguments, so
+they can be called and tested on their own; this is the one place that reads a DecodeConfig
+into them, so a new decode setting is its field, its rule (mt.config_rules) and the line here
+that hands it to the search that uses it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mt.config import DecodeConfig
+from mt.decode.constrained import constrained_beam_search
+from mt.decode.search import beam_search, greedy_search
+from mt.decode.steps import Hypothesis, Sampling
+from mt.model import Transformer
+from mt.spans.bans import Bans
+
+
+def is_greedy(cfg: DecodeConfig) -> bool:
+    """Greedy search: asked for, or what a beam of one with one output is."""
+    return cfg.greedy or cfg.beam == 1 and cfg.nbest == 1
+
+
+def search(
+    model: Transformer,
+    src: torch.Tensor,  # (B, S)
+    cfg: DecodeConfig,
+    *,
+    alignment: bool = False,
+    with_scores: bool = False,
+    prefixes: list[list[int]] | None = None,
+    constraints: list[list[list[int]]] | None = None,
+    sampling: Sampling | None = None,
+    bans: Bans | None = None,
+) -> list[list[Hypothesis]]:
+    """The hypotheses of each row, best first: constrained beam search for rows with
+    constraints, greedy search or sampling (one each), else beam search."""
+    if constraints is not None and any(constraints):
+        return constrained_beam_search(
+            model, src, constraints, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b,
+            cfg.nbest, bans,
+        )  # fmt: skip
+    if is_greedy(cfg) or sampling is not None:
+        hyps = greedy_search(
+            model,
+            src,
+            cfg.max_len_a,
+            cfg.max_len_b,
+            alignment,
+            with_scores=with_scores or sampling is not None,
+            prefixes=prefixes,
+            no_repeat_ngram=cfg.no_repeat_ngram,
+            sampling=sampling,
+            bans=bans,
+        )
+        return [[h] for h in hyps]
+    return beam_search(
+        model,
+        src,
+        cfg.beam,
+        cfg.alpha,
+        cfg.max_len_a,
+        cfg.max_len_b,
+        cfg.nbest,
+        alignment,
+        cfg.stop_early,
+        prefixes=prefixes,
+        no_repeat_ngram=cfg.no_repeat_ngram,
+        bans=bans,
+        penalty=cfg.penalty,
+        hf_stopping=cfg.hf_stopping,
+        length_offset=cfg.length_offset,
+    )

@@ -1,0 +1,22 @@
+"""HTML fragments: a stage (mt.decode.stages) for requests whose plan says `html`.
+
+Each request's source is one fragment; its markup is parsed (mt.spans.markup: malformed input
+is one `FILE:LINE` error, the request's `where`), its text translated in one round of search
+with alignments, and its tags and atoms (with `protect`, the spans of the text too) put back
+by alignment (mt.spans.place), nested as they were.
+"""
+
+from __future__ import annotations
+
+from mt.decode.protect import Search, units_rounds
+from mt.decode.requests import Request
+from mt.decode.stages import Rounds, Stage
+from mt.spans.markup import html_unit, parse_fragment
+
+
+def html_stage(search: Search, protect: bool) -> Stage:
+    def rounds(requests: list[Request]) -> Rounds:
+        units = [html_unit(parse_fragment(r.src, r.where), protect) for r in requests]
+        return (yield from units_rounds(search, units))
+
+    return rounds
