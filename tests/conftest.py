@@ -83,10 +83,12 @@ def _run_mt(
     )
 
 
-def run_in_process(args: list[object], capsys, monkeypatch) -> tuple[int, str, str]:
+def run_in_process(
+    args: list[object], capsys, monkeypatch, stdin: bytes | str | None = None
+) -> tuple[int, str, str]:
     """`mt ARGS` through the real entry point, in this process: (exit code, stdout, stderr).
     `capsys` and `monkeypatch` are kept for the callers; the runner restores what it changes."""
-    result = run_mt_here(*args)
+    result = run_mt_here(*args, stdin=stdin)
     return result.rc, result.out, result.err
 
 

@@ -18,6 +18,7 @@ interpreter's own start are what a real child is for: `mt_process` in conftest.p
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import random
@@ -121,11 +122,9 @@ def _streams(data: bytes) -> Iterator[Callable[[], tuple[str, str]]]:
         saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
         for fd, f in zip((0, 1, 2), (fin, fout, ferr)):
             os.dup2(f.fileno(), fd)
-        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(  # noqa: SIM115
-            2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
-        )
+        sys.stdin = _std(0, "<stdin>", "r", "strict")
+        sys.stdout = _std(1, "<stdout>", "w", "strict")
+        sys.stderr = _std(2, "<stderr>", "w", "backslashreplace", line_buffering=True)
         try:
             yield written
         finally:
@@ -134,6 +133,14 @@ def _streams(data: bytes) -> Iterator[Callable[[], tuple[str, str]]]:
                 os.dup2(saved, fd)
                 os.close(saved)
             sys.stdin, sys.stdout, sys.stderr = saved_std
+
+
+def _std(fd: int, name: str, mode: str, errors: str, line_buffering: bool = False) -> IO[str]:
+    """A standard stream as the interpreter opens it on a pipe (name, encoding, buffering)."""
+    raw = io.FileIO(fd, mode, closefd=False)
+    raw.name = name  # what `getattr(stream, "name")` in an error line reads
+    buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+    return io.TextIOWrapper(buffered, "utf-8", errors, line_buffering=line_buffering)
 
 
 @contextmanager
