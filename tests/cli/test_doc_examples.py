@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!--\s*example:\s*(\w+)(.*?)-->")
 EXPECTED_EXIT = re.compile(r"#\s*exit (\d+)")
 

@@ -18,7 +18,7 @@ from mt.decode.requests import Request
 from mt.decode.translator import Translator
 from mt.errors import MtError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench():

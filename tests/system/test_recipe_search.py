@@ -12,7 +12,7 @@ from conftest import reverse_task_config
 
 from mt.config_file import load_config, parse_override
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import recipe_search  # noqa: E402
 
