@@ -154,7 +154,7 @@ if wanted tests; then
     [ -n "$TESTS_K" ] && TESTS=(-k "$TESTS_K")
     MT_TEST_FAILURES=$OUTDIR/tests.log run tests "$TESTS_TIMEOUT" python3 -m pytest -m "cuda or not slow" \
         -v -rA --tb=long --junitxml="$OUTDIR/tests.xml" -p no:cacheprovider "${TESTS[@]}" \
-        tests/test_cuda.py tests/test_precision.py tests/test_decode_dtype.py
+        tests/system/test_cuda.py tests/unit/test_precision.py tests/cli/test_decode_dtype.py
     line=$(grep -E '(passed|failed|skipped|error)' "$OUTDIR/tests.log" | tail -n 1 | tr -d '=')
     if [ $RC = 0 ] && [[ $line == *passed* ]]; then
         note tests ok $SECS "$line"

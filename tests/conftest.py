@@ -6,17 +6,17 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from inprocess import CliResult, run_mt_here
 
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
 torch.set_num_threads(1)
 # `auto` precision chooses as on a CPU without native bf16 (mt/device.py), here and in every
 # `mt` the tests start, so no test passes or fails by the CPU it runs on; the bf16 paths are
-# tested by name (tests/test_precision.py, tests/test_decode_dtype.py). Set MT_CPU_FLAGS
+# tested by name (tests/unit/test_precision.py, tests/cli/test_decode_dtype.py). Set MT_CPU_FLAGS
 # yourself (e.g. "avx512_bf16") to run the suite as a native-bf16 CPU would.
 os.environ.setdefault("MT_CPU_FLAGS", "")
 
@@ -56,16 +56,7 @@ def keep_pair(src: list[int], tgt: list[int], max_len: int, max_ratio: float) ->
     return ls <= max_len and lt <= max_len and max(ls, lt) <= max_ratio * min(ls, lt)
 
 
-# -- the real command line, for the end-to-end tests ---------------------------------------------
-
-
-@dataclass
-class CliResult:
-    """What a user of `mt` sees: the exit code and the two streams as text."""
-
-    rc: int
-    out: str
-    err: str
+# -- the command line: in this process by default, a real child where the process is tested ----
 
 
 def _run_mt(
@@ -92,26 +83,27 @@ def _run_mt(
     )
 
 
-def run_in_process(args: list[object], capsys, monkeypatch) -> tuple[int, str, str]:
-    """`mt ARGS` through the real entry point, in this process (no interpreter start, so a
-    table of many cases stays fast; a traceback reaches pytest as an exception): (exit code,
-    stdout, stderr)."""
-    from mt.cli import main
-
-    capsys.readouterr()
-    monkeypatch.setattr(sys, "argv", ["mt", *map(str, args)])
-    try:
-        main()
-        rc = 0
-    except SystemExit as ex:
-        rc = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
-    out, err = capsys.readouterr()
-    return rc, out, err
+def run_in_process(
+    args: list[object], capsys, monkeypatch, stdin: bytes | str | None = None
+) -> tuple[int, str, str]:
+    """`mt ARGS` through the real entry point, in this process: (exit code, stdout, stderr).
+    `capsys` and `monkeypatch` are kept for the callers; the runner restores what it changes."""
+    result = run_mt_here(*args, stdin=stdin)
+    return result.rc, result.out, result.err
 
 
 @pytest.fixture(scope="session")
 def mt_cli() -> Callable[..., CliResult]:
-    """Runs `python -m mt ARGS` (keywords: stdin, env, cwd) and returns a CliResult."""
+    """Runs `mt ARGS` (keywords: stdin, env, cwd) in this process and returns a CliResult:
+    what a command does, without an interpreter start (tests/inprocess.py)."""
+    return run_mt_here
+
+
+@pytest.fixture(scope="session")
+def mt_process() -> Callable[..., CliResult]:
+    """Runs `python -m mt ARGS` as a real child process, for tests of what only a process
+    shows: its exit status and streams as the OS sees them, its start (imports, no traceback on
+    the real stderr), signals and pipes."""
     return _run_mt
 
 
@@ -119,7 +111,7 @@ def mt_cli() -> Callable[..., CliResult]:
 def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory of configs/tiny.yaml trained briefly on Multi30k through `mt train`."""
     run_dir = tmp_path_factory.mktemp("tiny") / "run"
-    result = _run_mt(
+    result = run_mt_here(
         "train",
         REPO / "configs" / "tiny.yaml",
         "--run-dir",
@@ -152,7 +144,7 @@ def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
         "train.tensorboard": "false",
     }
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    result = _run_mt(
+    result = run_mt_here(
         "train",
         REPO / "configs" / "tiny.yaml",
         "--run-dir",

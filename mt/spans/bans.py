@@ -272,7 +272,7 @@ def _walk(trie: Trie, end: str, start: tuple[int, ...], among: frozenset[int]) -
 
 
 # A run of one character class longer than this is read as this long: no pattern asks for
-# more repetitions of a character than `www.` does (tests/test_bans.py checks it).
+# more repetitions of a character than `www.` does (tests/cli/test_bans.py checks it).
 RUN = 3
 
 

@@ -8,7 +8,7 @@ greedy and beam 5; the sharded output must equal the reference byte for byte.
 Times are wall clock of the whole command (model load and torchrun start included); run it
 alone under the machine's timed-run lock (`flock LOCK python -m scripts.bench.shards ...`); the
 load average is printed before and after. Prints one JSON object per search. That the sharded
-output equals one process is also a test (tests/test_shards.py), on a few lines.
+output equals one process is also a test (tests/cli/test_shards.py), on a few lines.
 """
 
 from __future__ import annotations

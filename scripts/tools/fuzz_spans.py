@@ -8,7 +8,7 @@ side and against punctuation (`%s%d.`, `»{0}«`), and are sometimes only spans.
 translated through the real `mt translate` path (`translate_stream`, an HTML plan with
 --html), in buffers as the CLI does; a line that comes back with an
 error, a line count that differs, or a span multiset that differs is a failure, printed with
-its line. The exit code is the number of failures (capped at 100). tests/test_fuzz.py drives
+its line. The exit code is the number of failures (capped at 100). tests/unit/test_fuzz.py drives
 `fuzz_line` with hypothesis on the tiny model.
 """
 

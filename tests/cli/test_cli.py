@@ -20,8 +20,9 @@ import yaml
 NBEST_LINE = re.compile(r"^(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d+)$")
 
 
-def test_help_lists_the_commands(mt_cli):
-    result = mt_cli("--help")
+def test_help_lists_the_commands(mt_process):
+    """The installed entry point itself starts (a real `python -m mt`) and lists the commands."""
+    result = mt_process("--help")
     assert result.rc == 0, result.err
     for command in ("train", "translate", "eval"):
         assert command in result.out

@@ -4,6 +4,7 @@ takes, `--threads` checked once, and the count said in the start line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import subprocess
@@ -194,23 +195,22 @@ def test_the_start_line_says_one_thread_on_one_core(tmp_path):
     assert lines[1].startswith("mt: error: ")  # and then the command goes on as before
 
 
-def test_piped_stderr_holds_no_start_line(tmp_path, mt_cli):
-    result = mt_cli("translate", tmp_path / "missing.pt", "--threads", "1")
+def test_piped_stderr_holds_no_start_line(tmp_path, mt_process):
+    result = mt_process("translate", tmp_path / "missing.pt", "--threads", "1")
     assert result.rc == 2 and result.err.count("\n") == 1 and "thread" not in result.err
 
 
-def test_training_says_its_threads_capped_by_the_affinity(tmp_path):
+def test_training_says_its_threads_capped_by_the_affinity(tmp_path, mt_cli):
     config = reverse_task_config(tmp_path, max_steps=2, threads=2, eval_every=2, log_every=1)
-    proc = subprocess.run(
-        [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(tmp_path / "run")],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
-    )
-    assert proc.returncode == 0, proc.stderr
-    start = [line for line in proc.stderr.splitlines() if line.startswith("mt train: ")]
-    assert len(start) == 1, proc.stderr
+    everyone = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(everyone)})  # as under `taskset`, for this one call
+    try:
+        result = mt_cli("train", config, "--run-dir", tmp_path / "run", cwd=REPO)
+    finally:  # every thread of this process, also those torch started meanwhile
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), everyone)
+    assert result.rc == 0, result.err
+    start = [line for line in result.err.splitlines() if line.startswith("mt train: ")]
+    assert len(start) == 1, result.err
     assert ", 1 thread (train.threads 2 capped at the 1 usable core: affinity 1), " in start[0]

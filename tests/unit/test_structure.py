@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-MT = Path(__file__).resolve().parent.parent / "mt"
+MT = Path(__file__).resolve().parents[2] / "mt"
 MAX_LINES = 400
 
 

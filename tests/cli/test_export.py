@@ -165,12 +165,13 @@ def test_an_existing_out_dir_is_kept_unless_forced(ct2_dir, tiny_run, mt_cli, tm
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary or old folder left
 
 
-def test_a_missing_package_names_the_extra(tiny_run, mt_cli, tmp_path):
-    """Without ctranslate2 (a stand-in that fails to import): one line with the pip command."""
+def test_a_missing_package_names_the_extra(tiny_run, mt_process, tmp_path):
+    """Without ctranslate2 (a stand-in that fails to import, so a fresh interpreter is what is
+    tested): one line with the pip command."""
     blocker = tmp_path / "blocked" / "ctranslate2"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('not installed')\n", encoding="utf-8")
-    result = mt_cli(
+    result = mt_process(
         "export",
         tiny_run / "best.pt",
         tmp_path / "out",

@@ -16,7 +16,7 @@ from mt.config import DataConfig
 from mt.config_file import load_config
 from mt.data.corpus import read_parallel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "configs" / "wmt14_en_de_base.yaml"
 
 

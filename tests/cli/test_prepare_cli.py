@@ -19,7 +19,7 @@ import yaml
 from mt.config import TokenizerConfig
 from mt.tokenizer import Tokenizer, train_tokenizer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WORDS = ["ein", "Hund", "rennt", "zwei", "Katzen", "spielen", "im", "Park", "a", "dog", "runs"]
 BIG = 50_000  # lines: more than two of the reader's 20,000-pair chunks
 

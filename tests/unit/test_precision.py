@@ -5,9 +5,6 @@ any CPU."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from conftest import REPO, reverse_task_config
 
@@ -115,20 +112,13 @@ def test_the_start_line_names_the_precision_and_why(flags, want, tmp_path, monke
     assert f", precision {want} ({why}), " in err
 
 
-def test_mt_train_says_what_this_cpu_gives(tmp_path, monkeypatch):
+def test_mt_train_says_what_this_cpu_gives(tmp_path, monkeypatch, mt_cli):
     """The real command on this machine's own flags (not the suite's stand-in): whatever the
     CPU, the line says what the rule gives for the flags /proc/cpuinfo lists."""
     monkeypatch.delenv("MT_CPU_FLAGS", raising=False)
     config = reverse_task_config(tmp_path, max_steps=1, eval_every=1, precision="auto")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(tmp_path / "run")],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    start = [line for line in proc.stderr.splitlines() if line.startswith("mt train: ")]
+    result = mt_cli("train", config, "--run-dir", tmp_path / "run", cwd=REPO)
+    assert result.rc == 0, result.err
+    start = [line for line in result.err.splitlines() if line.startswith("mt train: ")]
     expected = choose_precision("auto", "cpu", read_cpu_flags()).describe()
-    assert len(start) == 1 and f", precision {expected}, " in start[0], proc.stderr
+    assert len(start) == 1 and f", precision {expected}, " in start[0], result.err

@@ -139,22 +139,26 @@ def missing(tmp_path: Path, package: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
 
 
-def test_true_without_the_package_is_one_line_before_any_work(config, tmp_path, mt_cli):
+def test_true_without_the_package_is_one_line_before_any_work(config, tmp_path, mt_process):
+    """A fresh interpreter whose `import tensorboard` fails (this process has it imported)."""
     env = missing(tmp_path, "tensorboard")
     run = tmp_path / "run"
-    result = mt_cli("train", config, "--run-dir", run, "--set", "train.tensorboard=true", env=env)
+    result = mt_process(
+        "train", config, "--run-dir", run, "--set", "train.tensorboard=true", env=env
+    )
     assert result.rc == 2
     assert result.err.strip().splitlines() == [result.err.strip()]
     assert result.err.startswith("mt: error: train.tensorboard is true but the tensorboard")
     assert not run.exists()  # nothing prepared, nothing trained
     # auto, without the package: trains, without events.
-    train(mt_cli, config, run, "--set", "train.max_steps=2", env=env)
+    train(mt_process, config, run, "--set", "train.max_steps=2", env=env)
     assert not (run / EVENTS).exists()
 
 
-def test_without_matplotlib_no_image_and_one_note(config, tmp_path, mt_cli):
+def test_without_matplotlib_no_image_and_one_note(config, tmp_path, mt_process):
+    """A fresh interpreter whose `import matplotlib` fails."""
     run = tmp_path / "run"
-    result = train(mt_cli, config, run, env=missing(tmp_path, "matplotlib"))
+    result = train(mt_process, config, run, env=missing(tmp_path, "matplotlib"))
     assert result.err.count("matplotlib is missing") == 1
     acc = events(run)
     assert "dev/attention" not in acc.Tags()["images"]

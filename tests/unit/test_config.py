@@ -10,7 +10,7 @@ from mt.config import Config, DataConfig, ModelConfig
 from mt.config_file import expand_env, load_config, parse_override, save_config
 from mt.errors import EXIT_USAGE, MtError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:

@@ -21,10 +21,11 @@ def error_line(result) -> str:
     return lines[0]
 
 
-def test_misspelt_key_in_the_file_suggests_the_known_one(tmp_path, mt_cli):
+def test_misspelt_key_in_the_file_suggests_the_known_one(tmp_path, mt_process):
+    """In a real child: the exit status and the one stderr line the shell sees."""
     config = tmp_path / "c.yaml"
     config.write_text("train:\n  max_step: 10\n", encoding="utf-8")
-    line = error_line(mt_cli("train", config, "--run-dir", tmp_path / "run"))
+    line = error_line(mt_process("train", config, "--run-dir", tmp_path / "run"))
     assert line.startswith(f"mt: error: {config}: unknown key 'train.max_step'")
     assert line.endswith("did you mean train.max_steps?")
 

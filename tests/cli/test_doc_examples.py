@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import glob
 import gzip
-import io
 import os
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import run_in_process
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!--\s*example:\s*(\w+)(.*?)-->")
 EXPECTED_EXIT = re.compile(r"#\s*exit (\d+)")
 
@@ -175,8 +173,7 @@ def run_command(command: str, home: Path, env: dict[str, str], capsys, monkeypat
     args: list[str] = []
     for w in words[1:]:
         args += sorted(glob.glob(w, root_dir=home)) or [w] if "*" in w else [w]
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    rc, _, err = run_in_process(args, capsys, monkeypatch)
+    rc, _, err = run_in_process(args, capsys, monkeypatch, stdin=stdin)
     return rc, err, int(expected.group(1)) if expected else 0
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import _run_mt, reverse_task_config
+from conftest import reverse_task_config
+from inprocess import run_mt_here
 
 BEAMS, ALPHAS = [1, 3], [0.0, 2.0]
 
@@ -21,7 +22,7 @@ def tuned_run(tmp_path_factory) -> Path:
         folder, eval_bleu=True, tune_beam=BEAMS, tune_alpha=ALPHAS, max_steps=40, eval_every=20
     )
     # 3-best output as configured: the stored settings keep it, within the chosen beam.
-    result = _run_mt("train", config, "--run-dir", folder / "run", "--set", "decode.nbest=3")
+    result = run_mt_here("train", config, "--run-dir", folder / "run", "--set", "decode.nbest=3")
     assert result.rc == 0, result.err
     return folder / "run"
 

@@ -67,7 +67,7 @@ def translate(
     cfg.beam, cfg.nbest, cfg.dtype = beam, 1, dtype
     model = loaded.model
     if device == "cpu" and dtype != "fp32":
-        # A CPU decodes bf16 through autocast (tests/test_decode_dtype.py); the half copy
+        # A CPU decodes bf16 through autocast (tests/cli/test_decode_dtype.py); the half copy
         # CUDA decodes with runs the same search on the CPU here.
         model, cfg.dtype = copy.deepcopy(model).to(HALF[dtype]), "fp32"
     translator = Translator(model, loaded.tokenizer, cfg, torch.device(device))
@@ -217,7 +217,7 @@ def test_half_precision_updates_on_the_cpu_follow_fp32(precision, tmp_path):
 
 @pytest.mark.parametrize(("precision", "rel"), [on_cuda("fp32", 1e-4), on_cuda("fp16", 1e-2)])
 def test_resume_on_cuda_matches_the_uninterrupted_run(precision, rel, tmp_path, mt_cli):
-    """tests/test_resume.py on the GPU: the CUDA RNG (dropout), the scaler and the data
+    """tests/cli/test_resume.py on the GPU: the CUDA RNG (dropout), the scaler and the data
     position come back from last.pt. Not bit-exact: CUDA's atomics sum in any order."""
     n = 24
     config = reverse_task_config(

@@ -20,7 +20,7 @@ from conftest import run_in_process
 
 import mt
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "python-api.md"
 
 

@@ -16,7 +16,7 @@ from mt.decode.translator import Translator
 from mt.errors import MtError
 from mt.spans.markup import parse_fragment
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench():

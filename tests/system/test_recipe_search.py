@@ -13,7 +13,7 @@ from conftest import reverse_task_config
 from mt.config_file import load_config, parse_override
 from scripts.studies import recipe_search
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_trials_become_the_overrides_mt_train_reads(tmp_path):

@@ -89,24 +89,14 @@ def test_a_failing_line_costs_only_itself(tiny_run, tmp_path, capsys, monkeypatc
 
 def test_a_failing_line_on_stdin_and_in_jsonl(tiny_run, capsys, monkeypatch) -> None:
     _fail_on(monkeypatch, "Kaputt")
-    monkeypatch.setattr("sys.stdin", _Stdin("Ein Hund.\nKaputt\nEine Frau.\n"))
     rc, out, err = run_in_process(
-        ["translate", tiny_run / "best.pt", "--output-format", "jsonl"], capsys, monkeypatch
+        ["translate", tiny_run / "best.pt", "--output-format", "jsonl"],
+        capsys,
+        monkeypatch,
+        stdin="Ein Hund.\nKaputt\nEine Frau.\n",
     )
     assert rc == 1 and "<stdin>:2: could not translate" in err
     records = [json.loads(x) for x in out.splitlines()]
     assert len(records) == 3
     assert records[1]["translation"] == "" and "RuntimeError" in records[1]["error"]
     assert records[0]["translation"] and "error" not in records[0] and "error" not in records[2]
-
-
-class _Stdin:
-    """A stdin whose `buffer` holds `text` as bytes, as `mt translate` reads it."""
-
-    def __init__(self, text: str) -> None:
-        import io
-
-        self.buffer = io.BytesIO(text.encode("utf-8"))
-
-    def isatty(self) -> bool:
-        return False

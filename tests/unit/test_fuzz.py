@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from mt.decode.session import DecodeOptions, Session
 from scripts.tools import fuzz_spans
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 FUZZ = fuzz_spans

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import _run_mt, reverse_task_config
+from conftest import reverse_task_config
+from inprocess import run_mt_here
 
 from mt import checkpoint
 from mt.train.averaging import Ema, average_at_end
@@ -89,7 +90,7 @@ def test_the_trainer_keeps_the_ema_of_its_own_weights(tmp_path, mt_cli):
 def averaged_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("average")
     config = reverse_task_config(folder, max_steps=8, eval_every=4, keep_last=2, average_last=2)
-    result = _run_mt("train", config, "--run-dir", folder / "run")
+    result = run_mt_here("train", config, "--run-dir", folder / "run")
     assert result.rc == 0, result.err
     return folder / "run"
 
