@@ -161,13 +161,13 @@ class SpanRule:
         starts = self._open_starts(text, last)
         if not starts:
             return None
-        cut = max(0, starts[0] - 1)  # with the character before, for the lookbehinds,
+        cut = _context(text, starts[0])  # with the character before, for the lookbehinds,
         # which tell a space, a letter, a digit, `%` and another mark apart (`_kind`)
         # A lone `<Name>` is markup when the line closes it (`mt.spans`): the line's closing
         # tags before the open text go with it, apart from it (`SEPARATOR` ends any span).
         closes = sorted(set(CLOSING_TAG.findall(text, 0, cut)))
         head = "".join(f"</{n}>" for n in closes) + SEPARATOR if closes else ""
-        end = _kind(text[cut]) + text[cut + 1 :] if cut < starts[0] else text[cut:]
+        end = _kind(text[cut]) + text[cut + 1 :] if cut == starts[0] - 1 else text[cut:]
         key = (head + end, ok)
         if key not in self._rows:
             if len(self._rows) >= CACHE:
@@ -295,6 +295,21 @@ def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
 
 
 _RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
+
+
+def _context(text: str, start: int) -> int:
+    """Where the text kept for the open text from `start` begins: the character before it
+    (read as its `_kind`), or, when that character ends a span already written (`%%` before
+    `<%`), that span whole. The first character of a line is free to start a span that
+    would swallow `start` (`%<` is one), a character an earlier span took is not: the two
+    read alike to the lookbehinds but not to `find_spans`'s scan."""
+    if start == 0:
+        return 0
+    lo = max(0, start - WINDOW_CHARS)
+    for span in find_spans(text[lo:start], WIDEST):
+        if span.start < start - 1 - lo < span.end and span.end == start - lo:
+            return lo + span.start
+    return start - 1
 
 
 def _kind(c: str) -> str:

@@ -207,11 +207,12 @@ def test_no_piece_completes_a_span_the_mask_lets_through(rule, data) -> None:
 @pytest.mark.parametrize(
     "text, piece",
     [("{1} %HOME&&<p mi ka {0M", ">"), (" ze <p mi", ">"), (" ka %", "s"), (" ka {0", "}"),
-     (" ka &amp", ";"), ("</b> ka <b", ">")],
+     (" ka &amp", ";"), ("</b> ka <b", ">"), ("%%<%%", ">")],
 )  # fmt: skip
 def test_an_open_span_is_read_from_the_patterns(rule, text, piece) -> None:
-    """The row ends that earlier rules missed (a tag with a brace in its attributes), and the
-    ordinary ones, ban the piece that would close them."""
+    """The row ends that earlier rules missed (a tag with a brace in its attributes; a
+    template after a written `%%`, whose `%` a bare line would read as starting `%<`), and
+    the ordinary ones, ban the piece that would close them."""
     ids = rule.row_bans(text)
     assert ids is not None and rule.texts.index(piece) in ids.tolist()
     assert rule.texts.index(" ka") not in ids.tolist()  # a word goes on writing text
