@@ -144,6 +144,13 @@ def output_limits(
     return torch.maximum(limit, floor).clamp(max=max_positions - 1)
 
 
+def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg: DecodeConfig) -> bool:
+    """Whether a search with these settings can take constraints (the one rule, asked by the
+    translator and the stages that turn spans or numbers into constraints): beam search, and
+    none of the settings `constrained_beam_search` does not implement."""
+    return not (greedy or sampling or alignment or cfg.stop_early or cfg.no_repeat_ngram)
+
+
 @torch.inference_mode()
 def constrained_beam_search(
     model: Transformer,
@@ -158,7 +165,7 @@ def constrained_beam_search(
     `bans` (`mt.spans.bans`) but those of the phrases. Of `cfg` (the one validated settings
     object every search takes, see `mt.decode.search`) it reads beam, alpha, nbest and the
     length limit. Its other beam settings are not implemented here: the translator refuses
-    constraints with stop_early or no_repeat_ngram (`mt.decode.protect.can_constrain`), and
+    constraints with stop_early or no_repeat_ngram (`can_constrain`), and
     penalty, length_offset and hf_stopping are not read (GNMT penalty, fairseq's stop rule).
 
     Scores are `beam_search`'s (log-probability including EOS over the GNMT length penalty).
