@@ -6,6 +6,7 @@ The sentence is translated first; then the model is run teacher-forced on its ow
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -81,10 +82,9 @@ def translate_with_attention(
     target = target or Target(None, [], None, None)
     model = model_for(model, target)  # type: ignore[assignment]
     src = pad([target.src_mark + tokenizer.encode_src([sentence])[0]]).to(device)
-    hyp = beam_search(
-        model, src, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b,
-        penalty=cfg.penalty, hf_stopping=cfg.hf_stopping, length_offset=cfg.length_offset,
-    )[0][0]  # fmt: skip
+    # The best output of plain beam search: n-best, stop-early and n-gram bans do not apply.
+    plain = dataclasses.replace(cfg, nbest=1, stop_early=False, no_repeat_ngram=0)
+    hyp = beam_search(model, src, plain)[0][0]
     tgt_in = torch.tensor([[BOS] + hyp.tokens], device=device)
     marks = [tokenizer.src.id_to_piece(i) for i in target.src_mark]
     start = target.start if target.forced is None else target.forced  # the row shown first

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from mt.config import DecodeConfig
 from mt.decode.search import Beams, continuing, only_eos
 from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
@@ -143,21 +144,29 @@ def output_limits(
     return torch.maximum(limit, floor).clamp(max=max_positions - 1)
 
 
+def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg: DecodeConfig) -> bool:
+    """Whether a search with these settings can take constraints (the one rule, asked by the
+    translator and the stages that turn spans or numbers into constraints): beam search, and
+    none of the settings `constrained_beam_search` does not implement."""
+    return not (greedy or sampling or alignment or cfg.stop_early or cfg.no_repeat_ngram)
+
+
 @torch.inference_mode()
 def constrained_beam_search(
     model: Transformer,
     src: torch.Tensor,  # (B, S)
     constraints: list[list[list[int]]],
-    beam: int,
-    alpha: float,
-    max_len_a: float,
-    max_len_b: int,
-    nbest: int = 1,
+    cfg: DecodeConfig,
+    *,
     bans: Bans | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
     (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
-    `bans` (`mt.spans.bans`) but those of the phrases.
+    `bans` (`mt.spans.bans`) but those of the phrases. Of `cfg` (the one validated settings
+    object every search takes, see `mt.decode.search`) it reads beam, alpha, nbest and the
+    length limit. Its other beam settings are not implemented here: the translator refuses
+    constraints with stop_early or no_repeat_ngram (`can_constrain`), and
+    penalty, length_offset and hf_stopping are not read (GNMT penalty, fairseq's stop rule).
 
     Scores are `beam_search`'s (log-probability including EOS over the GNMT length penalty).
     Candidates per step are fairseq's: the sentence's best 2*beam continuations, each
@@ -171,13 +180,14 @@ def constrained_beam_search(
     """
     if len(constraints) != src.size(0):
         raise ValueError(f"{len(constraints)} constraint lists for {src.size(0)} sentences")
-    B, K, dev = src.size(0), beam, src.device
+    B, K, dev = src.size(0), cfg.beam, src.device
+    alpha, nbest = cfg.alpha, cfg.nbest
     phrases, lengths = phrase_tensors(constraints, dev)
     C = phrases.size(1)
     if int(phrases.max()) >= model.tgt_vocab:
         raise ValueError("a constraint token is outside the target vocabulary")
     n_banks = int(lengths.sum(1).max()) + 1
-    limit = output_limits(src, lengths, max_len_a, max_len_b, model.cfg.max_positions)
+    limit = output_limits(src, lengths, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
     beams = Beams(model, src)
     progress = torch.zeros(B, C, dtype=torch.long, device=dev)  # per row, as in `advance`
     met = lengths.eq(0)  # empty slots are met from the start

@@ -1,9 +1,8 @@
-"""Which search a batch takes, with every setting read from the one validated DecodeConfig.
+"""Which search a batch takes, given the one validated DecodeConfig.
 
-The searches themselves (mt.decode.search, mt.decode.constrained) take plain arguments, so
-they can be called and tested on their own; this is the one place that reads a DecodeConfig
-into them, so a new decode setting is its field, its rule (mt.config_rules) and the line here
-that hands it to the search that uses it.
+Every search (mt.decode.search, mt.decode.constrained) takes that DecodeConfig whole and reads
+the fields it uses, so a new decode setting is its field, its rule (mt.config_rules) and its
+search code; this module only chooses the search.
 """
 
 from __future__ import annotations
@@ -38,38 +37,17 @@ def search(
     """The hypotheses of each row, best first: constrained beam search for rows with
     constraints, greedy search or sampling (one each), else beam search."""
     if constraints is not None and any(constraints):
-        return constrained_beam_search(
-            model, src, constraints, cfg.beam, cfg.alpha, cfg.max_len_a, cfg.max_len_b,
-            cfg.nbest, bans,
-        )  # fmt: skip
+        return constrained_beam_search(model, src, constraints, cfg, bans=bans)
     if is_greedy(cfg) or sampling is not None:
         hyps = greedy_search(
             model,
             src,
-            cfg.max_len_a,
-            cfg.max_len_b,
-            alignment,
+            cfg,
+            alignment=alignment,
             with_scores=with_scores or sampling is not None,
             prefixes=prefixes,
-            no_repeat_ngram=cfg.no_repeat_ngram,
             sampling=sampling,
             bans=bans,
         )
         return [[h] for h in hyps]
-    return beam_search(
-        model,
-        src,
-        cfg.beam,
-        cfg.alpha,
-        cfg.max_len_a,
-        cfg.max_len_b,
-        cfg.nbest,
-        alignment,
-        cfg.stop_early,
-        prefixes=prefixes,
-        no_repeat_ngram=cfg.no_repeat_ngram,
-        bans=bans,
-        penalty=cfg.penalty,
-        hf_stopping=cfg.hf_stopping,
-        length_offset=cfg.length_offset,
-    )
+    return beam_search(model, src, cfg, alignment=alignment, prefixes=prefixes, bans=bans)

@@ -48,13 +48,7 @@ class Search:
 
     tokenizer: Tokenizer
     nbest: int
-    constrain: bool  # the search takes constraints (see `can_constrain`)
-
-
-def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg) -> bool:
-    """Whether a search with these settings accepts constraints (see
-    Translator._constraint_ids): beam search, without alignments, stop-early or n-gram bans."""
-    return not (greedy or sampling or alignment or cfg.stop_early or cfg.no_repeat_ngram)
+    constrain: bool  # the search takes constraints (`mt.decode.constrained.can_constrain`)
 
 
 def masked_request(r: Request, m: Masked, constrain: bool) -> Request:

@@ -5,6 +5,12 @@ batch follows its sentences rather than its longest one. Beam search is vectoris
 (sentences x beams): one `step` call per output position for the whole batch, the cache rows
 reordered to follow the surviving beams. With beam size 1 it returns the greedy output. The
 pieces of one step they share are in mt/decode/steps.py.
+
+Every search takes its settings as the one validated `DecodeConfig` (checked by
+`mt.config_rules`), not as one argument per setting and not as a copy of some of its fields:
+a new decode option is then its field, its rule and the lines of the search that reads it,
+with no signature or call site in between to update. What varies per call rather than per
+setting (alignments, scores, prefixes, sampling, bans) stays a keyword argument.
 """
 
 from __future__ import annotations
@@ -13,19 +19,19 @@ from collections.abc import Sequence, Sized
 
 import torch
 
+from mt.config import DecodeConfig
 from mt.decode.steps import (
     Hypothesis,
     Sampling,
-    forced_at,
     length_penalty,
     output_limits,
     prefix_tensor,
-    repeated_ngram_bans,
     sample_tokens,
+    step_rules,
     top_tokens,
 )
 from mt.model import Transformer
-from mt.spans.bans import Bans, step_mask
+from mt.spans.bans import Bans
 from mt.tokenizer import BOS, EOS
 
 
@@ -33,23 +39,24 @@ from mt.tokenizer import BOS, EOS
 def greedy_search(
     model: Transformer,
     src: torch.Tensor,  # (B, S)
-    max_len_a: float,
-    max_len_b: int,
-    need_alignment: bool = False,
+    cfg: DecodeConfig,
+    *,
+    alignment: bool = False,
     with_scores: bool = True,
     prefixes: list[list[int]] | None = None,
-    no_repeat_ngram: int = 0,
     sampling: Sampling | None = None,
     bans: Bans | None = None,
 ) -> list[Hypothesis]:
-    """The most probable next token at each step (or a drawn one, with `sampling`). Without
+    """The most probable next token at each step (or a drawn one, with `sampling`), within
+    `cfg`'s length limit and n-gram rule (the beam settings are not read). Without
     `with_scores` the scores are NaN and each step skips the log-normaliser, a pass with an
     exp over every (row, vocabulary) entry that only the score needs (translation output is
     the tokens). `prefixes[i]` (target ids) is forced as the start of output i; `bans`
     (`mt.spans.bans`) are tokens it may not write."""
     B, dev = src.size(0), src.device
     prefix = prefix_tensor(prefixes, B, dev)
-    limit = output_limits(src, prefix, max_len_a, max_len_b, model.cfg.max_positions)
+    limit = output_limits(src, prefix, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
+    no_repeat_ngram = cfg.no_repeat_ngram
     memory, mask, _ = model.encode(src)
     state = model.start_state(memory, mask)
     active = torch.arange(B, device=dev)  # original row of each active row
@@ -61,17 +68,15 @@ def greedy_search(
     t = 0
     while active.numel():
         force = limit[active] <= t  # at the length limit only EOS may come
-        forced = forced_at(prefix, active, t)
-        banned = repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None
-        mask = step_mask(bans, history, active)
+        rules = step_rules(prefix, active, t, history, no_repeat_ngram, bans)
         if sampling is not None:
             tok, lp, eos_lp, align = sample_tokens(
-                model, prev, state, sampling, need_alignment, forced, banned, mask
+                model, prev, state, sampling, rules, alignment=alignment
             )
             top_tok, top_lp = tok[:, None], lp[:, None]
         else:
             top_lp, top_tok, eos_lp, align = top_tokens(
-                model, prev, state, 1, need_alignment, with_scores, forced, banned, mask
+                model, prev, state, 1, rules, alignment=alignment, normalise=with_scores
             )
         best = top_tok[:, 0].masked_fill(force, EOS)
         if top_lp is None or eos_lp is None:
@@ -101,7 +106,7 @@ def greedy_search(
             active, best, history = active[keep], best[keep], history[keep]
         prev = best
         t += 1
-    return [Hypothesis(tokens[i], scores[i], aligns[i] if need_alignment else []) for i in range(B)]
+    return [Hypothesis(tokens[i], scores[i], aligns[i] if alignment else []) for i in range(B)]
 
 
 class Beams:
@@ -228,21 +233,14 @@ def only_eos(
 def beam_search(
     model: Transformer,
     src: torch.Tensor,  # (B, S)
-    beam: int,
-    alpha: float,
-    max_len_a: float,
-    max_len_b: int,
-    nbest: int = 1,
-    need_alignment: bool = False,
-    stop_early: bool = False,
+    cfg: DecodeConfig,
+    *,
+    alignment: bool = False,
     prefixes: list[list[int]] | None = None,
-    no_repeat_ngram: int = 0,
     bans: Bans | None = None,
-    penalty: str = "gnmt",
-    hf_stopping: bool = False,
-    length_offset: int = 0,
 ) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses per sentence, by length-normalised log-probability.
+    """The `nbest` best hypotheses per sentence, by length-normalised log-probability (every
+    setting named here is a field of `cfg`).
 
     Each step ranks 2*beam candidates per sentence; EOS candidates among the top `beam` are
     finished, the best `beam` non-EOS candidates go on. A sentence stops once it has `beam`
@@ -260,9 +258,10 @@ def beam_search(
     its log-probability in the score; `no_repeat_ngram` N > 0 bans any n-gram of N tokens from
     occurring twice in a hypothesis; `bans` (`mt.spans.bans`) are tokens it may not write.
     """
-    B, K, dev = src.size(0), beam, src.device
+    B, K, dev = src.size(0), cfg.beam, src.device
+    alpha, nbest, penalty, offset = cfg.alpha, cfg.nbest, cfg.penalty, cfg.length_offset
     prefix = prefix_tensor(prefixes, B, dev)
-    limit = output_limits(src, prefix, max_len_a, max_len_b, model.cfg.max_positions)
+    limit = output_limits(src, prefix, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
     beams = Beams(model, src)
     align_hist = torch.empty(B, 0, dtype=torch.long, device=dev)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -270,37 +269,37 @@ def beam_search(
         t, sent, history = beams.step, beams.sent, beams.history
         n, width = beams.scores.shape
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
-        forced = forced_at(prefix, sent.repeat_interleave(width), t)
-        banned = repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None
-        mask = step_mask(bans, history, sent.repeat_interleave(width))
+        rules = step_rules(
+            prefix, sent.repeat_interleave(width), t, history, cfg.no_repeat_ngram, bans
+        )
         row_lp, row_tok, eos_lp, align = top_tokens(
-            model, beams.prev, beams.state, 2 * K, need_alignment, True, forced, banned, mask
+            model, beams.prev, beams.state, 2 * K, rules, alignment=alignment
         )
         assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)
         # At the limit EOS keeps its log-probability; HF's forced_eos_token_id makes it 0.
-        last_lp = torch.zeros_like(eos_lp) if hf_stopping else eos_lp
+        last_lp = torch.zeros_like(eos_lp) if cfg.hf_stopping else eos_lp
         only_eos(row_lp, row_tok, last_lp, (limit[sent] <= t).repeat_interleave(width))
         cand = (beams.scores[:, :, None] + row_lp.view(n, width, C)).view(n, width * C)
         top_s, top_j = cand.topk(min(2 * K, width * C), dim=1)  # (n, 2K)
         tok = row_tok.view(n, width * C).gather(1, top_j)
         rows = torch.arange(n, device=dev)[:, None] * width + top_j // C  # (n, 2K) row in state
         ended = beams.endings(
-            top_s, rows, tok, K, alpha, finished, penalty, hf_stopping, length_offset
+            top_s, rows, tok, K, alpha, finished, penalty, cfg.hf_stopping, offset
         )
         for s, row, score in ended:
             finished[s].append(Hypothesis(history[row].tolist(), score, align_hist[row].tolist()))
         pick = continuing(tok, K)
         need = [K] * n
-        if stop_early:  # sentences whose best candidate just ended need only nbest
+        if cfg.stop_early:  # sentences whose best candidate just ended need only nbest
             top_ended = (tok[:, 0].eq(EOS) & top_s[:, 0].isfinite()).tolist()
             need = [nbest if e else K for e in top_ended]
         done = torch.tensor(
             [len(finished[s]) >= m for s, m in zip(sent.tolist(), need)], device=dev
         )
-        if hf_stopping:
+        if cfg.hf_stopping:
             best = top_s.gather(1, pick[:, :1])[:, 0]  # the best beam that goes on
-            closed = hf_done(finished, sent, best, t + 1 + length_offset, K, alpha, penalty)
+            closed = hf_done(finished, sent, best, t + 1 + offset, K, alpha, penalty)
             done = torch.tensor(closed, dtype=torch.bool, device=dev)
         done |= limit[sent] <= t
         if done.all():

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mt.model import DecoderState, Transformer
-from mt.spans.bans import apply_mask
+from mt.spans.bans import Bans, apply_mask, step_mask
 from mt.tokenizer import BOS, EOS, PAD
 
 
@@ -102,32 +102,63 @@ def row_topk(x: torch.Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[torch.Te
     return top, cols.gather(1, j)
 
 
+@dataclass(frozen=True)
+class StepRules:
+    """What the rows of one step may write, worked out by the search from its settings and
+    history and read by `top_tokens` / `sample_tokens` (so a new restriction is a field here
+    and its lines there, not one more argument of every step function).
+
+    `forced` (N,): the token a row must write (a target prefix; -1 where free), None when no
+    row must. `banned` (N, W): token ids a row may not write (no-repeat-ngram; PAD entries ban
+    nothing new). `mask` ((V,) or (N, V) bool, `mt.spans.bans.step_mask`): tokens banned too.
+    """
+
+    forced: torch.Tensor | None = None
+    banned: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+
+def step_rules(
+    prefix: torch.Tensor,
+    rows: torch.Tensor,
+    t: int,
+    history: torch.Tensor,
+    no_repeat_ngram: int,
+    bans: Bans | None,
+) -> StepRules:
+    """The rules of step `t` for decoder rows whose sentences are `rows` (indices into
+    `prefix` and the spans of `bans`), each row having written `history` so far."""
+    return StepRules(
+        forced=forced_at(prefix, rows, t),
+        banned=repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None,
+        mask=step_mask(bans, history, rows),
+    )
+
+
 def top_tokens(
     model: Transformer,
     prev: torch.Tensor,
     state: DecoderState,
     k: int,
-    need_alignment: bool,
+    rules: StepRules,
+    *,
+    alignment: bool = False,
     normalise: bool = True,
-    forced: torch.Tensor | None = None,
-    banned: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Feed `prev` and return, per row, the `k` most probable next tokens other than PAD and
     BOS (N, k) with their log-probabilities (N, k), the log-probability of EOS (N,), and the
-    most-attended source position if asked. Without `normalise` the two log-probability
+    most-attended source position if `alignment`. Without `normalise` the two log-probability
     results are None and the log-softmax pass (an exp per row and vocabulary entry) is skipped.
 
-    `banned` (N, W) token ids are excluded (no-repeat-ngram; PAD entries ban nothing new), and
-    so are the tokens of `mask` ((V,) or (N, V) bool, `mt.spans.bans.step_mask`).
-    A row with `forced` >= 0 (a target prefix) gets that token as its only candidate, with its
-    real log-probability, whatever the bans say.
+    Tokens `rules` bans are excluded. A row with a forced token (a target prefix) gets that
+    token as its only candidate, with its real log-probability, whatever the bans say.
 
     Projecting a chunk of rows at a time keeps each chunk's logits in cache for the passes over
     them: log_softmax (one fused kernel, where logsumexp takes four passes)
     and `row_topk`. The normaliser includes PAD and BOS, which are masked only afterwards.
     """
-    hidden, cross = model.step_hidden(prev, state, need_weights=need_alignment)
+    forced, banned, mask = rules.forced, rules.banned, rules.mask
+    hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
     lps, toks, eos = [], [], []
     for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
         rows = slice(start, start + len(chunk))
@@ -177,14 +208,15 @@ def sample_tokens(
     prev: torch.Tensor,
     state: DecoderState,
     sampling: Sampling,
-    need_alignment: bool,
-    forced: torch.Tensor | None,
-    banned: torch.Tensor | None,
-    mask: torch.Tensor | None = None,
+    rules: StepRules,
+    *,
+    alignment: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One drawn token per row (N,), its log-probability under the model (N,) (not the
-    tempered one: scores stay comparable with search), EOS's log-probability, alignment."""
-    hidden, cross = model.step_hidden(prev, state, need_weights=need_alignment)
+    tempered one: scores stay comparable with search), EOS's log-probability, alignment.
+    Tokens `rules` bans are not drawn; a forced token is taken."""
+    forced, banned, mask = rules.forced, rules.banned, rules.mask
+    hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
     logp = torch.log_softmax(model.project(hidden).float(), dim=-1)
     eos_lp = logp[:, EOS].clone()
     logits = logp / sampling.temperature

@@ -22,14 +22,14 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.casing import recase_stage
-from mt.decode.constrained import phrase_ids
+from mt.decode.constrained import can_constrain, phrase_ids
 from mt.decode.dispatch import is_greedy, search
 from mt.decode.doubt import doubt_stage
 from mt.decode.dtype import compute, decode_model
 from mt.decode.html import html_stage
 from mt.decode.numbers import numbers_stage
 from mt.decode.pivot import pivot_stage
-from mt.decode.protect import Search, can_constrain, protect_stage
+from mt.decode.protect import Search, protect_stage
 from mt.decode.requests import Plan, Request, Translation, isolated, translation_record
 from mt.decode.sentences import split_stage
 from mt.decode.stages import Stage, run, spelling_cost

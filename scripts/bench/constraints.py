@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from mt.batching import pad, token_batches
+from mt.config import DecodeConfig
 from mt.decode.constrained import constrained_beam_search, phrase_ids
 from mt.decode.search import beam_search
 from mt.decode.steps import Hypothesis
@@ -49,17 +50,15 @@ def search_all(
 ) -> list[Hypothesis]:
     """Best hypothesis per sentence (input order), batched as the translator batches
     (length-sorted token-budget batches)."""
+    cfg = args.search
     out: list[Hypothesis | None] = [None] * len(ids)
     for batch in token_batches([len(x) for x in ids], args.max_tokens):
         rows = batch.tolist()
         src = pad([ids[r] for r in rows])
-        a, b = args.max_len_a, args.max_len_b
         if cons is None:
-            res = beam_search(model, src, args.beam, args.alpha, a, b)
+            res = beam_search(model, src, cfg)
         else:
-            res = constrained_beam_search(
-                model, src, [cons[r] for r in rows], args.beam, args.alpha, a, b
-            )
+            res = constrained_beam_search(model, src, [cons[r] for r in rows], cfg)
         for r, hyps in zip(rows, res):
             out[r] = hyps[0]
     return [h for h in out if h is not None]
@@ -92,7 +91,10 @@ def main() -> None:
     load_start = os.getloadavg()[0]
     loaded = load_checkpoint(args.checkpoint, args.threads)
     tok, model, dcfg = loaded.tokenizer, loaded.model, loaded.cfg.decode
-    args.alpha, args.max_len_a, args.max_len_b = dcfg.alpha, dcfg.max_len_a, dcfg.max_len_b
+    # Plain beam search with the checkpoint's length settings (its other options left out).
+    args.search = DecodeConfig(
+        beam=args.beam, alpha=dcfg.alpha, max_len_a=dcfg.max_len_a, max_len_b=dcfg.max_len_b
+    )
     args.max_tokens = args.max_tokens or dcfg.max_tokens
     src_lines = read_lines(Path(args.src))[: args.limit or None]
     refs = read_lines(Path(args.ref))[: len(src_lines)]

@@ -7,6 +7,7 @@ of them; with protection (`mt.spans.bans`), every path keeps exactly the source'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import Counter
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mt.checkpoint import load_model
+from mt.config import DecodeConfig
 from mt.decode.constrained import constrained_beam_search
 from mt.decode.ensemble import Ensemble
 from mt.decode.search import beam_search, greedy_search
@@ -258,19 +260,19 @@ def _search(model, tok, path: str, srcs: list[str], seed: int, bans, sampling_ar
     src = torch.nn.utils.rnn.pad_sequence(
         [torch.tensor(x) for x in tok.encode_src(srcs)], batch_first=True, padding_value=PAD
     )
+    cfg = DecodeConfig(beam=4, alpha=1.0, max_len_a=2.0, max_len_b=20, nbest=4)
     if path == "beam":
-        return [h for hs in beam_search(model, src, 4, 1.0, 2.0, 20, nbest=4, bans=bans)
-                for h in hs]  # fmt: skip
+        return [h for hs in beam_search(model, src, cfg, bans=bans) for h in hs]
     if path == "constrained":
         phrases = [[tok.encode_tgt([" mi"])[0]] for _ in srcs]
-        return [h[0] for h in constrained_beam_search(model, src, phrases, 4, 1.0, 2.0, 20,
-                                                      bans=bans)]  # fmt: skip
+        one = dataclasses.replace(cfg, nbest=1)
+        return [h[0] for h in constrained_beam_search(model, src, phrases, one, bans=bans)]
     sampling = None
     if path == "sample":
         topk, topp, temperature = sampling_args
         sampling = Sampling(topk, topp, temperature, torch.Generator().manual_seed(seed))
     prefixes = [tok.encode_tgt([" ka"])[0] for _ in srcs] if path == "prefix" else None
-    return greedy_search(model, src, 2.0, 20, prefixes=prefixes, sampling=sampling, bans=bans)
+    return greedy_search(model, src, cfg, prefixes=prefixes, sampling=sampling, bans=bans)
 
 
 EXAMPLES = 15

@@ -10,7 +10,7 @@ import torch
 from test_extremes import write_task
 from test_search import make_model, sources
 
-from mt.config import ModelConfig
+from mt.config import DecodeConfig, ModelConfig
 from mt.decode.ensemble import Ensemble
 from mt.decode.search import beam_search, greedy_search
 from mt.model import Transformer
@@ -21,11 +21,11 @@ def test_an_ensemble_of_one_model_twice_is_that_model():
     model = make_model(3)
     pair = Ensemble([model, model]).eval()
     _, src = sources(8, seed=31)
-    assert [h.tokens for h in greedy_search(pair, src, 1.5, 4)] == [
-        h.tokens for h in greedy_search(model, src, 1.5, 4)
+    cfg = DecodeConfig(beam=4, alpha=0.6, max_len_a=1.5, max_len_b=4, nbest=2)
+    assert [h.tokens for h in greedy_search(pair, src, cfg)] == [
+        h.tokens for h in greedy_search(model, src, cfg)
     ]
-    for a, b in zip(beam_search(pair, src, 4, 0.6, 1.5, 4, nbest=2),
-                    beam_search(model, src, 4, 0.6, 1.5, 4, nbest=2)):  # fmt: skip
+    for a, b in zip(beam_search(pair, src, cfg), beam_search(model, src, cfg)):
         assert [h.tokens for h in a] == [h.tokens for h in b]
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
 
@@ -52,7 +52,7 @@ def test_the_step_distribution_is_the_normalised_mean_of_log_probabilities():
         mean = (want[0] + want[1]) / 2
     assert torch.allclose(got, torch.log_softmax(mean, -1), atol=1e-5)
     assert not torch.allclose(got, want[0], atol=1e-3)  # both members count
-    hyps = beam_search(ens, src, 3, 0.6, 1.5, 4)
+    hyps = beam_search(ens, src, DecodeConfig(beam=3, alpha=0.6, max_len_a=1.5, max_len_b=4))
     assert len(hyps) == 5 and all(len(h) == 1 for h in hyps)
 
 

@@ -12,6 +12,7 @@ import torch
 
 from mt.batching import pad
 from mt.checkpoint import Loaded, load_model
+from mt.config import DecodeConfig
 from mt.data.corpus import read_lines
 from mt.decode.constrained import (
     advance,
@@ -116,7 +117,12 @@ def test_an_empty_slot_is_met_and_bad_ids_are_refused(tiny: Loaded, sample: Samp
     with pytest.raises(ValueError, match="PAD/BOS/EOS"):
         phrase_tensors([[[5, EOS]]], torch.device("cpu"))
     with pytest.raises(ValueError, match="constraint lists"):
-        constrained_beam_search(tiny.model, sample.src[:2], [[]], BEAM, ALPHA, 1.2, 10)
+        constrained_beam_search(
+            tiny.model,
+            sample.src[:2],
+            [[]],
+            DecodeConfig(beam=BEAM, alpha=ALPHA, max_len_a=1.2, max_len_b=10),
+        )
 
 
 @pytest.mark.parametrize("per_sentence", [1, 2])
@@ -126,7 +132,12 @@ def test_every_phrase_is_in_every_output(tiny: Loaded, sample: Sample, per_sente
     assert all(len(w) == per_sentence for w in words)
     cons = [[phrase_ids(tok, w) for w in ws] for ws in words]
     a, b = dcfg.max_len_a, dcfg.max_len_b
-    results = constrained_beam_search(model, sample.src, cons, BEAM, ALPHA, a, b, nbest=2)
+    results = constrained_beam_search(
+        model,
+        sample.src,
+        cons,
+        DecodeConfig(beam=BEAM, alpha=ALPHA, max_len_a=a, max_len_b=b, nbest=2),
+    )
     limits = max_lengths(sample.src, a, b, model.cfg.max_positions)
     for i, hyps in enumerate(results):
         assert len(hyps) == 2
@@ -159,8 +170,12 @@ def test_unconstrained_rows_are_beam_search_in_a_mixed_batch(tiny: Loaded, sampl
         cons.append(
             [[], [phrase_ids(tok, words[0])], [phrase_ids(tok, w) for w in words[:2]], [[]]][i % 4]
         )
-    got = constrained_beam_search(model, src, cons, BEAM, ALPHA, 1.2, 10, nbest=3)
-    plain = beam_search(model, src, BEAM, ALPHA, 1.2, 10, nbest=3)
+    got = constrained_beam_search(
+        model, src, cons, DecodeConfig(beam=BEAM, alpha=ALPHA, max_len_a=1.2, max_len_b=10, nbest=3)
+    )
+    plain = beam_search(
+        model, src, DecodeConfig(beam=BEAM, alpha=ALPHA, max_len_a=1.2, max_len_b=10, nbest=3)
+    )
     for i, (g, p) in enumerate(zip(got, plain)):
         if any(cons[i]):
             assert all(contains(h.tokens, c) for h in g for c in cons[i])
@@ -170,7 +185,12 @@ def test_unconstrained_rows_are_beam_search_in_a_mixed_batch(tiny: Loaded, sampl
     # A sentence decoded alone gets what it gets in the batch.
     for i in (1, 2, 6):
         row = src[i][src[i].ne(PAD)][None]
-        alone = constrained_beam_search(model, row, [cons[i]], BEAM, ALPHA, 1.2, 10, nbest=3)[0]
+        alone = constrained_beam_search(
+            model,
+            row,
+            [cons[i]],
+            DecodeConfig(beam=BEAM, alpha=ALPHA, max_len_a=1.2, max_len_b=10, nbest=3),
+        )[0]
         assert [h.tokens for h in alone] == [h.tokens for h in got[i]]
 
 
@@ -182,10 +202,17 @@ def test_a_phrase_that_cannot_fit_still_gives_one_hypothesis(tiny: Loaded, sampl
     src = sample.src[:3]
     short = [phrase_ids(tok, inner_words(sample.refs[1])[0])]
     cons = [[too_long], short, []]
-    results = constrained_beam_search(model, src, cons, 2, ALPHA, 1.2, 10)
+    results = constrained_beam_search(
+        model, src, cons, DecodeConfig(beam=2, alpha=ALPHA, max_len_a=1.2, max_len_b=10)
+    )
     assert [len(r) for r in results] == [1, 1, 1]
     h = results[0][0]
     assert len(h.tokens) == positions - 1  # ran to the cap, then ended anyway
     assert h.score == pytest.approx(forced_score(model, src[0], h.tokens, ALPHA), abs=1e-4)
     assert contains(results[1][0].tokens, short[0])
-    assert results[2][0].tokens == beam_search(model, src[2:3], 2, ALPHA, 1.2, 10)[0][0].tokens
+    assert (
+        results[2][0].tokens
+        == beam_search(
+            model, src[2:3], DecodeConfig(beam=2, alpha=ALPHA, max_len_a=1.2, max_len_b=10)
+        )[0][0].tokens
+    )

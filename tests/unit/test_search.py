@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mt.batching import pad
-from mt.config import ModelConfig
+from mt.config import DecodeConfig, ModelConfig
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import length_penalty, max_lengths, row_topk
 from mt.model import Transformer
@@ -82,7 +82,7 @@ def sequence_logp(model: Transformer, src_row: torch.Tensor, tokens: list[int]) 
 
 def test_copier_learned_the_task(copier):
     sents, src = sources(20, seed=99)
-    hyps = greedy_search(copier, src, max_len_a=1.0, max_len_b=5)
+    hyps = greedy_search(copier, src, DecodeConfig(max_len_a=1.0, max_len_b=5))
     correct = sum(h.tokens == s for h, s in zip(hyps, sents))
     assert correct >= 12
 
@@ -91,9 +91,9 @@ def test_copier_learned_the_task(copier):
 def test_beam_one_equals_greedy(which, request):
     model = request.getfixturevalue(which)
     _, src = sources(10, seed=3)
-    greedy = greedy_search(model, src, 1.5, 4, need_alignment=True)
+    greedy = greedy_search(model, src, DecodeConfig(max_len_a=1.5, max_len_b=4), alignment=True)
     beam = beam_search(
-        model, src, beam=1, alpha=0.0, max_len_a=1.5, max_len_b=4, need_alignment=True
+        model, src, DecodeConfig(beam=1, alpha=0.0, max_len_a=1.5, max_len_b=4), alignment=True
     )
     assert len(beam) == len(greedy) == 10
     for g, b in zip(greedy, beam):
@@ -105,7 +105,7 @@ def test_beam_one_equals_greedy(which, request):
 
 def test_greedy_score_is_the_sequence_logp(untrained):
     _, src = sources(4, seed=11)
-    for i, h in enumerate(greedy_search(untrained, src, 1.0, 3)):
+    for i, h in enumerate(greedy_search(untrained, src, DecodeConfig(max_len_a=1.0, max_len_b=3))):
         assert h.score == pytest.approx(sequence_logp(untrained, src[i], h.tokens), abs=1e-4)
 
 
@@ -113,8 +113,10 @@ def test_greedy_score_is_the_sequence_logp(untrained):
 def test_unscored_greedy_gives_the_same_tokens(which, request):
     model = request.getfixturevalue(which)
     _, src = sources(8, seed=12)
-    scored = greedy_search(model, src, 1.0, 3, need_alignment=True)
-    plain = greedy_search(model, src, 1.0, 3, need_alignment=True, with_scores=False)
+    scored = greedy_search(model, src, DecodeConfig(max_len_a=1.0, max_len_b=3), alignment=True)
+    plain = greedy_search(
+        model, src, DecodeConfig(max_len_a=1.0, max_len_b=3), alignment=True, with_scores=False
+    )
     assert [h.tokens for h in plain] == [h.tokens for h in scored]
     assert [h.alignment for h in plain] == [h.alignment for h in scored]
     assert all(h.score != h.score for h in plain)  # NaN: not computed
@@ -123,7 +125,9 @@ def test_unscored_greedy_gives_the_same_tokens(which, request):
 def test_nbest_sorted_distinct_and_scored(copier):
     _, src = sources(6, seed=5)
     alpha = 0.6
-    results = beam_search(copier, src, beam=4, alpha=alpha, max_len_a=1.0, max_len_b=3, nbest=3)
+    results = beam_search(
+        copier, src, DecodeConfig(beam=4, alpha=alpha, max_len_a=1.0, max_len_b=3, nbest=3)
+    )
     assert len(results) == 6
     for i, hyps in enumerate(results):
         assert len(hyps) == 3
@@ -139,8 +143,8 @@ def test_nbest_sorted_distinct_and_scored(copier):
 
 def test_beam_finds_at_least_the_greedy_score(copier):
     _, src = sources(8, seed=21)
-    greedy = greedy_search(copier, src, 1.0, 3)
-    beam = beam_search(copier, src, beam=5, alpha=0.0, max_len_a=1.0, max_len_b=3)
+    greedy = greedy_search(copier, src, DecodeConfig(max_len_a=1.0, max_len_b=3))
+    beam = beam_search(copier, src, DecodeConfig(beam=5, alpha=0.0, max_len_a=1.0, max_len_b=3))
     for g, b in zip(greedy, beam):
         assert b[0].score >= g.score - 1e-5
 
@@ -164,8 +168,10 @@ def test_output_length_limit(which, request):
     sents, src = sources(8, seed=4)
     a, b = 0.5, 1
     limits = [int(a * (len(s) + 1) + b) for s in sents]
-    greedy = greedy_search(model, src, a, b)
-    beam = beam_search(model, src, beam=3, alpha=0.6, max_len_a=a, max_len_b=b, nbest=3)
+    greedy = greedy_search(model, src, DecodeConfig(max_len_a=a, max_len_b=b))
+    beam = beam_search(
+        model, src, DecodeConfig(beam=3, alpha=0.6, max_len_a=a, max_len_b=b, nbest=3)
+    )
     for limit, g, hyps in zip(limits, greedy, beam):
         assert len(g.tokens) <= limit
         assert hyps and all(len(h.tokens) <= limit for h in hyps)
@@ -177,7 +183,7 @@ def test_untrained_model_runs_to_the_limit_or_stops():
     # With no training, sentences finish at different steps; all must come back, in order.
     model = make_model(3)
     _, src = sources(12, seed=8)
-    hyps = greedy_search(model, src, 2.0, 5)
+    hyps = greedy_search(model, src, DecodeConfig(max_len_a=2.0, max_len_b=5))
     assert len(hyps) == 12
     limits = max_lengths(src, 2.0, 5, 64).tolist()
     assert all(len(h.tokens) <= n for h, n in zip(hyps, limits))
@@ -187,17 +193,30 @@ def test_untrained_model_runs_to_the_limit_or_stops():
 def test_results_do_not_depend_on_the_batch(copier, untrained, beam):
     sents, src = sources(7, seed=13)
     for model in (copier, untrained):
-        together = beam_search(model, src, beam, 0.6, 1.2, 3, nbest=beam)
-        together_greedy = greedy_search(model, src, 1.2, 3)
+        together = beam_search(
+            model, src, DecodeConfig(beam=beam, alpha=0.6, max_len_a=1.2, max_len_b=3, nbest=beam)
+        )
+        together_greedy = greedy_search(model, src, DecodeConfig(max_len_a=1.2, max_len_b=3))
         for i, s in enumerate(sents):
             alone_src = torch.tensor([s + [EOS]])
-            alone = beam_search(model, alone_src, beam, 0.6, 1.2, 3, nbest=beam)[0]
+            alone = beam_search(
+                model,
+                alone_src,
+                DecodeConfig(beam=beam, alpha=0.6, max_len_a=1.2, max_len_b=3, nbest=beam),
+            )[0]
             assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
             for x, y in zip(alone, together[i]):
                 assert x.score == pytest.approx(y.score, abs=1e-4)
-            assert greedy_search(model, alone_src, 1.2, 3)[0].tokens == together_greedy[i].tokens
+            assert (
+                greedy_search(model, alone_src, DecodeConfig(max_len_a=1.2, max_len_b=3))[0].tokens
+                == together_greedy[i].tokens
+            )
         # The same sentences in reverse order give the same outputs, reversed.
-        flipped = beam_search(model, src.flip(0), beam, 0.6, 1.2, 3, nbest=beam)
+        flipped = beam_search(
+            model,
+            src.flip(0),
+            DecodeConfig(beam=beam, alpha=0.6, max_len_a=1.2, max_len_b=3, nbest=beam),
+        )
         assert [[h.tokens for h in r] for r in flipped[::-1]] == [
             [h.tokens for h in r] for r in together
         ]
@@ -205,11 +224,13 @@ def test_results_do_not_depend_on_the_batch(copier, untrained, beam):
 
 def test_alignment_points_into_the_source(copier):
     sents, src = sources(5, seed=17)
-    for hyps in beam_search(copier, src, 3, 0.6, 1.0, 3, need_alignment=True):
+    for hyps in beam_search(
+        copier, src, DecodeConfig(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=3), alignment=True
+    ):
         h = hyps[0]
         assert len(h.alignment) == len(h.tokens)
         assert all(0 <= a < src.size(1) for a in h.alignment)
-    for h in greedy_search(copier, src, 1.0, 3):
+    for h in greedy_search(copier, src, DecodeConfig(max_len_a=1.0, max_len_b=3)):
         assert h.alignment == []  # only computed when asked for
 
 
@@ -248,9 +269,13 @@ def test_stop_early_feeds_fewer_rows_and_scores_what_it_returns():
     model = train_copier()  # its own instance: the row counter wraps a method
     fed = count_rows(model)
     _, src = sources(24, seed=31)
-    full = beam_search(model, src, 4, 0.6, 1.5, 4)
+    full = beam_search(model, src, DecodeConfig(beam=4, alpha=0.6, max_len_a=1.5, max_len_b=4))
     rows_full, fed[0] = fed[0], 0
-    early = beam_search(model, src, 4, 0.6, 1.5, 4, nbest=2, stop_early=True)
+    early = beam_search(
+        model,
+        src,
+        DecodeConfig(beam=4, alpha=0.6, max_len_a=1.5, max_len_b=4, nbest=2, stop_early=True),
+    )
     assert fed[0] < rows_full
     for i, hyps in enumerate(early):
         assert len(hyps) >= 1
@@ -264,6 +289,8 @@ def test_stop_early_feeds_fewer_rows_and_scores_what_it_returns():
 
 def test_stop_early_with_one_beam_is_greedy(copier):
     _, src = sources(10, seed=33)
-    greedy = greedy_search(copier, src, 1.5, 4)
-    early = beam_search(copier, src, 1, 0.0, 1.5, 4, stop_early=True)
+    greedy = greedy_search(copier, src, DecodeConfig(max_len_a=1.5, max_len_b=4))
+    early = beam_search(
+        copier, src, DecodeConfig(beam=1, alpha=0.0, max_len_a=1.5, max_len_b=4, stop_early=True)
+    )
     assert [b[0].tokens for b in early] == [g.tokens for g in greedy]

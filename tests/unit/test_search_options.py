@@ -6,6 +6,7 @@ import pytest
 import torch
 from test_search import FIRST, V, make_model, sequence_logp, sources, train_copier
 
+from mt.config import DecodeConfig
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Sampling, length_penalty, repeated_ngram_bans
 from mt.tokenizer import BOS, PAD
@@ -37,9 +38,19 @@ def test_output_starts_with_the_prefix_and_scores_it(copier, beam):
     # Prefixes the model would not produce: the reversed source, cut to 1-3 tokens.
     prefixes = [list(reversed(s))[: 1 + i % 3] for i, s in enumerate(sents)]
     if beam == 1:
-        hyps = [[h] for h in greedy_search(copier, src, 1.0, 4, prefixes=prefixes)]
+        hyps = [
+            [h]
+            for h in greedy_search(
+                copier, src, DecodeConfig(max_len_a=1.0, max_len_b=4), prefixes=prefixes
+            )
+        ]
     else:
-        hyps = beam_search(copier, src, beam, 0.6, 1.0, 4, nbest=2, prefixes=prefixes)
+        hyps = beam_search(
+            copier,
+            src,
+            DecodeConfig(beam=beam, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=2),
+            prefixes=prefixes,
+        )
     for i, (p, hs) in enumerate(zip(prefixes, hyps)):
         assert hs, i
         for h in hs:
@@ -52,15 +63,24 @@ def test_output_starts_with_the_prefix_and_scores_it(copier, beam):
 
 def test_empty_prefixes_change_nothing(copier):
     _, src = sources(6, seed=22)
-    plain = beam_search(copier, src, 4, 0.6, 1.0, 4, nbest=2)
-    empty = beam_search(copier, src, 4, 0.6, 1.0, 4, nbest=2, prefixes=[[] for _ in range(6)])
+    plain = beam_search(
+        copier, src, DecodeConfig(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=2)
+    )
+    empty = beam_search(
+        copier,
+        src,
+        DecodeConfig(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=2),
+        prefixes=[[] for _ in range(6)],
+    )
     assert [[h.tokens for h in hs] for hs in plain] == [[h.tokens for h in hs] for hs in empty]
 
 
 def test_a_prefix_gets_room_after_it(copier):
     sents, src = sources(4, seed=23)
     prefixes = [[FIRST] * 12 for _ in sents]  # longer than the source allows (a=1, b=2)
-    for h in greedy_search(copier, src, 1.0, 2, prefixes=prefixes):
+    for h in greedy_search(
+        copier, src, DecodeConfig(max_len_a=1.0, max_len_b=2), prefixes=prefixes
+    ):
         assert h.tokens[:12] == [FIRST] * 12
 
 
@@ -68,10 +88,19 @@ def test_a_prefix_gets_room_after_it(copier):
 def test_no_repeat_ngram_holds_in_every_hypothesis(n):
     model = make_model(5)  # untrained: repeats tokens freely
     _, src = sources(8, seed=24)
-    before = greedy_search(model, src, 2.0, 6)
+    before = greedy_search(model, src, DecodeConfig(max_len_a=2.0, max_len_b=6))
     assert any(len(set(ngrams(h.tokens, n))) < len(ngrams(h.tokens, n)) for h in before)
-    greedy = [[h] for h in greedy_search(model, src, 2.0, 6, no_repeat_ngram=n)]
-    beams = beam_search(model, src, 4, 0.6, 2.0, 6, nbest=3, no_repeat_ngram=n)
+    greedy = [
+        [h]
+        for h in greedy_search(
+            model, src, DecodeConfig(max_len_a=2.0, max_len_b=6, no_repeat_ngram=n)
+        )
+    ]
+    beams = beam_search(
+        model,
+        src,
+        DecodeConfig(beam=4, alpha=0.6, max_len_a=2.0, max_len_b=6, nbest=3, no_repeat_ngram=n),
+    )
     for hs in greedy + beams:
         for h in hs:
             grams = ngrams(h.tokens, n)
@@ -80,7 +109,9 @@ def test_no_repeat_ngram_holds_in_every_hypothesis(n):
 
 def sample(model, src, seed: int, **kw) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
-    hyps = greedy_search(model, src, 1.5, 4, sampling=Sampling(generator=g, **kw))
+    hyps = greedy_search(
+        model, src, DecodeConfig(max_len_a=1.5, max_len_b=4), sampling=Sampling(generator=g, **kw)
+    )
     return [h.tokens for h in hyps]
 
 
@@ -93,7 +124,9 @@ def test_sampling_is_reproducible_and_varies_with_the_seed(copier):
 
 def test_sampling_at_its_narrowest_is_greedy(copier):
     _, src = sources(10, seed=26)
-    greedy = [h.tokens for h in greedy_search(copier, src, 1.5, 4)]
+    greedy = [
+        h.tokens for h in greedy_search(copier, src, DecodeConfig(max_len_a=1.5, max_len_b=4))
+    ]
     assert sample(copier, src, 3, topk=1) == greedy
     assert sample(copier, src, 4, topp=1e-6) == greedy
     assert sample(copier, src, 5, temperature=1e-4) == greedy
@@ -104,7 +137,10 @@ def test_topk_draws_only_among_the_k_best(copier):
     _, src = sources(12, seed=27)
     g = torch.Generator().manual_seed(6)
     hyps = greedy_search(
-        copier, src, 1.5, 4, sampling=Sampling(topk=2, temperature=5.0, generator=g)
+        copier,
+        src,
+        DecodeConfig(max_len_a=1.5, max_len_b=4),
+        sampling=Sampling(topk=2, temperature=5.0, generator=g),
     )
     for i, h in enumerate(hyps):
         row = src[i : i + 1, : int(src[i].ne(PAD).sum())]
