@@ -28,7 +28,8 @@ TIMES = ("elapsed", "tgt_tokens_per_s", "eval_seconds", "tensorboard_seconds")
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
     """Folder with Multi30k `train.de.gz`/`train.en.gz` (env MT_DATA, else ../shared/data)."""
-    root = Path(os.environ.get("MT_DATA") or REPO.parent / "shared" / "data" / "multi30k")
+    # Resolved now: a test may change its working directory, and CI's MT_DATA is relative.
+    root = Path(os.environ.get("MT_DATA") or REPO.parent / "shared" / "data" / "multi30k").resolve()
     if not (root / "train.de.gz").is_file() and not (root / "train.de").is_file():
         pytest.skip(f"Multi30k not found in {root} (set MT_DATA)")
     return root
