@@ -116,7 +116,7 @@ def test_readme_is_a_front_page_whose_test_command_ci_runs():
     commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv")]
     assert len(commands) == 2  # the main job and the tests
     assert "bash scripts/demo.sh" in commands[0]
-    assert commands[1].endswith("pytest -q")
+    assert commands[1].endswith("pytest -q -n auto --dist loadscope")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci  # CI runs it to the letter
 
