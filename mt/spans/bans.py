@@ -303,8 +303,8 @@ def _context(text: str, start: int) -> int:
     `<%`), that span whole. The first character of a line is free to start a span that
     would swallow `start` (`%<` is one), a character an earlier span took is not: the two
     read alike to the lookbehinds but not to `find_spans`'s scan."""
-    if start == 0:
-        return 0
+    if start == 0 or text[start - 1].isspace():  # no span ends on a space: most rows
+        return max(0, start - 1)
     lo = max(0, start - WINDOW_CHARS)
     for span in find_spans(text[lo:start], WIDEST):
         if span.start < start - 1 - lo < span.end and span.end == start - lo:
