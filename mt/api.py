@@ -59,7 +59,9 @@ def translate(
     (`beam=5`, `greedy=True`, `max_len_a=1.5`...). Placeholders, tags and URLs are kept as
     written, as `mt translate` keeps them."""
     lines = [text] if isinstance(text, str) else list(text)
-    translator = model.translator(_options(options), targets=model.targets(to))
+    given = _options(options)
+    targets = model.targets(to, ratio=given.target_vocab_ratio)
+    translator = model.translator(given, targets=targets)
     out = [t.text for t in translator.translate([Request(line) for line in lines])]
     return out[0] if isinstance(text, str) else out
 

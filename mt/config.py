@@ -205,47 +205,92 @@ class TrainConfig:
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
 
 
+def setting(default: Any, text: str) -> Any:
+    """A decode setting: its default and its one description, which the config reference and
+    the `--help` of each command offering it as a flag both show (mt/cli/options.py reads
+    `metadata["help"]`), so a new setting is written once."""
+    return field(default=default, metadata={"help": " ".join(text.split())})
+
+
 @dataclass
 class DecodeConfig:
-    """Search settings used by `mt translate`, `mt eval` and dev BLEU."""
+    """Search settings used by `mt translate`, `mt eval` and dev BLEU.
 
-    beam: int = 5  # beam size
-    nbest: int = 1  # hypotheses written per input line (at most the beam)
-    alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
-    # How beam search divides a finished score by its length: "gnmt" ((5 + len) / 6) ** alpha,
-    # or "power" len ** alpha (HF generate's length_penalty, fairseq's lenpen).
-    penalty: Literal["gnmt", "power"] = "gnmt"
-    length_offset: int = 0  # tokens the penalty counts before the output (M2M's language: 1)
-    stop_early: bool = False  # end a sentence once its best candidate ends (CTranslate2's rule)
-    # Beam search ends a sentence as HF generate does by default (early_stopping=False): once
-    # it has beam finished hypotheses and its best running one, divided by its length so far,
-    # scores no better than the worst of them; until then a better ending replaces the worst.
-    # The EOS forced at the length limit then adds 0 to a score, as HF's forced_eos_token_id.
-    # Off: after beam finished hypotheses (fairseq's rule, HF's early_stopping=True).
-    hf_stopping: bool = False
-    no_repeat_ngram: int = 0  # > 0: no n-gram of this many tokens occurs twice in an output
-    int8: bool = False  # CPU only: Linear layers dynamically quantised to int8
-    # auto: bf16 where the device computes it natively (a GPU with bf16, a CPU with avx512_bf16
-    # or amx_bf16), else fp32; fp16: CUDA only; not with int8. On CUDA: a half copy of the
-    # weights; on a CPU: bf16 autocast (norms, sums, log-softmax stay fp32). A checkpoint's
-    # value applies on CUDA; a CPU decodes as `--dtype` says (default auto).
-    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    max_len_a: float = 1.2  # output length limit a * src_len + b
-    max_len_b: int = 10  # ... the b of that limit
-    # Tokens per batch; a row counts its longest known side (the source when translating,
-    # source or target+EOS when scoring).
-    max_tokens: int = 4096
-    buffer_lines: int = 2000  # lines read ahead, sorted by length, then written in order
-    greedy: bool = False  # greedy search instead of beam search (as is beam 1 with nbest 1)
-    sample: bool = False  # draw each token (back-translation) instead of searching
-    topk: int = 0  # sample: among the k most probable tokens (0: all)
-    topp: float = 1.0  # sample: nucleus, the most probable tokens with mass p (1: all)
-    temperature: float = 1.0  # sample: > 1 flattens the distribution, < 1 sharpens it
-    seed: int = 1  # sample: the draws are reproducible for the same input and batch settings
-    # A multilingual model writes only its target language's pieces (mt/languages.py): those
-    # seen in that language's text at a rate >= this times their highest rate in another
-    # language (0: every piece seen). Off with `--no-target-vocab`.
-    target_vocab_ratio: float = 0.1
+    Each field is also a caller's override (mt.decode.options.DecodeOptions), a flag of
+    `mt translate` and, where mt.decode.options.OFFERED says so, of other commands and of the
+    server's requests: adding a field here (and its rule in mt/config_rules.py) is all the
+    wiring a new setting needs before its search code.
+    """
+
+    beam: int = setting(5, "beam size")
+    nbest: int = setting(
+        1, "hypotheses written per input line (at most the beam): 'i ||| text ||| score' lines"
+    )
+    alpha: float = setting(
+        0.6,
+        "length penalty of beam search, GNMT's ((5 + len) / 6) ** alpha (see `penalty`); "
+        "train.tune_alpha stores the value chosen on dev",
+    )
+    penalty: Literal["gnmt", "power"] = setting(
+        "gnmt",
+        'How beam search divides a finished score by its length: "gnmt" ((5 + len) / 6) ** '
+        "alpha, or \"power\" len ** alpha (HF generate's length_penalty, fairseq's lenpen).",
+    )
+    length_offset: int = setting(
+        0, "tokens the penalty counts before the output (M2M's language: 1)"
+    )
+    stop_early: bool = setting(
+        False,
+        "beam search: end a sentence once its best candidate ends (CTranslate2's rule; faster) "
+        "instead of after beam finished hypotheses",
+    )
+    hf_stopping: bool = setting(
+        False,
+        "Beam search ends a sentence as HF generate does by default (early_stopping=False): "
+        "once it has beam finished hypotheses and its best running one, divided by its length "
+        "so far, scores no better than the worst of them; until then a better ending replaces "
+        "the worst. The EOS forced at the length limit then adds 0 to a score, as HF's "
+        "forced_eos_token_id. Off: after beam finished hypotheses (fairseq's rule, HF's "
+        "early_stopping=True).",
+    )
+    no_repeat_ngram: int = setting(
+        0, "> 0: no n-gram of this many tokens occurs twice in an output"
+    )
+    int8: bool = setting(
+        False, "CPU only: Linear layers dynamically quantised to int8 (faster, a small BLEU cost)"
+    )
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = setting(
+        "auto",
+        "what decoding computes in: auto is bf16 where the device computes it natively (a GPU "
+        "with bf16, a CPU with avx512_bf16 or amx_bf16), else fp32; fp16: CUDA only; not with "
+        "int8. On CUDA: a half copy of the weights; on a CPU: bf16 autocast (norms, sums, "
+        "log-softmax stay fp32). The checkpoint's value applies on CUDA; a CPU decodes as "
+        "`--dtype` says (default auto).",
+    )
+    max_len_a: float = setting(1.2, "output length limit a * src_len + b")
+    max_len_b: int = setting(10, "... the b of that limit")
+    max_tokens: int = setting(
+        4096,
+        "Tokens per batch; a row counts its longest known side (the source when translating, "
+        "source or target+EOS when scoring).",
+    )
+    buffer_lines: int = setting(2000, "lines read ahead, sorted by length, then written in order")
+    greedy: bool = setting(
+        False, "greedy search instead of beam search (as is beam 1 with nbest 1)"
+    )
+    sample: bool = setting(False, "draw each token (back-translation) instead of searching")
+    topk: int = setting(0, "sample: among the k most probable tokens (0: all)")
+    topp: float = setting(1.0, "sample: nucleus, the most probable tokens with mass p (1: all)")
+    temperature: float = setting(1.0, "sample: > 1 flattens the distribution, < 1 sharpens it")
+    seed: int = setting(
+        1, "sample: the draws are reproducible for the same input and batch settings"
+    )
+    target_vocab_ratio: float = setting(
+        0.1,
+        "A multilingual model writes only its target language's pieces (mt/languages.py): "
+        "those seen in that language's text at a rate >= this times their highest rate in "
+        "another language (0: every piece seen). Off with `--no-target-vocab`.",
+    )
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 `config_reference()` lists every key of a config file from the dataclasses of mt/config.py:
 its type, default, allowed values and the description written beside the field (the comment
-lines right above it, the comment on its line, or a string right below it). The allowed range
+lines right above it, the comment on its line, or a string right below it; a decode setting's
+`metadata["help"]`, which the CLI's `--help` shows too). The allowed range
 of a number is not copied from anywhere: each value is tried against `mt.config_rules.validate` at
 its extremes, and the rule that rejects it is quoted, so the page says what the check says.
 `cli_reference()` lists every `mt` command with its arguments and flags from the Typer app.
@@ -182,7 +183,7 @@ def _section_keys(prefix: str, cls: type, texts: dict[tuple[str, str], str]) -> 
             )
             keys += _section_keys(f"{name}[]", item, texts)
             continue
-        description = texts.get((cls.__name__, f.name), "")
+        description = f.metadata.get("help") or texts.get((cls.__name__, f.name), "")
         keys.append(Key(name, type_name(hint), value_text(default_of(f)), allowed, description))
     return keys
 

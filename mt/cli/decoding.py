@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import asdict
@@ -12,30 +13,22 @@ import typer
 
 from mt.cli.app import app
 from mt.cli.options import (
-    AlphaOption,
-    BeamOption,
-    BufferLinesOption,
     CheckpointsArg,
     ChunkLinesOption,
     DeviceOption,
-    DtypeOption,
     FromOption,
-    Int8Option,
     KeepNumbersOption,
     MaxDoubtOption,
-    MaxLenAOption,
-    MaxLenBOption,
-    MaxTokensOption,
     ProtectOption,
     RecaseOption,
     ShardOption,
     SplitSentencesOption,
-    StopEarlyOption,
     TargetVocabOption,
     ThreadsOption,
     ToOption,
     check_max_doubt,
     chunked_job,
+    decode_flags,
     gate_doubt,
     open_session,
     text_lines,
@@ -43,30 +36,22 @@ from mt.cli.options import (
     warn_truncated,
     write_output,
 )
+from mt.decode.options import OFFERED, DecodeOptions
 from mt.errors import EXIT_GATE, EXIT_LINES, MtError
 
 
 @app.command()
+@decode_flags(OFFERED["translate"])
 def translate(
     checkpoints: CheckpointsArg,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
-    beam: BeamOption = None,
-    alpha: AlphaOption = None,
-    nbest: Annotated[
-        int | None, typer.Option(help="Lines per input: 'i ||| text ||| score'.")
-    ] = None,
-    max_tokens: MaxTokensOption = None,
-    max_len_a: MaxLenAOption = None,
-    max_len_b: MaxLenBOption = None,
+    *,
+    options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
-    greedy: Annotated[bool, typer.Option(help="Greedy search instead of beam search.")] = False,
     alignment: Annotated[
         bool, typer.Option(help="Append a tab and 'src-tgt' attention alignment pairs.")
     ] = False,
-    stop_early: StopEarlyOption = None,
-    int8: Int8Option = None,
-    dtype: DtypeOption = None,
     input_format: Annotated[
         str,
         typer.Option(
@@ -78,18 +63,6 @@ def translate(
     output_format: Annotated[
         str, typer.Option(help="text, or jsonl: translation, score, nbest, tokens, alignment.")
     ] = "text",
-    no_repeat_ngram: Annotated[
-        int | None, typer.Option(help="No n-gram of N tokens twice in an output (0: off).")
-    ] = None,
-    sample: Annotated[
-        bool, typer.Option(help="Draw each token (back-translation) instead of searching.")
-    ] = False,
-    topk: Annotated[int | None, typer.Option(help="--sample: among the k best (0: all).")] = None,
-    topp: Annotated[
-        float | None, typer.Option(help="--sample: nucleus, the best tokens with mass p.")
-    ] = None,
-    temperature: Annotated[float | None, typer.Option(help="--sample: > 1 flattens.")] = None,
-    seed: Annotated[int | None, typer.Option(help="--sample: random seed (default 1).")] = None,
     protect: ProtectOption = True,
     to: ToOption = None,
     from_: FromOption = None,
@@ -101,7 +74,6 @@ def translate(
         ),
     ] = None,
     threads: ThreadsOption = None,
-    buffer_lines: BufferLinesOption = None,
     shard: ShardOption = None,
     chunk_lines: ChunkLinesOption = None,
     split_sentences: SplitSentencesOption = False,
@@ -116,7 +88,6 @@ def translate(
     from mt.decode.doubt import DoubtCount
     from mt.decode.pivot import check_pivot
     from mt.decode.requests import Plan, read_requests
-    from mt.decode.session import DecodeOptions
     from mt.decode.translator import translate_stream, write_translations
 
     use_threads("translate", threads)
@@ -130,26 +101,10 @@ def translate(
         raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
     check_max_doubt(max_doubt)
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
-    options = DecodeOptions(
-        beam=beam,
-        nbest=nbest,
-        alpha=alpha,
-        greedy=greedy or None,
-        stop_early=stop_early,
-        int8=int8,
-        max_tokens=max_tokens,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        no_repeat_ngram=no_repeat_ngram,
-        buffer_lines=1 if typing else buffer_lines,
-        sample=sample or None,
-        topk=topk,
-        topp=topp,
-        temperature=temperature,
-        seed=seed,
-    )
-    session = open_session(checkpoints, device, dtype)
-    targets = session.targets(to, from_, target_vocab)
+    if typing:
+        options = dataclasses.replace(options, buffer_lines=1)
+    session = open_session(checkpoints, device, options.dtype)
+    targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
     )
@@ -216,6 +171,7 @@ def translate(
 
 
 @app.command(name="eval")
+@decode_flags(OFFERED["eval"])
 def evaluate(
     checkpoints: Annotated[
         list[Path] | None,
@@ -228,15 +184,8 @@ def evaluate(
     src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
-    beam: BeamOption = None,
-    alpha: AlphaOption = None,
-    greedy: Annotated[bool, typer.Option(help="Greedy search.")] = False,
-    stop_early: StopEarlyOption = None,
-    int8: Int8Option = None,
-    dtype: DtypeOption = None,
-    max_tokens: MaxTokensOption = None,
-    max_len_a: MaxLenAOption = None,
-    max_len_b: MaxLenBOption = None,
+    *,
+    options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     min_bleu: Annotated[
@@ -261,7 +210,6 @@ def evaluate(
     from mt.decode.doubt import DoubtCount, flags
     from mt.decode.numbers import kept_rate
     from mt.decode.requests import Plan
-    from mt.decode.session import DecodeOptions
     from mt.decode.translator import translate_stream
     from mt.metrics import format_scores, score
 
@@ -283,19 +231,8 @@ def evaluate(
         sources = read_lines(src)
         if len(sources) != len(refs):
             raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
-        options = DecodeOptions(
-            beam=beam,
-            nbest=1,
-            alpha=alpha,
-            greedy=greedy or None,
-            stop_early=stop_early,
-            int8=int8,
-            max_tokens=max_tokens,
-            max_len_a=max_len_a,
-            max_len_b=max_len_b,
-        )
-        session = open_session(checkpoints, device, dtype)
-        targets = session.targets(to, from_, target_vocab)
+        session = open_session(checkpoints, device, options.dtype)
+        targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
         plan = Plan(protect=protect, recase=recase, keep_numbers=keep_numbers, split=split)
@@ -327,6 +264,7 @@ def evaluate(
 
 
 @app.command()
+@decode_flags(OFFERED["score"])
 def score(
     checkpoints: CheckpointsArg,
     src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
@@ -335,32 +273,28 @@ def score(
         bool, typer.Option("--json", help="One JSON object per line, with token scores.")
     ] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
-    max_tokens: MaxTokensOption = None,
+    *,
+    options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
-    int8: Int8Option = None,
-    dtype: DtypeOption = None,
     protect: Annotated[
         bool,
         typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
     ] = True,
     to: ToOption = None,
     threads: ThreadsOption = None,
-    buffer_lines: BufferLinesOption = None,
     shard: ShardOption = None,
     chunk_lines: ChunkLinesOption = None,
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
     from mt.decode.score import count_parallel, score_chunk, score_files, write_scores
-    from mt.decode.session import DecodeOptions
 
     use_threads("score", threads)
     for path in (src, tgt):
         if not path.is_file():
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
-    session = open_session(checkpoints, device, dtype)
-    options = DecodeOptions(max_tokens=max_tokens, int8=int8, buffer_lines=buffer_lines)
+    session = open_session(checkpoints, device, options.dtype)
     scorer = session.scorer(options, protect=protect, to=to)
     n = scorer.cfg.buffer_lines
     settings = {

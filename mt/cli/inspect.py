@@ -9,11 +9,13 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import BeamOption, DeviceOption, ToOption, open_session, use_threads
+from mt.cli.options import DeviceOption, ToOption, decode_flags, open_session, use_threads
+from mt.decode.options import OFFERED, DecodeOptions
 from mt.errors import MtError
 
 
 @app.command()
+@decode_flags(OFFERED["attention"])
 def attention(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
     src: Annotated[str, typer.Option("--src", help="The sentence to translate and show.")],
@@ -27,13 +29,13 @@ def attention(
     head: Annotated[
         int | None, typer.Option(help="One head; -1 draws every head; default: head mean.")
     ] = None,
-    beam: BeamOption = None,
+    *,
+    options: DecodeOptions,  # --beam (mt.cli.options.decode_flags)
     device: DeviceOption = "cpu",
     to: ToOption = None,
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
     from mt.decode.attention import attention_json, layer_label
-    from mt.decode.session import DecodeOptions
 
     if not src.strip():
         raise MtError("--src is empty")
@@ -42,7 +44,7 @@ def attention(
     n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
         raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
-    att = session.attention(src, DecodeOptions(beam=beam), to=to)
+    att = session.attention(src, options, to=to)
     try:
         views = att.views(layer)
     except IndexError:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
 import sys
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 
+from mt.decode.options import DecodeOptions, base_type
 from mt.errors import EXIT_GATE, MtError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # The options `mt train` and `mt prepare` share: both read a config into a run directory.
 ConfigArg = Annotated[Path, typer.Argument(help="YAML config file.")]
@@ -33,7 +40,8 @@ def load_run_config(config: Path, set_: list[str] | None, run_dir: Path | None):
     return cfg
 
 
-# Options several decoding commands share, with one meaning each (DecodeConfig's fields).
+# Options several decoding commands share, with one meaning each; the decode settings among
+# them are made from DecodeConfig by `decode_flags` below.
 CheckpointsArg = Annotated[
     list[Path],
     typer.Argument(
@@ -43,34 +51,6 @@ CheckpointsArg = Annotated[
     ),
 ]
 DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or auto.")]
-BeamOption = Annotated[int | None, typer.Option(help="Beam size (default: decode.beam).")]
-AlphaOption = Annotated[
-    float | None,
-    typer.Option(
-        help="Length penalty ((5 + len) / 6) ** alpha of beam search (default: the "
-        "checkpoint's decode.alpha, chosen on dev when the run had train.tune_alpha)."
-    ),
-]
-MaxTokensOption = Annotated[
-    int | None,
-    typer.Option(
-        help="Tokens per batch, each row counting its longest known side (decode.max_tokens)."
-    ),
-]
-MaxLenAOption = Annotated[
-    float | None,
-    typer.Option(help="Output length limit a * source length + b: its a (decode.max_len_a)."),
-]
-MaxLenBOption = Annotated[
-    int | None, typer.Option(help="... and its b, in tokens (decode.max_len_b).")
-]
-StopEarlyOption = Annotated[
-    bool | None,
-    typer.Option(
-        help="Beam search: end a sentence when its best candidate ends (CTranslate2's rule; "
-        "faster) instead of after beam-size finished hypotheses (default: decode.stop_early)."
-    ),
-]
 ProtectOption = Annotated[
     bool,
     typer.Option(
@@ -103,22 +83,64 @@ ThreadsOption = Annotated[
         "default: OMP_NUM_THREADS, else those cores."
     ),
 ]
-Int8Option = Annotated[
-    bool | None,
-    typer.Option(help="CPU: int8 Linear layers, faster at a small BLEU cost (decode.int8)."),
-]
-DtypeOption = Annotated[
-    str | None,
-    typer.Option(
-        help="What decoding computes in: auto (bf16 where the GPU or CPU computes it natively: "
-        "avx512_bf16, AMX; else fp32), fp32, bf16, or fp16 (CUDA). Default: auto on a CPU, "
-        "the checkpoint's decode.dtype on CUDA."
-    ),
-]
-BufferLinesOption = Annotated[
-    int | None,
-    typer.Option(help="Lines read ahead and sorted by length into batches (decode.buffer_lines)."),
-]
+
+
+def flag_help(name: str, text: str) -> str:
+    """A decode flag's help: its setting's description (`text`) and, unless that says where its
+    default comes from, that it is the checkpoint's."""
+    text = (text or name.replace("_", " ")).rstrip(".")
+    text = text[0].upper() + text[1:]
+    if "default" in text:
+        return text + "."
+    return f"{text} (default: the checkpoint's decode.{name})."
+
+
+def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> Callable[[F], F]:
+    """Give a command the decode settings `names` (its entry of mt.decode.options.OFFERED) as
+    flags, and hand it one `options: DecodeOptions` in their place.
+
+    Each flag is made from its DecodeConfig field (through `options_class`, whose fields are
+    DecodeConfig's): `--max-len-a` from `max_len_a`, its type (a bool is `--x/--no-x`), default
+    None (the checkpoint's value) and its help from the field's description. Typer reads a
+    command's parameters from `inspect.signature`, so the flags are written into the command's
+    `__signature__` where its `options` parameter stands (every parameter keyword-only, as
+    typer passes them)."""
+    fields = {f.name: f for f in dataclasses.fields(options_class)}
+    hints = typing.get_type_hints(options_class)
+
+    def flag(name: str) -> inspect.Parameter:
+        help_text = flag_help(name, fields[name].metadata.get("help", ""))
+        hint = Annotated[base_type(hints[name]) | None, typer.Option(help=help_text)]
+        return inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint
+        )
+
+    def wrap(func: F) -> F:
+        own = inspect.signature(func, eval_str=True)
+        assert "options" in own.parameters, f"{func.__name__} takes no `options`"
+        params: list[inspect.Parameter] = []
+        for p in own.parameters.values():
+            if p.name == "options":
+                params += [flag(name) for name in names]
+            else:
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+        @functools.wraps(func)
+        def command_with_options(**kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in names}
+            options = options_class(**{k: v for k, v in given.items() if v is not None})
+            return func(options=options, **kwargs)
+
+        signature = own.replace(parameters=params)
+        command_with_options.__signature__ = signature  # type: ignore[attr-defined]
+        command_with_options.__annotations__ = {
+            p.name: p.annotation for p in signature.parameters.values()
+        } | {"return": signature.return_annotation}
+        return command_with_options  # type: ignore[return-value]
+
+    return wrap
+
+
 # Decoding one file in many processes (mt.decode.shards).
 ShardOption = Annotated[
     str | None,

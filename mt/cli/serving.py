@@ -10,14 +10,16 @@ import typer
 from mt.cli.app import app
 from mt.cli.options import (
     DeviceOption,
-    DtypeOption,
     KeepNumbersOption,
     ThreadsOption,
+    decode_flags,
     use_threads,
 )
+from mt.decode.options import OFFERED, DecodeOptions
 
 
 @app.command()
+@decode_flags(OFFERED["serve"])
 def serve(
     checkpoints: Annotated[
         list[str],
@@ -32,7 +34,8 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     device: DeviceOption = "auto",
-    dtype: DtypeOption = None,
+    *,
+    options: DecodeOptions,  # --dtype; a request chooses its search (mt.decode.options.OFFERED)
     api_key_file: Annotated[
         Path | None, typer.Option(help="File of API keys, one per line; requests must give one.")
     ] = None,
@@ -69,6 +72,6 @@ def serve(
         cors_origin,
         limits,
         start_line=f"mt serve: {chosen.describe()}",  # said once it listens
-        dtype=dtype,
+        dtype=options.dtype,
         keep_numbers=keep_numbers,
     )

@@ -9,7 +9,8 @@ thing everywhere:
   `dtype` is how this process computes (`--dtype` of translate, eval, score and serve), like the
   device: a caller's option set may still name one; without either, a CPU decodes `auto` and
   CUDA as the checkpoint's decode.dtype says (the setting was made for the GPU it trained on).
-- `session.decode_config(options)` applies a caller's `DecodeOptions` to a copy of the
+- `session.decode_config(options)` applies a caller's `DecodeOptions` (mt.decode.options: one
+  optional field per DecodeConfig field) to a copy of the
   checkpoint's decode settings and checks the result with the config's own rules
   (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
   `options.beam` for the server). The checkpoint's config is never written to.
@@ -34,6 +35,7 @@ from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import DecodeConfig, to_dict
 from mt.config_rules import validate_decode
 from mt.decode.ensemble import Ensemble
+from mt.decode.options import DecodeOptions
 from mt.decode.score import Scorer
 from mt.decode.target import Targets
 from mt.decode.translator import Translator
@@ -49,35 +51,6 @@ SAMPLING_KNOBS = ("topk", "topp", "temperature", "seed")
 def flag_name(key: str) -> str:
     """`decode.no_repeat_ngram` -> `--no-repeat-ngram`: how the CLI names a setting."""
     return "--" + key.split(".")[-1].replace("_", "-")
-
-
-@dataclasses.dataclass
-class DecodeOptions:
-    """A caller's overrides of the checkpoint's decode settings; None keeps the checkpoint's.
-
-    The fields are DecodeConfig's names, so an override and a config key mean one thing.
-    """
-
-    beam: int | None = None
-    nbest: int | None = None
-    alpha: float | None = None
-    greedy: bool | None = None
-    stop_early: bool | None = None
-    int8: bool | None = None
-    dtype: str | None = None
-    max_tokens: int | None = None
-    max_len_a: float | None = None
-    max_len_b: int | None = None
-    no_repeat_ngram: int | None = None
-    buffer_lines: int | None = None
-    sample: bool | None = None
-    topk: int | None = None
-    topp: float | None = None
-    temperature: float | None = None
-    seed: int | None = None
-
-    def given(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 class Session:
@@ -186,7 +159,7 @@ class Session:
         `targets` (from `targets()`) says which language to write. What happens around
         search (protection, capitals, HTML...) is each request's `Plan`."""
         dcfg = self.decode_config(options)
-        targets = targets or self.targets()
+        targets = targets or self.targets(ratio=dcfg.target_vocab_ratio)
         try:
             return Translator(
                 self.model,
@@ -226,7 +199,7 @@ class Session:
         if not sentence.strip():
             raise MtError("the sentence is empty")
         dcfg = self.decode_config(options)
-        targets = self.targets(to)
+        targets = self.targets(to, ratio=dcfg.target_vocab_ratio)
         target = targets.of(targets.resolve(None))
         return translate_with_attention(model, self.tokenizer, sentence.strip(), dcfg, target)
 

@@ -1,31 +1,26 @@
 """What the JSON bodies of the API may hold, read by hand so every mistake gets one line.
 
 Items follow `mt translate --input-format jsonl` (one rule set: mt.decode.requests); options
-are DecodeOptions' fields a client may choose, plus `alignment`. Settings that spend the
-server's memory or threads (batch size, int8, dtype, buffering) belong to whoever runs the
-server, so a request naming them is refused rather than silently ignored.
+are the decode settings a request may choose (mt.decode.options.OFFERED["request"], each of its
+DecodeConfig field's type), plus `alignment`. Settings that spend the server's memory or threads
+(batch size, int8, dtype, buffering) belong to whoever runs the server, so a request naming them
+is refused rather than silently ignored.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 from dataclasses import dataclass
 from typing import Any
 
+from mt.decode.options import HELP, OFFERED, TYPE_NAMES, DecodeOptions, accepts, value_type
 from mt.decode.requests import Request, request_from_object
-from mt.decode.session import DecodeOptions
 from mt.errors import MtError
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 
 SERVER_SETTINGS = ("int8", "dtype", "max_tokens", "buffer_lines")
-_HINTS = typing.get_type_hints(DecodeOptions)
-CLIENT_OPTIONS = {
-    f.name: typing.get_args(_HINTS[f.name])[0]
-    for f in dataclasses.fields(DecodeOptions)
-    if f.name not in SERVER_SETTINGS
-}
+CLIENT_OPTIONS = {name: value_type(name) for name in OFFERED["request"]}
 
 
 @dataclass
@@ -106,16 +101,10 @@ def parse_options(raw: Any, allowed: tuple[str, ...] | None = None) -> tuple[Dec
             if key in SERVER_SETTINGS:
                 raise ApiError(422, f"options.{key} is a setting of the server, not of a request")
             raise ApiError(422, f"unknown option 'options.{key}' (known: {', '.join(known)})")
-        want = bool if key == "alignment" else CLIENT_OPTIONS[key]
-        ok = (
-            isinstance(value, bool)
-            if want is bool
-            else isinstance(value, int | float) and not isinstance(value, bool)
-            if want is float
-            else isinstance(value, want) and not isinstance(value, bool)
-        )
+        want = bool if key == "alignment" else value_type(key)
+        ok = accepts(want, value)
         if not ok:
-            raise ApiError(422, f"options.{key} must be {_type_name(want)}, got {_kind(value)}")
+            raise ApiError(422, f"options.{key} must be {TYPE_NAMES[want]}, got {_kind(value)}")
         if key == "alignment":
             alignment = value
         else:
@@ -129,10 +118,6 @@ def _lang(obj: dict[str, Any], key: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ApiError(422, f"'{key}' must be a language code, got {_kind(value)}")
     return value
-
-
-def _type_name(t: type) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number"}.get(t, t.__name__)
 
 
 def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
@@ -181,18 +166,23 @@ def parse_attention(obj: Any, limits: Limits) -> AttentionBody:
     if not src.strip():
         raise ApiError(422, "'src' is empty")
     check_text(src, "src", limits)
-    options, _ = parse_options(obj.get("options"), allowed=("beam",))
+    options, _ = parse_options(obj.get("options"), allowed=OFFERED["attention"])
     return AttentionBody(src.replace("\n", " "), options, _model(obj), _lang(obj, "to"))
 
 
 # -- JSON schemas for the OpenAPI page (the parsers above are what is enforced) -----------------
+
+JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 _OPTIONS_SCHEMA = {
     "type": "object",
     "description": "Decoding settings; any left out keep the checkpoint's (as mt translate).",
     "properties": {
         **{
-            name: {"type": {bool: "boolean", int: "integer", float: "number"}[t]}
+            name: {
+                "type": JSON_TYPES[t],
+                "description": HELP[name],
+            }
             for name, t in CLIENT_OPTIONS.items()
         },
         "alignment": {"type": "boolean"},
@@ -249,7 +239,10 @@ ATTENTION_SCHEMA = {
     "required": ["src"],
     "properties": {
         "src": {"type": "string"},
-        "options": {"type": "object", "properties": {"beam": {"type": "integer"}}},
+        "options": {
+            "type": "object",
+            "properties": {n: {"type": JSON_TYPES[value_type(n)]} for n in OFFERED["attention"]},
+        },
         "model": {"type": "string"},
     },
 }

@@ -116,6 +116,8 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("translate", "--topp"): "EEE",
     ("translate", "--temperature"): "EEW",
     ("translate", "--seed"): "WEE",
+    ("translate", "--length-offset"): "WEE",  # 0 to 16, as decode.length_offset
+    ("translate", "--target-vocab-ratio"): "WEE",  # a bilingual model: checked, then unused
     ("eval", "--beam"): "EEE",
     ("eval", "--alpha"): "WEE",
     ("eval", "--max-tokens"): "EEE",

@@ -1,62 +1,120 @@
 """Decode settings are defined once, in DecodeConfig: a caller's overrides (DecodeOptions), the
-server's request schema and `mt translate`'s flags are checked against it here, so a new
-option cannot be half wired (a flag that never reaches the search, a type that differs)."""
+commands' decode flags and the server's request schema are made from its fields
+(mt.decode.options, mt.cli.options.decode_flags), so a new option cannot be half wired (a flag
+that never reaches the search, a type that differs). The checks below walk DecodeConfig's
+fields, and a setting added in a subclass shows up as an override and as a flag."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import types
 import typing
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
+import typer
 from conftest import run_in_process
+from typer.testing import CliRunner
 
-from mt.config import DecodeConfig
-from mt.decode.session import DecodeOptions
+from mt.config import DecodeConfig, setting
+from mt.decode.options import OFFERED, DecodeOptions, base_type, overrides_of
+from mt.errors import MtError
 
 CONFIG = typing.get_type_hints(DecodeConfig)
-OPTIONS = typing.get_type_hints(DecodeOptions)
+FIELDS = dataclasses.fields(DecodeConfig)
 
 
-def _base(hint: object) -> object:
-    """`Annotated[int | None, ...]` -> int: the value's type, without None or metadata."""
-    if typing.get_origin(hint) is typing.Annotated:
-        hint = typing.get_args(hint)[0]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        rest = [a for a in typing.get_args(hint) if a is not type(None)]
-        assert len(rest) == 1, hint
-        hint = rest[0]
-    if typing.get_origin(hint) is typing.Literal:  # a choice of strings, checked by the rules
-        hint = type(typing.get_args(hint)[0])
-    return hint
+def _commands() -> dict[str, Any]:
+    from mt.cli import app
+
+    return {c.name or c.callback.__name__: c.callback for c in app.registered_commands}
 
 
-def test_every_override_is_a_decode_setting_of_the_same_type() -> None:
-    for f in dataclasses.fields(DecodeOptions):
-        assert f.name in CONFIG, f"DecodeOptions.{f.name} is no DecodeConfig field"
-        assert f.default is None  # None keeps the checkpoint's value
-        assert _base(OPTIONS[f.name]) == _base(CONFIG[f.name]), f.name
+def _changed(f: dataclasses.Field) -> Any:
+    """A value of field `f`'s type that its default is not: what a caller would override."""
+    hint = CONFIG[f.name]
+    if typing.get_origin(hint) is typing.Literal:
+        return next(a for a in typing.get_args(hint) if a != f.default)
+    if hint is bool:
+        return not f.default
+    return f.default + (2 if hint is int else 0.25)
 
 
-def test_the_server_schema_is_the_overrides() -> None:
-    from mt.serve.bodies import CLIENT_OPTIONS, SERVER_SETTINGS
+def test_the_overrides_are_the_config_fields_each_optional() -> None:
+    options = dataclasses.fields(DecodeOptions)
+    hints = typing.get_type_hints(DecodeOptions)
+    assert [f.name for f in options] == [f.name for f in FIELDS]
+    for f, o in zip(FIELDS, options):
+        assert o.default is None, o.name  # None keeps the checkpoint's value
+        assert hints[o.name] == CONFIG[f.name] | None, o.name
+        assert o.metadata["help"] == f.metadata["help"] != "", o.name
+    assert DecodeOptions().given() == {}
 
-    names = {f.name for f in dataclasses.fields(DecodeOptions)}
-    assert set(CLIENT_OPTIONS) | set(SERVER_SETTINGS) == names
-    for name, t in CLIENT_OPTIONS.items():
-        assert t == _base(CONFIG[name]), name
+
+def test_an_override_of_the_wrong_type_is_one_line() -> None:
+    assert DecodeOptions(alpha=1, beam=3).given() == {"alpha": 1, "beam": 3}  # an int is a float
+    for name, value in (("beam", "3"), ("greedy", 1), ("alpha", True), ("dtype", 16)):
+        with pytest.raises(MtError, match=f"decode setting '{name}' must be"):
+            DecodeOptions(**{name: value})
+    with pytest.raises(TypeError):
+        DecodeOptions(3)  # by name only
 
 
-def test_every_override_is_a_translate_flag_of_the_same_type() -> None:
-    from mt.cli.decoding import translate
+@dataclass
+class _Wider(DecodeConfig):
+    lookahead: int = setting(0, "tokens the search looks ahead")
 
-    params = inspect.signature(translate).parameters
-    hints = typing.get_type_hints(translate, include_extras=True)
-    for f in dataclasses.fields(DecodeOptions):
+
+def test_a_setting_added_to_the_config_is_an_override_and_a_flag() -> None:
+    from mt.cli.options import decode_flags
+
+    Options = overrides_of(_Wider)
+    assert Options(lookahead=3).given() == {"lookahead": 3}
+    with pytest.raises(MtError, match="'lookahead' must be an integer"):
+        Options(lookahead="3")
+    seen: dict[str, Any] = {}
+    app = typer.Typer()
+
+    @app.command()
+    @decode_flags(("beam", "lookahead"), Options)
+    def command(path: str, *, options: Any, loud: bool = False) -> None:
+        seen.update(path=path, options=options, loud=loud)
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["x", "--lookahead", "3", "--loud"])
+    assert result.exit_code == 0, result.output
+    assert seen["path"] == "x" and seen["loud"] is True
+    assert isinstance(seen["options"], Options)
+    assert seen["options"].given() == {"lookahead": 3}
+    assert runner.invoke(app, ["x", "--lookahead", "many"]).exit_code == 2  # a usage error
+    params = inspect.signature(command).parameters
+    assert list(params) == ["path", "beam", "lookahead", "loud"]  # in the place of `options`
+    assert "Tokens the search looks ahead" in params["lookahead"].annotation.__metadata__[0].help
+    assert params["lookahead"].default is None
+
+
+def test_mt_translate_offers_every_setting_as_a_flag_of_its_type() -> None:
+    callback = _commands()["translate"]
+    params = inspect.signature(callback).parameters
+    hints = typing.get_type_hints(callback, include_extras=True)
+    for f in FIELDS:
         assert f.name in params, f"mt translate has no --{f.name.replace('_', '-')}"
-        assert _base(hints[f.name]) == _base(CONFIG[f.name]), f.name
-        assert params[f.name].default in (None, False), f.name  # the checkpoint's by default
+        assert params[f.name].default is None, f.name  # the checkpoint's by default
+        assert base_type(hints[f.name].__origin__) == base_type(CONFIG[f.name]), f.name
+        help_text = hints[f.name].__metadata__[0].help
+        assert f.metadata["help"].rstrip(".")[1:] in help_text, f.name
+
+
+def test_each_command_offers_the_settings_its_entry_names() -> None:
+    names = {f.name for f in FIELDS}
+    commands = _commands()
+    for command, offered in OFFERED.items():
+        if command == "request":
+            continue
+        params = set(inspect.signature(commands[command]).parameters)
+        assert params & names == set(offered), command
+        assert "options" not in params, command  # given as one DecodeOptions
 
 
 class _Seen(Exception):
@@ -64,21 +122,19 @@ class _Seen(Exception):
 
 
 def test_every_translate_flag_reaches_the_settings(monkeypatch, capsys, tmp_path) -> None:
-    """Each flag set to a value no default has arrives in the options the session applies."""
+    """Each setting's flag, set to a value its default is not, arrives in the options the
+    session applies; --dtype is also how the session's process computes."""
     import mt.cli.decoding as decoding
 
-    given = {
-        "beam": 3, "nbest": 2, "alpha": 0.7, "greedy": True, "stop_early": True, "int8": True,
-        "max_tokens": 777, "max_len_a": 1.5, "max_len_b": 7, "no_repeat_ngram": 3,
-        "buffer_lines": 9, "sample": True, "topk": 4, "topp": 0.8, "temperature": 1.3, "seed": 5,
-    }  # fmt: skip
+    given = {f.name: _changed(f) for f in FIELDS}
+    given["dtype"] = "fp32"
     seen: dict = {}
 
     class Session:
-        def targets(self, *args: object) -> None:
-            return None
+        def targets(self, to, frm, target_vocab, ratio=None) -> None:  # noqa: ANN001
+            seen["ratio"] = ratio
 
-        def translator(self, options: DecodeOptions, *args: object, **kw: object) -> None:
+        def translator(self, options: Any, *args: object, **kw: object) -> None:
             seen["options"] = options
             raise _Seen
 
@@ -89,13 +145,37 @@ def test_every_translate_flag_reaches_the_settings(monkeypatch, capsys, tmp_path
     monkeypatch.setattr(decoding, "open_session", open_session)
     src = tmp_path / "in.txt"
     src.write_text("x\n")
-    args = ["translate", tmp_path / "x.pt", "-i", src, "--dtype", "fp32"]
+    args: list[object] = ["translate", tmp_path / "x.pt", "-i", src]
     for name, value in given.items():
         flag = "--" + name.replace("_", "-")
-        args += [flag] if value is True else [flag, value]
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag[2:])
+        else:
+            args += [flag, value]
     with pytest.raises(_Seen):
         run_in_process(args, capsys, monkeypatch)
-    options = seen["options"].given()
-    assert options == given
-    assert seen["dtype"] == "fp32"  # how this process computes: the session's
-    assert set(given) | {"dtype"} == {f.name for f in dataclasses.fields(DecodeOptions)}
+    assert seen["options"].given() == given
+    assert seen["dtype"] == "fp32"
+    assert seen["ratio"] == given["target_vocab_ratio"]
+
+
+def test_the_server_schema_is_made_from_the_settings() -> None:
+    from mt.serve.bodies import CLIENT_OPTIONS, SERVER_SETTINGS, TRANSLATE_SCHEMA, parse_options
+    from mt.serve.limits import ApiError
+
+    assert set(CLIENT_OPTIONS) == set(OFFERED["request"])
+    assert not set(SERVER_SETTINGS) & set(CLIENT_OPTIONS)
+    schema = TRANSLATE_SCHEMA["properties"]["options"]["properties"]
+    kinds = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    by_name = {f.name: f for f in FIELDS}
+    for name, t in CLIENT_OPTIONS.items():
+        assert t == base_type(CONFIG[name]), name
+        assert schema[name] == {"type": kinds[t], "description": by_name[name].metadata["help"]}
+        value = _changed(by_name[name])
+        options, _ = parse_options({name: value})
+        assert options.given() == {name: value}, name
+        with pytest.raises(ApiError, match=f"options.{name} must be"):
+            parse_options({name: "x" if t is not str else 1})
+    for name in SERVER_SETTINGS:
+        with pytest.raises(ApiError, match="a setting of the server"):
+            parse_options({name: _changed(by_name[name])})
