@@ -267,8 +267,8 @@ class DecodeConfig:
         "log-softmax stay fp32). The checkpoint's value applies on CUDA; a CPU decodes as "
         "`--dtype` says (default auto).",
     )
-    max_len_a: float = setting(1.2, "output length limit a * src_len + b")
-    max_len_b: int = setting(10, "... the b of that limit")
+    max_len_a: float = setting(1.2, "output length limit a * src_len + b: its a")
+    max_len_b: int = setting(10, "output length limit a * src_len + b: its b, in tokens")
     max_tokens: int = setting(
         4096,
         "Tokens per batch; a row counts its longest known side (the source when translating, "

@@ -90,7 +90,7 @@ def flag_help(name: str, text: str) -> str:
     default comes from, that it is the checkpoint's."""
     text = (text or name.replace("_", " ")).rstrip(".")
     text = text[0].upper() + text[1:]
-    if "default" in text:
+    if "default" in text.lower():
         return text + "."
     return f"{text} (default: the checkpoint's decode.{name})."
 
