@@ -121,14 +121,12 @@ class _Seen(Exception):
     pass
 
 
-def test_every_translate_flag_reaches_the_settings(monkeypatch, capsys, tmp_path) -> None:
-    """Each setting's flag, set to a value its default is not, arrives in the options the
-    session applies; --dtype is also how the session's process computes."""
+def _translate_sees(args: list[object], monkeypatch, capsys, tmp_path) -> dict[str, Any]:
+    """What `mt translate ARGS` hands the session: its options, --dtype and the target-vocab
+    ratio (the session is a stand-in; the command stops at the translator)."""
     import mt.cli.decoding as decoding
 
-    given = {f.name: _changed(f) for f in FIELDS}
-    given["dtype"] = "fp32"
-    seen: dict = {}
+    seen: dict[str, Any] = {}
 
     class Session:
         def targets(self, to, frm, target_vocab, ratio=None) -> None:  # noqa: ANN001
@@ -145,18 +143,36 @@ def test_every_translate_flag_reaches_the_settings(monkeypatch, capsys, tmp_path
     monkeypatch.setattr(decoding, "open_session", open_session)
     src = tmp_path / "in.txt"
     src.write_text("x\n")
-    args: list[object] = ["translate", tmp_path / "x.pt", "-i", src]
+    with pytest.raises(_Seen):
+        run_in_process(["translate", tmp_path / "x.pt", "-i", src, *args], capsys, monkeypatch)
+    return seen
+
+
+def test_every_translate_flag_reaches_the_settings(monkeypatch, capsys, tmp_path) -> None:
+    """Each setting's flag, set to a value its default is not, arrives in the options the
+    session applies; --dtype is also how the session's process computes."""
+    given = {f.name: _changed(f) for f in FIELDS}
+    given["dtype"] = "fp32"
+    args: list[object] = []
     for name, value in given.items():
         flag = "--" + name.replace("_", "-")
         if isinstance(value, bool):
             args.append(flag if value else "--no-" + flag[2:])
         else:
             args += [flag, value]
-    with pytest.raises(_Seen):
-        run_in_process(args, capsys, monkeypatch)
+    seen = _translate_sees(args, monkeypatch, capsys, tmp_path)
     assert seen["options"].given() == given
     assert seen["dtype"] == "fp32"
     assert seen["ratio"] == given["target_vocab_ratio"]
+
+
+def test_a_flag_left_out_keeps_the_checkpoints_and_no_x_says_false(
+    monkeypatch, capsys, tmp_path
+) -> None:
+    seen = _translate_sees([], monkeypatch, capsys, tmp_path)
+    assert seen["options"].given() == {} and seen["dtype"] is None and seen["ratio"] is None
+    seen = _translate_sees(["--no-greedy", "--no-sample"], monkeypatch, capsys, tmp_path)
+    assert seen["options"].given() == {"greedy": False, "sample": False}
 
 
 def test_the_server_schema_is_made_from_the_settings() -> None:
