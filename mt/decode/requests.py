@@ -32,6 +32,12 @@ class Plan:
     pivot: str | None = None  # through this language (a multilingual model): mt.decode.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
 
+    def unsplit(self) -> Plan:
+        """This plan but whole lines: the steps a split request's sentences take. Requests
+        whose plans differ only in `split` go through one run (`Translator.translate`), so the
+        sentences of split lines and the lines left whole share batches."""
+        return self if self.split is None else replace(self, split=None)
+
 
 @dataclass
 class Request:
@@ -55,6 +61,7 @@ class Translation:
     error: str = ""  # why this line could not be translated (its output is then empty)
     confidence: float | None = None  # log-probability per token (mt.decode.doubt)
     flags: list[str] = field(default_factory=list)  # doubts: copy, loop, short, long
+    sentences: int = 1  # how many pieces search translated the line as (mt.decode.sentences)
 
 
 def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:

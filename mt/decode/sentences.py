@@ -157,14 +157,20 @@ def source_size(tokenizer: Tokenizer, max_src: int) -> tuple[Callable[[str], int
 
 
 def expand(
-    requests: list[Request], lang: str, size: Callable[[str], int], limit: int
+    requests: list[Request], size: Callable[[str], int], limit: int
 ) -> tuple[list[Split], list[Request]]:
-    """Each request's split (source language: its `frm`, else `lang`) and the flat list of
-    sentence requests to translate. A newline inside a sentence is a space to the model."""
+    """Each request's split and the flat list of sentence requests to translate. A request
+    whose plan splits (`plan.split`, the language unless the request names its `frm`) is cut
+    into sentences, a newline inside one a space to the model; any other goes down as it is."""
     splits, flat = [], []
     for r in requests:
+        if r.plan.split is None:
+            splits.append(Split("", [r.src], [""]))
+            flat.append(r)
+            continue
         whole = r.prefix or r.constraints or not r.src.strip()
-        split = Split("", [r.src], [""]) if whole else line_split(r.src, r.frm or lang, size, limit)
+        lang = r.frm or r.plan.split
+        split = Split("", [r.src], [""]) if whole else line_split(r.src, lang, size, limit)
         splits.append(split)
         flat.extend(replace(r, src=_NEWLINES.sub(" ", s)) for s in split.sentences)
     return splits, flat
@@ -182,6 +188,7 @@ def gather(
             out.append(parts[0])
             continue
         joined = join_translations(split, parts)
+        joined.sentences = len(split.sentences)
         if not joined.error:  # a line too short as a whole, each sentence aside
             extra = [f for f in flags(r.src, joined.text) if f in ("short", "long")]
             joined.flags = list(dict.fromkeys(joined.flags + extra))
@@ -189,14 +196,14 @@ def gather(
     return out
 
 
-def split_stage(lang: str, tokenizer: Tokenizer, max_src: int) -> Stage:
-    """The stage (mt.decode.stages): each request's line translated sentence by sentence
-    (source language: its `frm`, else `lang`), one translation per request; the sentences of
-    all the requests go down together, so they share batches."""
+def split_stage(tokenizer: Tokenizer, max_src: int) -> Stage:
+    """The stage (mt.decode.stages): each request its plan splits translated sentence by
+    sentence, the others whole, one translation per request; the sentences and the whole
+    lines go down together, so they share batches."""
     size, limit = source_size(tokenizer, max_src)
 
     def rounds(requests: list[Request]) -> Rounds:
-        splits, flat = expand(requests, lang, size, limit)
+        splits, flat = expand(requests, size, limit)
         done = (yield Ask(flat, isolate=True)) if flat else []
         return gather(requests, splits, done)
 

@@ -112,21 +112,24 @@ class Translator:
 
     def translate(self, requests: list[Request]) -> list[Translation]:
         """Translations of `requests`, in their order, each through the steps its plan
-        names (requests of one plan go through them together)."""
+        names (requests of one plan go through them together, split into sentences or not:
+        `Plan.unsplit`)."""
         out: list = [None] * len(requests)
-        plans = dict.fromkeys(r.plan for r in requests)
-        for plan in plans:
-            rows = [i for i, r in enumerate(requests) if r.plan == plan]
+        keys = [r.plan.unsplit() for r in requests]
+        for plan in dict.fromkeys(keys):
+            rows = [i for i, key in enumerate(keys) if key == plan]
+            split = any(requests[i].plan.split is not None for i in rows)
             one_round = lambda reqs, align, p=plan.protect: self._search_requests(  # noqa: E731
                 reqs, align, p
             )
-            done = run(self._stages(plan), [requests[i] for i in rows], one_round)
+            done = run(self._stages(plan, split), [requests[i] for i in rows], one_round)
             for i, t in zip(rows, done):
                 out[i] = t
         return out
 
-    def _stages(self, plan: Plan) -> list[Stage]:
-        """The steps around search `plan` names, outermost first (mt.decode.stages)."""
+    def _stages(self, plan: Plan, split: bool) -> list[Stage]:
+        """The steps around search `plan` names, outermost first (mt.decode.stages); `split`:
+        some requests are translated sentence by sentence (each request's own `plan.split`)."""
         beam = not (self.greedy or self.sampling is not None)
         below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
         if plan.html:
@@ -137,8 +140,8 @@ class Translator:
             return [pivot_stage(self.targets, plan.pivot), *inner]
         steps = [recase_stage(self._cost)] if plan.recase else []
         steps += [numbers_stage(self.tokenizer, self.constrain)] if plan.keep_numbers else []
-        if plan.split is not None:
-            return [split_stage(plan.split, self.tokenizer, self.max_src), *steps, *inner]
+        if split:
+            return [split_stage(self.tokenizer, self.max_src), *steps, *inner]
         return steps + inner
 
     def _bans_for(self, protect: bool) -> Bans | None:

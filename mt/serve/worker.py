@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from mt.decode.requests import Plan, Request, Translation
-from mt.decode.sentences import expand, gather, source_size
 from mt.decode.session import DecodeOptions, Session
 from mt.decode.translator import Translator
 from mt.errors import MtError
@@ -56,7 +55,7 @@ class Job:
     requests: list[Request] = field(default_factory=list)
     options: DecodeOptions | None = None
     alignment: bool = False
-    split: bool = False  # translate each item sentence by sentence (mt.decode.sentences)
+    split: bool = False  # each item sentence by sentence (the translator's split stage)
     call: Callable[[Session], Any] | None = None
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
@@ -281,23 +280,21 @@ class ModelWorker:
             job.answer(error=err)
 
     def _translate(self, group: list[Job]) -> None:
-        """One translator call for the group's sentences: a splitting job's items are cut
-        into sentences first and joined after, so they share batches with everything else."""
+        """One translator call for the group's requests, a splitting job's with a plan that
+        says so: the translator's split stage (mt.decode.sentences) cuts them into sentences
+        and joins them back, so their sentences share batches with everything else."""
         assert self.session is not None
         first = group[0]
+        whole = Plan(keep_numbers=self.keep_numbers)  # capitals, numbers, protection, flags
+        # Sentences in the model's source language, unless a request names its own (`frm`).
+        split = dataclasses.replace(whole, split=self.session.source_language())
+        requests = [
+            dataclasses.replace(r, plan=split if job.split else whole)
+            for job in group
+            for r in job.requests
+        ]
         try:
             translator = self._translator(first.options, first.alignment)
-            size, limit = source_size(translator.tokenizer, translator.max_src)
-            lang = self.session.source_language()
-            splits = [
-                expand(job.requests, lang, size, limit) if job.split else None for job in group
-            ]
-            plan = Plan(keep_numbers=self.keep_numbers)  # capitals, numbers, protection, flags
-            requests = [
-                dataclasses.replace(r, plan=plan)
-                for job, sp in zip(group, splits)
-                for r in (sp[1] if sp else job.requests)
-            ]
             translations = translator.translate(requests)
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
@@ -310,13 +307,11 @@ class ModelWorker:
             for job in group:
                 job.answer(error=err)
             return
-        self.metrics.batch(len(requests))
+        self.metrics.batch(sum(t.sentences for t in translations))
         start = 0
-        for job, sp in zip(group, splits):
-            n = len(sp[1]) if sp else len(job.requests)
-            done = translations[start : start + n]
-            start += n
-            done = gather(job.requests, sp[0], done) if sp else done
+        for job in group:
+            done = translations[start : start + len(job.requests)]
+            start += len(job.requests)
             self.metrics.doubts([t.flags for t in done])
             job.answer(done)
 

@@ -68,6 +68,28 @@ def test_paragraph_translation_is_its_sentences_joined(translator, test_de):
         assert t.text.startswith(split.lead) and t.text.endswith(split.seps[-1])
 
 
+def test_split_and_whole_lines_share_one_search(translator, test_de, monkeypatch):
+    """Requests split into sentences and requests left whole in one call: one round of
+    search holds the sentences of both (so they share batches), each answered as alone."""
+    rounds: list[list[str]] = []
+    search = translator._search_requests
+
+    def counted(requests, alignment, protect):
+        rounds.append([r.src for r in requests])
+        return search(requests, alignment, protect)
+
+    paragraph = " ".join(test_de[:3]) + "\n\n" + test_de[3]
+    whole = test_de[4]
+    monkeypatch.setattr(translator, "_search_requests", counted)
+    got = translator.translate([Request(paragraph, plan=Plan(split="de")), Request(whole)])
+    split = split_sentences(paragraph, "de")
+    assert rounds == [[*split.sentences, whole]] and len(split.sentences) == 4
+    alone = translator.translate([Request(x) for x in split.sentences])
+    assert got[0].text == split.join([a.text for a in alone]) and "\n\n" in got[0].text
+    assert got[1].text == translator.translate([Request(whole)])[0].text
+    assert (got[0].sentences, got[1].sentences) == (4, 1)
+
+
 def test_a_prefix_keeps_the_line_whole(translator, test_de):
     line = " ".join(test_de[:3])
     [t] = translator.translate([Request(line, prefix="A", plan=Plan(split="de"))])
