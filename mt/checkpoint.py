@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from mt.atomic import write_with
-from mt.config import Config, to_dict
+from mt.config import Config, ModelConfig, to_dict
 from mt.config_file import from_dict
 from mt.errors import MtError
 from mt.memory import check_model_fits
@@ -107,9 +107,9 @@ class Loaded:
     data: dict[str, Any]
 
 
-def build_model(cfg: Config, tokenizer: Tokenizer) -> Transformer:
-    """The model of `cfg` in fp32 on the CPU, refused with one line if its weights cannot fit."""
-    m = cfg.model
+def build_model(m: ModelConfig, tokenizer: Tokenizer) -> Transformer:
+    """The model of the model section `m` (sized by the tokenizer's vocabularies) in fp32 on
+    the CPU, refused with one line if its weights cannot fit."""
     check_model_fits(m, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
     return Transformer(m, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size)
 
@@ -123,7 +123,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
         tokenizer = Tokenizer.from_stored(tok)
     except Exception:
         raise MtError(f"{path}: the embedded tokenizer cannot be read") from None
-    model = build_model(cfg, tokenizer)
+    model = build_model(cfg.model, tokenizer)
     try:
         model.load_state_dict(data["model"])
     except RuntimeError:

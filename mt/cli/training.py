@@ -63,8 +63,10 @@ def prepare(
     lock = lock_run_dir(folder, "prepare")
     try:
         # A fine-tuning run (train.init_from) prepares its data with the checkpoint's tokenizer.
-        finetune.write_tokenizer(finetune.load_init(cfg, folder, resume=False), folder)
-        run_prepare(cfg, folder)
+        given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer)
+        init, run = finetune.load_init(given, folder, resume=False)
+        finetune.write_tokenizer(init, folder)
+        run_prepare(cfg.data, run.tokenizer, run.train.seed, folder)
     finally:
         lock.release()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mt.config import Config, DataConfig
+from mt.config import DataConfig, TokenizerConfig
 from mt.data.augment import Augment
 from mt.data.build import masked, open_or_build, read_ahead
 from mt.data.cache import Filter, Sampling, cache_dir
@@ -57,25 +57,25 @@ def sample_pairs(
     return src, tgt
 
 
-def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer:
-    """The run's tokenizer: loaded from `run_dir`, else trained on a sample and saved there."""
+def prepare_tokenizer(
+    d: DataConfig, t: TokenizerConfig, seed: int, run_dir: Path, log: bool = True
+) -> Tokenizer:
+    """The run's tokenizer: loaded from `run_dir`, else trained as `t` says on a sample of the
+    data section's corpora (drawn with `seed`, train.seed) and saved there."""
     tok = Tokenizer.load(run_dir)
     if tok is not None:
         return tok
-    t = cfg.tokenizer
     pairs = t.input_sentence_size // 2 if t.joint else t.input_sentence_size
     start = time.perf_counter()
-    if cfg.data.pairs:
-        src, tgt = sample_languages(cfg, max(pairs, 1))
+    if d.pairs:
+        src, tgt = sample_languages(d, max(pairs, 1), seed)
     else:
-        src, tgt = sample_pairs(
-            train_sources(cfg.data), max(pairs, 1), cfg.data.max_train_examples, cfg.train.seed
-        )
+        src, tgt = sample_pairs(train_sources(d), max(pairs, 1), d.max_train_examples, seed)
     sampled = time.perf_counter() - start
-    if cfg.data.protect:  # the tokenizer learns the text it will encode: spans masked
+    if d.protect:  # the tokenizer learns the text it will encode: spans masked
         src, tgt = masked(src, tgt)
-    langs = [lang for pair in directions(cfg.data) for lang in pair] if cfg.data.pairs else None
-    reserved = reserved_symbols() if cfg.data.protect else None
+    langs = [lang for pair in directions(d) for lang in pair] if d.pairs else None
+    reserved = reserved_symbols() if d.protect else None
     tok = train_tokenizer(src, tgt, t, reserved, list(dict.fromkeys(langs or [])) or None)
     tok.save(run_dir)
     if log:
@@ -90,12 +90,11 @@ def prepare_tokenizer(cfg: Config, run_dir: Path, log: bool = True) -> Tokenizer
     return tok
 
 
-def sample_languages(cfg: Config, n: int) -> tuple[list[str], list[str]]:
+def sample_languages(d: DataConfig, n: int, seed: int) -> tuple[list[str], list[str]]:
     """The tokenizer's sample for several pairs, balanced per language: each language gets
     the same share of sentences (a large pair must not crowd a small language's pieces out),
     drawn from the pairs that hold it and without repeats (Multi30k's English is the same
     text in three pairs). Returned as two halves of one list, as a joint model reads them."""
-    d = cfg.data
     sources = train_sources(d)
     langs = list(dict.fromkeys(lang for s in sources for lang in (s.src_lang, s.tgt_lang)))
     share = max(2 * n // len(langs), 1)
@@ -105,7 +104,7 @@ def sample_languages(cfg: Config, n: int) -> tuple[list[str], list[str]]:
         seen: dict[str, None] = {}
         for source in holding:
             src, tgt = sample_pairs(
-                [source], share // len(holding) + 1, d.max_train_examples, cfg.train.seed + k
+                [source], share // len(holding) + 1, d.max_train_examples, seed + k
             )
             seen.update(dict.fromkeys(src if source.src_lang == lang else tgt))
         text += list(seen)[:share]
@@ -129,19 +128,22 @@ class Prepared:
 
 
 def prepare(
-    cfg: Config,
+    d: DataConfig,
+    t: TokenizerConfig,
+    seed: int,
     run_dir: Path,
     build: bool = True,
     log: bool = True,
     tokenizer: Tokenizer | None = None,
 ) -> Prepared:
-    """Tokenizer and stores for `cfg`, built where missing (`build`) or only opened.
+    """Tokenizer and stores for the data section `d`, built where missing (`build`) or only
+    opened. `t` is the tokenizer section (how a missing tokenizer is trained, and subword
+    sampling's copies); `seed` (train.seed) draws the tokenizer's sample and the augmentation.
 
     `mt prepare` and the first `mt train` build; under torchrun each node's local rank 0
     builds or checks the node's stores with the `tokenizer` global rank 0 sent it, and the
     node's other ranks only open them, so every process of a node maps the same files.
     """
-    d: DataConfig = cfg.data
     if tokenizer is not None:
         tok = tokenizer
     elif build:
@@ -149,7 +151,7 @@ def prepare(
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise MtError(f"{run_dir}: cannot create the run directory ({err.strerror})") from None
-        tok = prepare_tokenizer(cfg, run_dir, log)
+        tok = prepare_tokenizer(d, t, seed, run_dir, log)
     else:
         loaded = Tokenizer.load(run_dir)
         if loaded is None:
@@ -158,14 +160,14 @@ def prepare(
     cache = cache_dir(d, run_dir)
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)
-    aug = Augment.from_config(d.augment, cfg.train.seed)
+    aug = Augment.from_config(d.augment, seed)
     train = [
         open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect, None, aug)
         for s in sources
     ]
     sampled = []  # tokenizer.sample_alpha: the training stores again, segmented by sampling
-    for c in range(cfg.tokenizer.sample_copies if cfg.tokenizer.sample_alpha else 0):
-        how = Sampling(cfg.tokenizer.sample_alpha, c)
+    for c in range(t.sample_copies if t.sample_alpha else 0):
+        how = Sampling(t.sample_alpha, c)
         limit = d.max_train_examples
         sampled.append(
             [

@@ -31,8 +31,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
-from mt.config import DecodeConfig, to_dict
+from mt.config import Config, DecodeConfig, to_dict
 from mt.config_rules import validate_decode
 from mt.decode.ensemble import Ensemble
 from mt.decode.options import DecodeOptions
@@ -86,6 +88,26 @@ class Session:
         self.model: Transformer | Ensemble = (
             first.model if len(members) == 1 else Ensemble([m.model for m in members]).eval()
         )
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        cfg: Config,
+        device: torch.device,
+        dtype: str | None = None,
+        name: Callable[[str], str] = flag_name,
+    ) -> Session:
+        """A session over a model in memory, `cfg` standing for the config its checkpoint
+        would hold: training's evaluation decodes through this door, so dev BLEU is what
+        `mt eval` measures. The model is used as it is (not copied, its mode untouched);
+        `paths` is empty, as nothing was read from a file."""
+        self = cls.__new__(cls)
+        self.device, self.name, self.dtype = device, name, dtype
+        self.paths, self.loaded = [], []
+        self.cfg, self.tokenizer, self.model = cfg, tokenizer, model
+        return self
 
     def decode_config(self, options: DecodeOptions | None = None) -> DecodeConfig:
         """The checkpoint's decode settings with `options` applied, checked once."""
@@ -171,7 +193,7 @@ class Session:
                 targets,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do
-            raise MtError(f"{self.paths[0]}: {err}") from None
+            raise MtError(f"{self.paths[0] if self.paths else 'the model'}: {err}") from None
 
     def scorer(
         self, options: DecodeOptions | None = None, protect: bool = True, to: str | None = None

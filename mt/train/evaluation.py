@@ -18,19 +18,19 @@ import numpy as np
 import torch
 
 from mt.batching import token_batches
-from mt.config import Config, DecodeConfig
+from mt.config import DataConfig, DecodeConfig, TrainConfig
 from mt.data.corpus import read_pairs
 from mt.data.loader import collate_store
 from mt.data.prepare import Prepared
 from mt.data.store import TokenStore
 from mt.decode.attention import AttentionView, sentence_attention
 from mt.decode.requests import Request
-from mt.decode.target import Targets
-from mt.decode.translator import Translator, translate_stream
+from mt.decode.session import DecodeOptions, Session
+from mt.decode.translator import translate_stream
 from mt.device import autocast
 from mt.metrics import bleu, chrf
 from mt.model import Transformer
-from mt.tokenizer import PAD, Tokenizer
+from mt.tokenizer import PAD
 from mt.train.loss import label_smoothed_loss
 
 
@@ -63,23 +63,56 @@ def dev_sets_of(prepared: Prepared, limit: int) -> list[DevSet]:
     return out
 
 
+@dataclass(frozen=True)
+class EvalSettings:
+    """What the evaluation reads of the train and data sections (the decode settings come
+    with its session)."""
+
+    bleu: bool  # train.eval_bleu: translate the dev sets (else the loss only)
+    max_tokens: int  # train.max_tokens: the dev loss's batches
+    label_smoothing: float  # train.label_smoothing: the dev loss is the training loss
+    lang_token: str  # data.lang_token: where a multilingual model reads its target language
+
+    @classmethod
+    def of(cls, t: TrainConfig, d: DataConfig) -> EvalSettings:
+        return cls(t.eval_bleu, t.max_tokens, t.label_smoothing, d.lang_token)
+
+
+def dev_options() -> DecodeOptions:
+    """Dev BLEU's decode settings as `mt eval`'s overrides of the run's decode section:
+    greedy (one output, no sampling) with the section's length limits and batch size; the
+    settings meant for the final model (no_repeat_ngram, int8) and the read-ahead are the
+    defaults, so the curve is comparable between runs. (`mt eval CHECKPOINT --beam 1` with
+    these flags scores the same translations.)"""
+    plain = DecodeConfig()
+    return DecodeOptions(
+        beam=1,
+        nbest=1,
+        greedy=False,
+        sample=False,
+        int8=False,
+        no_repeat_ngram=plain.no_repeat_ngram,
+        buffer_lines=plain.buffer_lines,
+    )
+
+
 class Evaluator:
-    """Scores the model on its dev sets (one per direction)."""
+    """Scores the model on its dev sets (one per direction), translating through `session`
+    (mt.decode.session), the door `mt eval` uses."""
 
     def __init__(
-        self,
-        cfg: Config,
-        model: Transformer,
-        tokenizer: Tokenizer,
-        sets: list[DevSet],
-        device: torch.device,
-        precision: str,
+        self, session: Session, settings: EvalSettings, sets: list[DevSet], precision: str
     ) -> None:
-        self.cfg, self.model, self.tokenizer = cfg, model, tokenizer
+        """`session` holds the model being trained (`Session.from_model`); `precision` is the
+        training's autocast, which decoding runs under too."""
+        model = session.model
+        assert isinstance(model, Transformer), "training evaluates one model"
+        self.session, self.settings = session, settings
+        self.model, self.tokenizer, self.device = model, session.tokenizer, session.device
         self.sets = sets
         # The examples and the attention picture show the first direction.
         self.sources, self.references = sets[0].sources, sets[0].references
-        self.device, self.precision = device, precision
+        self.precision = precision
 
     @torch.no_grad()
     def __call__(self) -> Evaluation:
@@ -88,7 +121,7 @@ class Evaluator:
         self.model.eval()
         out = self._loss()
         first: list[str] = []
-        if self.cfg.train.eval_bleu:
+        if self.settings.bleu:
             scores: list[tuple[float, float]] = []
             for k, dev in enumerate(self.sets):
                 hyps = self.translate(dev.sources, dev.to)
@@ -102,20 +135,20 @@ class Evaluator:
         return Evaluation(out, first)
 
     def _loss(self) -> dict[str, float]:
-        cfg = self.cfg
+        e = self.settings
         loss_sum = nll_sum = 0.0
         ntok = 0
-        placement = cfg.data.lang_token
+        placement = e.lang_token
         for dev in self.sets:
             lang = None if dev.to is None else self.tokenizer.lang_id(dev.to)
             mark = lang is not None and placement == "source"
             sizes = dev.store.sizes.astype(np.int64) + mark  # + the source's language token
-            fits = np.nonzero(sizes <= cfg.model.max_positions)[0]  # longer: no positions
-            for idx in token_batches(sizes, cfg.train.max_tokens, items=fits):
+            fits = np.nonzero(sizes <= self.model.cfg.max_positions)[0]  # longer: no positions
+            for idx in token_batches(sizes, e.max_tokens, items=fits):
                 b = collate_store(dev.store, idx, lang, placement).to(self.device)
                 with autocast(self.device, self.precision):
                     logits = self.model(b.src, b.tgt_in)
-                loss, nll = label_smoothed_loss(logits, b.tgt_out, cfg.train.label_smoothing, PAD)
+                loss, nll = label_smoothed_loss(logits, b.tgt_out, e.label_smoothing, PAD)
                 loss_sum += float(loss)
                 nll_sum += float(nll)
                 ntok += b.tgt_tokens
@@ -125,30 +158,27 @@ class Evaluator:
             "valid_ppl": math.exp(min(nll_sum / ntok, 50.0)),
         }
 
-    def bleu(self, dcfg: DecodeConfig) -> float:
-        """Dev BLEU with these decode settings (the mean over directions), as `mt eval` would
-        score the model: for choosing decode settings on dev (mt/train/tune.py)."""
-        scores = [bleu(self.translate(d.sources, d.to, dcfg), d.references) for d in self.sets]
+    def bleu(self, options: DecodeOptions) -> float:
+        """Dev BLEU with these overrides of the run's decode settings (the mean over
+        directions), as `mt eval` with those flags would score the model: for choosing decode
+        settings on dev (mt/train/tune.py)."""
+        scores = [bleu(self.translate(d.sources, d.to, options), d.references) for d in self.sets]
         return float(np.mean(scores))
 
     @torch.no_grad()
     def translate(
-        self, lines: list[str], to: str | None = None, dcfg: DecodeConfig | None = None
+        self, lines: list[str], to: str | None = None, options: DecodeOptions | None = None
     ) -> list[str]:
-        """Translations (into `to`, for a multilingual model): greedy with the decode
-        section's length limits, or as `dcfg` says; through the translator's one path with
-        `mt eval`'s default steps (spans kept and restored, capitals), so dev BLEU is what
-        `mt eval` measures on the same checkpoint with the same settings."""
-        d = self.cfg.decode
-        dcfg = dcfg or DecodeConfig(
-            beam=1, nbest=1, max_len_a=d.max_len_a, max_len_b=d.max_len_b, max_tokens=d.max_tokens
-        )
-        # The training's precision decides (its autocast is around the search), so no copy
-        # of the model per evaluation.
-        dcfg = dataclasses.replace(dcfg, dtype="fp32")
+        """Translations (into `to`, for a multilingual model): greedy (`dev_options`), or as
+        `options` override the run's decode settings; through the session's translator and
+        the translator's one path with `mt eval`'s default steps (spans kept and restored,
+        capitals), so dev BLEU is what `mt eval` measures on the same checkpoint with the same
+        settings."""
+        # The session decodes in fp32 under the training's autocast (its precision decides),
+        # so no copy of the model per evaluation.
         was_training = self.model.training
         self.model.eval()
-        translator = Translator(self.model, self.tokenizer, dcfg, self.device)
+        translator = self.session.translator(options or dev_options())
         with autocast(self.device, self.precision):
             done = translate_stream(translator, [Request(x, to=to) for x in lines])
             hyps = [t.text for t in done]
@@ -166,9 +196,9 @@ class Evaluator:
         """The title and the encoder-decoder attention (top layer) behind the greedy
         translation of `sentence` (the one the examples show), for `attention_picture`. This
         part runs the model, so it is done before training goes on."""
-        greedy = dataclasses.replace(self.cfg.decode, beam=1, nbest=1)
+        greedy = dataclasses.replace(self.session.cfg.decode, beam=1, nbest=1)
         to = self.sets[0].to
-        target = Targets(self.tokenizer, self.device).of(to) if to else None
+        target = self.session.targets().of(to) if to else None
         text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1, target)
         self.model.train()
         cross = [v for v in views if v.name == "encoder-decoder attention"]

@@ -43,7 +43,7 @@ import torch
 import yaml
 
 from mt import checkpoint
-from mt.config import Config, ModelConfig
+from mt.config import ModelConfig, TokenizerConfig, TrainConfig
 from mt.config_file import expand_env, from_dict
 from mt.errors import MtError
 from mt.model import Transformer
@@ -102,60 +102,76 @@ def _recorded_init_from(run_dir: Path) -> str:
         return ""
 
 
-def _resume_as_recorded(cfg: Config, last: Path) -> None:
+@dataclass(frozen=True)
+class Sections:
+    """The sections of a run's config that `train.init_from` decides: the model and tokenizer
+    become the checkpoint's, and `train` records what the run started from."""
+
+    train: TrainConfig
+    model: ModelConfig
+    tokenizer: TokenizerConfig
+
+
+def _resume_as_recorded(s: Sections, last: Path) -> Sections:
     """A resumed fine-tuning run keeps what it started with, as its `last.pt` records it.
 
     `init_from` may be missing from the config now (it came from `--init-from`) and model keys
     left at their defaults mean the checkpoint's; the frozen parts must stay the same, since the
     optimizer state in `last.pt` covers exactly the trainable ones.
     """
-    t = cfg.train
+    t = s.train
     stored = from_dict(checkpoint.load(last)["config"], f"{last} (stored config)")
     if t.freeze and t.freeze != stored.train.freeze:
         raise MtError(
             f"train.freeze is {t.freeze} but {last} was trained with {stored.train.freeze}; "
             "a resumed run keeps its frozen parts"
         )
-    cfg.model = merge_model(cfg.model, stored.model, str(last))
-    cfg.tokenizer = stored.tokenizer
-    t.init_from, t.freeze = stored.train.init_from, stored.train.freeze
-    t.init_keep_optimizer = stored.train.init_keep_optimizer
+    kept = stored.train
+    t = dataclasses.replace(
+        t,
+        init_from=kept.init_from,
+        freeze=kept.freeze,
+        init_keep_optimizer=kept.init_keep_optimizer,
+    )
+    return Sections(t, merge_model(s.model, stored.model, str(last)), stored.tokenizer)
 
 
-def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Init | None:
-    """Read `train.init_from` and make `cfg` the fine-tuning run's config.
+def load_init(
+    s: Sections, run_dir: Path, resume: bool, log: bool = True
+) -> tuple[Init | None, Sections]:
+    """Read `train.init_from`, and the sections `s` of the fine-tuning run's config.
 
-    `cfg.model` becomes the checkpoint's (see `merge_model`), `cfg.tokenizer` the checkpoint's
-    settings and `cfg.train.init_from` the expanded path, so `config.yaml` and every checkpoint
-    of the run record what was trained and from what. None when there is nothing to load: no
-    `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer).
+    The model section becomes the checkpoint's (see `merge_model`), the tokenizer section the
+    checkpoint's settings and `train.init_from` the expanded path, so `config.yaml` and every
+    checkpoint of the run record what was trained and from what (the caller puts the returned
+    sections into its config; `s` is not changed). The Init is None when there is nothing to
+    load: no `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer).
     """
-    t = cfg.train
+    t = s.train
     last = run_dir / "last.pt"
     if resume and last.exists():
         if t.init_from or t.freeze or _recorded_init_from(run_dir):
-            _resume_as_recorded(cfg, last)
-        return None
+            return None, _resume_as_recorded(s, last)
+        return None, s
     if not t.init_from:
         given = [("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)]
         for key, value in given + [("init_vocab", t.init_vocab == "new")]:
             if value:
                 raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")
-        return None
+        return None, s
     path = Path(expand_env(t.init_from))
-    t.init_from = str(path)
+    t = dataclasses.replace(t, init_from=str(path))
     data = _load(path)
     stored = from_dict(data["config"], f"{path} (stored config)")
-    cfg.model = merge_model(cfg.model, stored.model, str(path))
+    model = merge_model(s.model, stored.model, str(path))
     new_vocab = t.init_vocab == "new"
-    if cfg.tokenizer != stored.tokenizer and log and not new_vocab:
+    if s.tokenizer != stored.tokenizer and log and not new_vocab:
         print(
             f"note: the tokenizer of {path} is used; the config's tokenizer settings are not",
             file=sys.stderr,
             flush=True,
         )
-    if not new_vocab:
-        cfg.tokenizer = stored.tokenizer
+    tokenizer_cfg = s.tokenizer if new_vocab else stored.tokenizer
     try:
         tokenizer = Tokenizer.from_stored({**data["tokenizer"], "languages": None})
     except Exception:
@@ -173,7 +189,7 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
                 "train.init_keep_optimizer continues its step count"
             )
     if log:
-        m = cfg.model
+        m = model
         start = "optimizer state and step kept" if t.init_keep_optimizer else "fresh optimizer"
         frozen = f", frozen: {', '.join(t.freeze)}" if t.freeze else ""
         print(
@@ -184,7 +200,7 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
             file=sys.stderr,
             flush=True,
         )
-    return Init(
+    init = Init(
         path=path,
         step=step,
         tokenizer=tokenizer,
@@ -194,6 +210,7 @@ def load_init(cfg: Config, run_dir: Path, resume: bool, log: bool = True) -> Ini
         keep_optimizer=t.init_keep_optimizer,
         new_vocab=new_vocab,
     )
+    return init, Sections(t, model, tokenizer_cfg)
 
 
 def write_tokenizer(init: Init | None, run_dir: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from mt.config import Config
+from mt.config import DataConfig, TokenizerConfig
 from mt.data.prepare import Prepared, prepare, prepare_tokenizer
 from mt.tokenizer import Tokenizer
 from mt.train import distributed, finetune
@@ -50,7 +50,9 @@ def unpack(data: bytes) -> Tokenizer:
 
 
 def prepare_run(
-    cfg: Config,
+    data: DataConfig,
+    tok: TokenizerConfig,
+    seed: int,
     run_dir: Path,
     resume: bool,
     d: Dist,
@@ -58,21 +60,21 @@ def prepare_run(
     init: finetune.Init | None,
 ) -> tuple[Prepared, RunLock | None]:
     """The tokenizer and this node's stores for this process, and the run directory's lock
-    (held by global rank 0, None elsewhere)."""
+    (held by global rank 0, None elsewhere); the sections and seed are `prepare`'s."""
     lock, packed = None, None
     if d.main:
         lock = lock_run_dir(run_dir, "train")
         refuse_finished_run(run_dir, resume)
         record_job(run_dir)
         finetune.write_tokenizer(init, run_dir)
-        packed = pack(prepare_tokenizer(cfg, run_dir))
+        packed = pack(prepare_tokenizer(data, tok, seed, run_dir))
     packed = distributed.broadcast_bytes(d, packed, device)
     assert packed is not None
     tokenizer = unpack(packed)
     prepared: Prepared | None = None
     for turn in (True, False):
         if d.node_main == turn:
-            prepared = prepare(cfg, run_dir, build=turn, log=turn, tokenizer=tokenizer)
+            prepared = prepare(data, tok, seed, run_dir, turn, turn, tokenizer)
         distributed.barrier(d)
     assert prepared is not None
     return prepared, lock

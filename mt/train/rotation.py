@@ -20,7 +20,12 @@ from mt.tokenizer import Tokenizer
 
 
 class Checkpoints:
-    """Writes and rotates the checkpoints of one run directory (rank 0 only)."""
+    """Writes and rotates the checkpoints of one run directory (rank 0 only).
+
+    It holds the whole config `cfg` because every checkpoint carries it (what `mt translate`,
+    `--resume` and fine-tuning read back); of its own settings it reads only
+    `train.keep_last`.
+    """
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ from mt import checkpoint
 from mt.config import Config, DataConfig, ModelConfig, TrainConfig
 from mt.data.loader import TrainingSet
 from mt.data.prepare import Prepared
+from mt.decode.session import Session
 from mt.device import (
     Precision,
     Threads,
@@ -46,7 +47,7 @@ from mt.tokenizer import Tokenizer
 from mt.train import distributed, finetune, tensorboard
 from mt.train.averaging import Ema
 from mt.train.distributed import Dist
-from mt.train.evaluation import DevSet, dev_sets_of
+from mt.train.evaluation import DevSet, EvalSettings, Evaluator, dev_sets_of
 from mt.train.metrics_log import JsonlSink, MetricsLog
 from mt.train.resume import decide, read_last, restore, trim_metrics
 from mt.train.state import TrainState
@@ -97,10 +98,13 @@ class Start:
 
 
 def decide_start(cfg: Config, run_dir: Path, flag: bool, p: Process) -> Start:
-    """Decide how the run starts; fine-tuning makes `cfg` the fine-tuning run's config (its model
-    and tokenizer sections become the checkpoint's, `finetune.load_init`)."""
+    """Decide how the run starts. Fine-tuning makes `cfg` the fine-tuning run's config: its
+    train, model and tokenizer sections become what `finetune.load_init` returns (the model
+    and tokenizer of the checkpoint), here, the one place the run's config changes."""
     resume, resumed = decide(p.dist, p.device, run_dir, flag)
-    init = finetune.load_init(cfg, run_dir, resume, log=p.dist.main)
+    given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer)
+    init, sections = finetune.load_init(given, run_dir, resume, log=p.dist.main)
+    cfg.train, cfg.model, cfg.tokenizer = sections.train, sections.model, sections.tokenizer
     if resumed:
         how = "resume" if flag else "restart"
     else:
@@ -121,12 +125,32 @@ def data(prepared: Prepared, d: DataConfig) -> tuple[TrainingSet, list[DevSet]]:
     return train_set, dev_sets_of(prepared, d.max_valid_examples)
 
 
-def model(cfg: Config, tokenizer: Tokenizer, device: torch.device, start: Start) -> Transformer:
-    """The model of `cfg.model` on `device`: random, or fine-tuning's weights; then frozen
-    (`train.freeze`)."""
-    net = checkpoint.build_model(cfg, tokenizer).to(device)
-    finetune.init_model(start.init, net, cfg.train.freeze, tokenizer)
+def model(
+    m: ModelConfig, freeze: list[str], tokenizer: Tokenizer, device: torch.device, start: Start
+) -> Transformer:
+    """The model of the model section on `device`: random, or fine-tuning's weights; then
+    `freeze` (`train.freeze`)."""
+    net = checkpoint.build_model(m, tokenizer).to(device)
+    finetune.init_model(start.init, net, freeze, tokenizer)
     return net
+
+
+def evaluator(
+    cfg: Config,
+    net: Transformer,
+    tokenizer: Tokenizer,
+    sets: list[DevSet],
+    device: torch.device,
+    precision: str,
+) -> Evaluator:
+    """The evaluation, translating through a session over the model being trained
+    (`Session.from_model`), the door `mt eval` uses. The session holds the whole config, as
+    the run's checkpoints do: it decodes as their decode section says, into the data
+    section's languages. It decodes in fp32 under the training's autocast
+    (`Evaluator.translate`)."""
+    session = Session.from_model(net, tokenizer, cfg, device, dtype="fp32")
+    settings = EvalSettings.of(cfg.train, cfg.data)
+    return Evaluator(session, settings, sets, precision)
 
 
 def continued(
@@ -164,7 +188,8 @@ def sinks(
     cfg: Config,
     net: Transformer,
 ) -> tuple[MetricsLog, tensorboard.TensorBoardSink | None]:
-    """The metrics log (rank 0's `metrics.jsonl`, trimmed to `step`, and TensorBoard when on)."""
+    """The metrics log (rank 0's `metrics.jsonl`, trimmed to `step`, and TensorBoard when on,
+    which shows the whole config `cfg`)."""
     if main:  # records a killed run wrote past its checkpoint are done again
         trim_metrics(run_dir / "metrics.jsonl", step)
     log = MetricsLog([JsonlSink(run_dir / "metrics.jsonl")] if main else [])

@@ -130,7 +130,8 @@ class TensorBoardSink:
         self, run_dir: Path, resumed_step: int | None, cfg: Config, model: torch.nn.Module
     ) -> None:
         """`resumed_step`: the step of the `last.pt` a resumed run starts from (None: a fresh
-        run, which starts with its config and size at step 0)."""
+        run, which starts with its config and size at step 0). The whole config `cfg` is
+        taken because it is what a fresh run shows (`write_start`); nothing else reads it."""
         from torch.utils.tensorboard import SummaryWriter
 
         self._drawing: threading.Thread | None = None

@@ -38,7 +38,6 @@ from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
 from mt.train import distributed, finetune, nodes, setup, tensorboard
 from mt.train.averaging import Ema, average_at_end, ema_weights
-from mt.train.evaluation import Evaluator
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.resume import training_state
 from mt.train.rotation import Checkpoints
@@ -62,12 +61,20 @@ class Trainer:
         self.precision_choice = proc.precision  # and why
         self.precision = proc.precision.name
         self.start = setup.decide_start(cfg, run_dir, resume, proc)
+        t = cfg.train  # fine-tuning's, when it started from train.init_from
         prepared, self.lock = nodes.prepare_run(  # rank 0 holds the run directory's lock
-            cfg, run_dir, self.start.resume, self.dist, self.device, self.start.init
+            cfg.data,
+            cfg.tokenizer,
+            t.seed,
+            run_dir,
+            self.start.resume,
+            self.dist,
+            self.device,
+            self.start.init,
         )
         self.tokenizer = prepared.tokenizer
         self.train_set, dev_sets = setup.data(prepared, cfg.data)
-        self.model = setup.model(cfg, self.tokenizer, self.device, self.start)
+        self.model = setup.model(cfg.model, t.freeze, self.tokenizer, self.device, self.start)
         self.update = Update(t, cfg.model, self.model, self.dist, self.device, self.precision)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
@@ -83,7 +90,7 @@ class Trainer:
         self.update.net = torch.compile(net) if t.compile else net
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
-        self.evaluate = Evaluator(
+        self.evaluate = setup.evaluator(
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
         )
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)

@@ -11,7 +11,6 @@ to `metrics.jsonl`.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from tqdm import tqdm
 
 from mt import checkpoint
 from mt.config import DecodeConfig, TrainConfig
+from mt.decode.session import DecodeOptions
 from mt.train.evaluation import Evaluator
 
 
@@ -41,8 +41,8 @@ def tune_decode(
         evaluate.model.load_state_dict(data["model"])
     tried = []
     for beam, alpha in grid(t, d):
-        dcfg = dataclasses.replace(d, beam=beam, alpha=alpha, nbest=1, greedy=False, sample=False)
-        tried.append({"beam": beam, "alpha": alpha, "dev_bleu": round(evaluate.bleu(dcfg), 4)})
+        options = DecodeOptions(beam=beam, alpha=alpha, nbest=1, greedy=False, sample=False)
+        tried.append({"beam": beam, "alpha": alpha, "dev_bleu": round(evaluate.bleu(options), 4)})
     chosen = max(tried, key=lambda r: (r["dev_bleu"], -r["beam"]))
     stored = data["config"]["decode"]  # beam search with the pair, whatever the config said
     nbest = min(stored["nbest"], chosen["beam"])

@@ -309,7 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(t.seed)
     random.seed(t.seed)
 
-    prepared = prepare(cfg, run_dir)
+    prepared = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, run_dir)
     corpus = TrainingSet(prepared.train, prepared.weights)
     mcfg = marian_config(cfg, tok)
     model = MarianMTModel(mcfg).to(device)

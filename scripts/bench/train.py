@@ -102,7 +102,7 @@ def real_batches(
     tok = Tokenizer.load(run_dir)
     if tok is None:
         raise SystemExit(f"{run_dir}: no spm.model")
-    prepared = prepare(cfg, run_dir)
+    prepared = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, run_dir)
     corpus = TrainingSet(prepared.train, prepared.weights)
     idx = token_batches(corpus.sizes, max_tokens, seed=1, epoch=0)[:n]
     hf_sentences = hf_sentences or round(sum(len(b) for b in idx) / len(idx))

@@ -10,8 +10,10 @@ import torch
 from conftest import run_in_process
 
 from mt.checkpoint import load_model
+from mt.decode.session import Session
 from mt.spans import find_spans
-from mt.train.evaluation import DevSet, Evaluator
+from mt.train import setup
+from mt.train.evaluation import DevSet
 
 LINES = [
     "Ein Hund läuft %s über die Wiese.",
@@ -30,9 +32,10 @@ def test_dev_translations_are_what_mt_translate_writes(
 ):
     loaded = load_model(tiny_run / "best.pt", torch.device("cpu"))
     dev = DevSet(None, LINES, LINES)  # type: ignore[arg-type] - the loss is not asked for
-    evaluator = Evaluator(
-        loaded.cfg, loaded.model, loaded.tokenizer, [dev], torch.device("cpu"), "fp32"
-    )
+    cpu = torch.device("cpu")
+    evaluator = setup.evaluator(loaded.cfg, loaded.model, loaded.tokenizer, [dev], cpu, "fp32")
+    # The trainer's evaluation reaches its translator through mt eval's door.
+    assert isinstance(evaluator.session, Session) and evaluator.session.model is loaded.model
     hyps = evaluator.translate(LINES)
     # Every span of the source comes back, exactly as often (before, the evaluation's search
     # banned spans but never restored them: the tiny model drops or mangles them).

@@ -81,7 +81,7 @@ def test_the_training_store_holds_the_modified_pairs(tmp_path: Path):
     cfg = Config()
     cfg.data = DataConfig(root=str(root), augment=["uppercase:0.5"])
     cfg.tokenizer = TokenizerConfig(vocab_size=60)
-    prepared = prepare(cfg, tmp_path / "run", log=False)
+    prepared = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, tmp_path / "run", log=False)
     tok = prepared.tokenizer
     store: TokenStore = prepared.train[0]
     want_src, want_tgt = Augment.from_config(["uppercase:0.5"], cfg.train.seed).apply(
@@ -92,5 +92,5 @@ def test_the_training_store_holds_the_modified_pairs(tmp_path: Path):
     assert 100 <= sum(s.isupper() for s in want_src) <= 200
     assert prepared.valid[0].pair(0)[1] == tok.tgt.encode(["A dog."])[0]  # dev set untouched
     cfg.data.augment = []
-    plain = prepare(cfg, tmp_path / "run", log=False)
+    plain = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, tmp_path / "run", log=False)
     assert plain.train[0].folder != store.folder  # the settings are in the store's key

@@ -148,7 +148,7 @@ def multi30k_run(multi30k_dir, tmp_path_factory) -> tuple[Config, Path, prep.Pre
     )
     cfg.tokenizer = TokenizerConfig(vocab_size=500, input_sentence_size=2000)
     run_dir = tmp_path_factory.mktemp("prep") / "run"
-    return cfg, run_dir, prepare(cfg, run_dir, log=False)
+    return cfg, run_dir, prepare(cfg.data, cfg.tokenizer, cfg.train.seed, run_dir, log=False)
 
 
 def test_multi30k_slice_holds_the_sentencepiece_ids(multi30k_run):
@@ -181,10 +181,12 @@ def test_prepared_again_is_only_opened(multi30k_run, monkeypatch):
 
     monkeypatch.setattr(build, "build_store", fail)
     monkeypatch.setattr(prep, "train_tokenizer", fail)
-    again = prepare(cfg, run_dir, log=False)
+    again = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, run_dir, log=False)
     assert [s.folder for s in again.train] == [s.folder for s in prepared.train]
     assert again.valid[0].folder == prepared.valid[0].folder
-    only_open = prepare(cfg, run_dir, build=False, log=False)  # what other DDP ranks do
+    only_open = prepare(
+        cfg.data, cfg.tokenizer, cfg.train.seed, run_dir, build=False, log=False
+    )  # what other DDP ranks do
     assert len(only_open.train[0]) == len(prepared.train[0])
 
 
@@ -216,7 +218,7 @@ def test_two_corpora_give_one_store_each(tmp_path):
         ],
     )
     cfg.tokenizer = TokenizerConfig(vocab_size=30)
-    prepared = prepare(cfg, tmp_path / "run", log=False)
+    prepared = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, tmp_path / "run", log=False)
     tok = prepared.tokenizer
     assert prepared.weights == [2.0, 0.5]
     clean, web = prepared.train
@@ -239,7 +241,7 @@ def test_cache_dir_setting_holds_the_stores(tmp_path):
     cfg = Config()
     cfg.data = DataConfig(root=str(tmp_path / "data"), cache_dir=str(tmp_path / "shared"))
     cfg.tokenizer = TokenizerConfig(vocab_size=20)
-    prepared = prepare(cfg, tmp_path / "run", log=False)
+    prepared = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, tmp_path / "run", log=False)
     assert prepared.train[0].folder.parent == tmp_path / "shared"
     assert len(list((tmp_path / "shared").iterdir())) == 2
     assert not (tmp_path / "run" / "cache").exists()

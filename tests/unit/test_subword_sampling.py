@@ -28,7 +28,7 @@ def sampled(multi30k_dir, tmp_path_factory):
         vocab_size=400, input_sentence_size=2000, sample_alpha=0.5, sample_copies=3
     )
     run_dir = tmp_path_factory.mktemp("sampled") / "run"
-    return cfg, run_dir, prepare(cfg, run_dir, log=False)
+    return cfg, run_dir, prepare(cfg.data, cfg.tokenizer, cfg.train.seed, run_dir, log=False)
 
 
 def test_each_copy_is_the_same_text_segmented_otherwise(sampled):
@@ -61,7 +61,9 @@ def dev_line(cfg: Config) -> str:
 def test_a_copy_built_again_is_the_same(sampled, tmp_path):
     cfg, run_dir, prepared = copy.deepcopy(sampled)
     cfg.data.cache_dir = str(tmp_path / "cache")  # a fresh cache: every store is built again
-    again = prepare(cfg, run_dir, log=False, tokenizer=prepared.tokenizer)
+    again = prepare(
+        cfg.data, cfg.tokenizer, cfg.train.seed, run_dir, log=False, tokenizer=prepared.tokenizer
+    )
     for a, b in zip(prepared.sampled, again.sampled):
         assert a[0].folder != b[0].folder
         assert np.array_equal(a[0].src, b[0].src) and np.array_equal(a[0].tgt, b[0].tgt)
@@ -92,7 +94,7 @@ def test_a_run_with_sampling_trains_on_the_copies(tmp_path, mt_cli):
     assert len(stores) == 3  # the best segmentation and two sampled copies
     # The first epoch had as many steps as copy 0 has batches, not the best segmentation.
     cfg = load_config(config, sets)
-    prepared = prepare(cfg, run_dir, build=False, log=False)
+    prepared = prepare(cfg.data, cfg.tokenizer, cfg.train.seed, run_dir, build=False, log=False)
     data = TrainingSet(prepared.train, [1.0], copies=prepared.sampled)
     steps_best = len(data.epoch_batches(cfg.train.max_tokens, cfg.train.seed, 0))
     data.use_copy(0)
