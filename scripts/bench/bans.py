@@ -29,6 +29,7 @@ import dataclasses
 import importlib.util
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +40,7 @@ import torch
 from mt.decode.requests import Plan
 from mt.decode.translator import Translator, translate_stream
 from mt.spans.bans import Bans, SpanRule
+from mt.spans.masks import RowMask
 from scripts.bench.protect import inject_text
 from scripts.common import (
     alternate,
@@ -51,8 +53,12 @@ from scripts.common import (
 
 
 def baseline_rule(commit: str) -> type:
-    """`SpanRule` of `mt/decode/bans.py` at `commit`, loaded as a module of its own."""
-    source = git("show", f"{commit}:mt/decode/bans.py")
+    """`SpanRule` of `mt/spans/bans.py` (before the spans package: `mt/decode/bans.py`) at
+    `commit`, loaded as a module of its own."""
+    try:
+        source = git("show", f"{commit}:mt/spans/bans.py")
+    except subprocess.CalledProcessError:  # an older commit: the module's earlier place
+        source = git("show", f"{commit}:mt/decode/bans.py")
     folder = Path(tempfile.mkdtemp(prefix="mt-bans-"))
     path = folder / "bans_baseline.py"
     path.write_text(source, encoding="utf-8")
@@ -65,14 +71,18 @@ def baseline_rule(commit: str) -> type:
 
 
 class Timed:
-    """A span rule whose `mask` calls are timed: the ban's own share of a protected run."""
+    """A span rule whose masks are timed: the ban's own share of a protected run. An earlier
+    rule that has no `rows_mask` gives its dense `mask`, applied as it was."""
 
     def __init__(self, rule, seconds: list[float]) -> None:
         self.rule, self.seconds = rule, seconds
 
-    def mask(self, *args):
+    def rows_mask(self, *args) -> RowMask:
         start = time.perf_counter()
-        out = self.rule.mask(*args)
+        if hasattr(self.rule, "rows_mask"):
+            out = self.rule.rows_mask(*args)
+        else:
+            out = RowMask.of(self.rule.mask(*args))
         self.seconds.append(time.perf_counter() - start)
         return out
 
