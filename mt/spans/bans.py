@@ -95,6 +95,7 @@ class SpanRule:
         }  # fmt: skip
         self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
         self.alone[list(self.alone_spans)] = True
+        self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
         # A piece that can hold the start of a span under way (`%`, ` w`, `@`, `<a`): a row
         # without one has no open text. Open text is prefix-closed (what could still grow into
         # a span could before its last character too), so the piece holding a span's first
@@ -156,7 +157,7 @@ class SpanRule:
                     if ids := self._bans(state, ok):
                         extra.setdefault(r, []).extend(ids)
         if not extra:
-            return RowMask.of(self.alone)
+            return self._shared
         rows = sorted(extra)
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
         own = base[sent[index]] if base is not None else self.alone.expand(len(rows), -1).clone()

@@ -48,6 +48,10 @@ class RowMask:
         """Set the banned entries of `logits` (N, V), the rows `start` to `start + N` of the
         step, to -inf, in place."""
         n = len(logits)
+        if not len(self.rows):
+            if len(self.cols):
+                logits.index_fill_(1, self.cols, float("-inf"))
+            return
         inside = (self.rows >= start) & (self.rows < start + n)
         rows, own = self.rows[inside] - start, self.own[inside]
         if len(rows) == n:  # every row its own
