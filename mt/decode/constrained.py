@@ -24,7 +24,8 @@ from mt.config import DecodeConfig
 from mt.decode.search import Beams, continuing, only_eos
 from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
-from mt.spans.bans import Bans, apply_mask, step_mask
+from mt.spans.bans import Bans, apply_mask, step_bans
+from mt.spans.masks import RowMask
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
 NEG = float("-inf")
@@ -107,7 +108,7 @@ def _expand(
     k: int,
     wanted: torch.Tensor,  # (R, C) tokens whose log-probability is asked for
     no_eos: torch.Tensor,  # (R,) bool, rows that may not end yet
-    mask: torch.Tensor | None = None,  # (V,) or (R, V) bool, banned tokens (`step_mask`)
+    mask: RowMask | None = None,  # banned tokens (`step_bans`)
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Feed `prev`; per row the `k` best tokens other than PAD/BOS (and EOS where `no_eos`)
     with their log-probabilities (R, k), the log-probabilities of `wanted` (R, C) and of EOS
@@ -123,7 +124,7 @@ def _expand(
         wanted_lps.append(logp.gather(1, wanted[rows]))
         eos_lp = logp[:, EOS].clone()
         eos.append(eos_lp)
-        apply_mask(logp, mask if mask is None or mask.dim() == 1 else mask[rows])
+        apply_mask(logp, mask, start)
         logp[:, PAD] = NEG
         logp[:, BOS] = NEG
         logp[:, EOS] = eos_lp.masked_fill(no_eos[rows], NEG)
@@ -198,7 +199,7 @@ def constrained_beam_search(
         row_sent = sent.repeat_interleave(width)
         r_phr, r_len = phrases[row_sent], lengths[row_sent]  # (R, C, L), (R, C)
         nxt = r_phr.gather(2, progress[:, :, None].clamp(max=r_phr.size(2) - 1))[:, :, 0]
-        mask = step_mask(bans, beams.history, row_sent)
+        mask = step_bans(bans, beams.history, row_sent)
         row_lp, row_tok, con_lp, eos_lp = _expand(
             model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), mask
         )

@@ -74,14 +74,17 @@ def _protected(s: Search, requests: list[Request]) -> Rounds:
     units = {i: text_unit(srcs[i], spans[i]) for i in placed}
     writes = writable(s.tokenizer)
     in_text = [i for i in placed if not units[i].pairs and all(writes(x.text) for x in spans[i])]
-    if plain:
-        done = yield Ask([requests[i] for i in plain])
-        for i, t in zip(plain, done):
-            out[i] = t
-    if in_text:
-        reqs = [replace(requests[i], keep=tuple({x.text for x in spans[i]})) for i in in_text]
+    # The plain lines and those translated as they are share one round, so they are batched
+    # as without protection (a round of its own for each would cost search steps).
+    keep = {i: tuple({x.text for x in spans[i]}) for i in in_text}
+    first = sorted(plain + in_text)
+    if first:
+        reqs = [replace(requests[i], keep=keep[i]) if i in keep else requests[i] for i in first]
         done = yield Ask(reqs)
-        for i, t in zip(in_text, done):
+        for i, t in zip(first, done):
+            if i not in keep:
+                out[i] = t
+                continue
             texts = [exact(x, spans[i], requests[i].formats) for x in t.texts]
             if all(x is not None for x in texts):
                 out[i] = Translation(texts[0] or "", t.hypotheses, texts, t.pieces)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import torch
 
 from mt.model import DecoderState, Transformer
-from mt.spans.bans import Bans, apply_mask, step_mask
+from mt.spans.bans import Bans, apply_mask, step_bans
+from mt.spans.masks import RowMask
 from mt.tokenizer import BOS, EOS, PAD
 
 
@@ -110,12 +111,12 @@ class StepRules:
 
     `forced` (N,): the token a row must write (a target prefix; -1 where free), None when no
     row must. `banned` (N, W): token ids a row may not write (no-repeat-ngram; PAD entries ban
-    nothing new). `mask` ((V,) or (N, V) bool, `mt.spans.bans.step_mask`): tokens banned too.
+    nothing new). `mask` (`mt.spans.masks.RowMask`, `mt.spans.bans.step_bans`): tokens banned too.
     """
 
     forced: torch.Tensor | None = None
     banned: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
+    mask: RowMask | None = None
 
 
 def step_rules(
@@ -131,7 +132,7 @@ def step_rules(
     return StepRules(
         forced=forced_at(prefix, rows, t),
         banned=repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None,
-        mask=step_mask(bans, history, rows),
+        mask=step_bans(bans, history, rows),
     )
 
 
@@ -172,7 +173,7 @@ def top_tokens(
         )
         if banned is not None:
             logits.scatter_(1, banned[rows], float("-inf"))
-        apply_mask(logits, mask if mask is None or mask.dim() == 1 else mask[rows])
+        apply_mask(logits, mask, start)
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
         top, tok = row_topk(logits, min(k, logits.size(-1)))

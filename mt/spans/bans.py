@@ -1,9 +1,11 @@
 """Tokens the search may not emit next: one mask over the target vocabulary, per step.
 
 Every search (greedy, sampling, beam, constrained; one model or an ensemble) calls
-`step_mask` once per step and drops the tokens it marks before ranking, so a restriction
-holds whatever the model has learned. A mask is a bool tensor, True where a token is banned:
-(V,) when it is the same for every row, (R, V) when rows differ. Restrictions combine with `|`:
+`step_bans` once per step and drops the tokens it marks before ranking, so a restriction
+holds whatever the model has learned: a `mt.spans.masks.RowMask`, one (V,) mask for most rows
+and whole rows for those that differ (`step_mask` gives it as a bool tensor, True where a
+token is banned: (V,) when it is the same for every row, (R, V) when rows differ).
+Restrictions combine with `|`:
 
 - `Bans.vocab`, a fixed (V,) or per-sentence (B, V) mask given by the caller;
 - `Bans.spans`, protected spans (`mt.spans`): with protection on, the text search writes
@@ -25,15 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mt.spans import CLOSING_TAG, WIDEST, find_spans
-from mt.spans.open import (
-    WINDOW_CHARS,
-    alive_patterns,
-    class_map,
-    ends_in_mark,
-    growth,
-    open_starts,
-)
+from mt.spans import WIDEST, find_spans
+from mt.spans.masks import RowMask
+from mt.spans.open import alive_patterns, class_map, ends_in_mark, growth, open_starts
+from mt.spans.rows import CACHE, SEPARATOR, OpenTexts, read
 from mt.tokenizer import Tokenizer
 
 # What a row's text may end with before a piece, for a span to start inside the piece: the
@@ -44,8 +41,6 @@ CONTEXTS = ("", " ", "a", "5", ".")
 # last character: a start of line reads as a space, and a mark as a space does.
 OPEN_CONTEXTS = (" ", "a", "5")
 _PLAIN = re.compile(r"[\w\s]*")
-CACHE = 4096  # open texts whose completing pieces are kept
-SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
 
 
 # A trie of piece texts: each node maps a character to the next node, and `END` to the pieces
@@ -72,12 +67,15 @@ class SpanRule:
       completing an address after any word): `alone`, one fixed mask for every row, computed
       once per vocabulary over each kind of character the row may end with;
     - in the row's text, where a span is under way (`%`, `<a href=`, `$HO`, `{n, plural, `):
-      the row's open text is read off the patterns (`mt.spans.open.open_starts`), and the pieces
-      that would complete a span after it are found by walking the trie of piece texts with
-      the patterns' partial matches, pruning every branch no pattern can still match
-      (`completing`). So a row ending is a dictionary lookup once its open text was seen.
+      the row's open text is read off the patterns (`mt.spans.open.open_starts`), once, and
+      carried from each row to the row that extends it by a piece (`mt.spans.rows`); the
+      pieces that would complete a span after it are found by walking the trie of piece
+      texts with the patterns' partial matches, pruning every branch no pattern can still
+      match (`completing`). So a row ending is a dictionary lookup once its open text was
+      seen, and a row that holds no open text costs the lookup of its parent's.
 
-    Only rows holding a piece that can open a span (`opener`) are read as text. A sentence
+    Only rows holding a piece that can open a span (`opener`) are read as text, and only the
+    rows with a ban of their own get a mask row of their own (`mt.spans.masks`). A sentence
     may be `allowed` spans (its source's own, when the model writes them itself): a span
     that is one of them, or the start of one (`$HO` on the way to `$HOME`), may be
     completed; how many times is the caller's to enforce.
@@ -97,6 +95,7 @@ class SpanRule:
         }  # fmt: skip
         self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
         self.alone[list(self.alone_spans)] = True
+        self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
         # A piece that can hold the start of a span under way (`%`, ` w`, `@`, `<a`): a row
         # without one has no open text. Open text is prefix-closed (what could still grow into
         # a span could before its last character too), so the piece holding a span's first
@@ -114,85 +113,94 @@ class SpanRule:
             device=device,
         )
         self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
-        self._opens: dict[str, list[int]] = {}  # open starts by row text (`_open_starts`)
+        self.open_texts = OpenTexts(self.texts, self.opener.tolist())  # each row's, by text
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
         self.chars = set("".join(self.texts)) | set(" a5%.")  # what a row's text holds
-        self._last_alone: tuple[tuple, torch.Tensor] = ((), self.alone[None])  # `_alone`'s
-        self._rows: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # bans by open text
+        self._last_alone: tuple[tuple, tuple[torch.Tensor, set[int]]] = (
+            (),
+            (self.alone[None], set()),
+        )
+        self._rows: dict[tuple[str, tuple[str, ...]], list[int]] = {}  # bans by open text
 
     def mask(
         self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
     ) -> torch.Tensor:
         """(V,) or (R, V) bool: the tokens each row of `history` (R, t) may not write next;
         `sent` (R,) is each row's sentence, `allowed[sentence]` its allowed spans."""
-        R, t = history.shape
-        rows_allowed = [allowed[s] for s in sent.tolist()] if allowed and any(allowed) else None
-        out = self._alone(allowed)[sent] if rows_allowed else self.alone
-        if t == 0:
-            return out
-        rows = self.opener[history].any(1).nonzero().squeeze(1).tolist()
-        for r, toks in zip(rows, history[rows].tolist()):
-            ok = rows_allowed[r] if rows_allowed else ()
-            ids = self.row_bans("".join(self.texts[v] for v in toks), ok, len(self.texts[toks[-1]]))
-            if ids is not None and len(ids):
-                if out.dim() == 1:
-                    out = out.expand(R, -1).clone()
-                out[r, ids] = True
-        return out
+        return self.rows_mask(history, sent, allowed).dense(len(history))
 
-    def _alone(self, allowed: list[tuple[str, ...]]) -> torch.Tensor:
-        """(B, V) `alone`, less per sentence the pieces whose spans it is allowed; kept for
-        the steps of one batch."""
+    def rows_mask(
+        self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
+    ) -> RowMask:
+        """`mask` as the search applies it (`mt.spans.masks`): `alone` for every row but
+        those whose sentence is allowed one of its pieces' spans or that hold an open span."""
+        R, t = history.shape
+        base, differs = self._alone(allowed) if allowed and any(allowed) else (None, set())
+        sents = sent.tolist()
+        extra: dict[int, list[int]] = {r: [] for r, s in enumerate(sents) if s in differs}
+        if t:
+            opens = self.opener[history]
+            read = opens.any(1)
+            before = opens[:, :-1].any(1)  # the row before its last piece could be open
+            rows = read.nonzero().squeeze(1).tolist()
+            texts, opener, known = self.texts, self.open_texts.opener, self.open_texts.known
+            for r, toks, was in zip(rows, history[rows].tolist(), before[rows].tolist()):
+                text, last = "".join(map(texts.__getitem__, toks)), toks[-1]
+                # Most rows: no open text before a piece that opens none (`OpenTexts.of`).
+                if was and not opener[last] and (piece := texts[last]) and "@" not in piece:
+                    if known(text[: len(text) - len(piece)]) is None:
+                        self.open_texts.keep(text, None)
+                        continue
+                state = self.open_texts.of(text, last, was)
+                if state is not None:
+                    ok = allowed[sents[r]] if allowed else ()
+                    if ids := self._bans(state, ok):
+                        extra.setdefault(r, []).extend(ids)
+        if not extra:
+            return self._shared
+        rows = sorted(extra)
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        own = base[sent[index]] if base is not None else self.alone.expand(len(rows), -1).clone()
+        at = [k for k, r in enumerate(rows) for _ in extra[r]]
+        own[at, [v for r in rows for v in extra[r]]] = True
+        return RowMask(self.alone, index, own)
+
+    def _alone(self, allowed: list[tuple[str, ...]]) -> tuple[torch.Tensor, set[int]]:
+        """(B, V) `alone`, less per sentence the pieces whose spans it is allowed, and the
+        sentences where that leaves a piece of `alone` free; kept for the steps of one batch."""
         key = tuple(allowed)
         if self._last_alone[0] != key:
             out = self.alone.expand(len(allowed), -1).clone()
+            differs = set()
             for b, ok in enumerate(allowed):
-                out[
-                    b,
-                    [v for v, found in self.alone_spans.items() if all(_may(x, ok) for x in found)],
-                ] = False
-            self._last_alone = (key, out)
+                free = [
+                    v for v, found in self.alone_spans.items() if all(_may(x, ok) for x in found)
+                ]
+                if free:
+                    out[b, free] = False
+                    differs.add(b)
+            self._last_alone = (key, (out, differs))
         return self._last_alone[1]
 
-    def row_bans(self, text: str, ok: tuple[str, ...] = (), last: int = 0) -> torch.Tensor | None:
+    def row_bans(self, text: str, ok: tuple[str, ...] = ()) -> torch.Tensor | None:
         """Token ids that would complete a span not `ok` that is under way in `text`; None
-        when no span is (then `alone` covers the row). `last`: the length of its last piece,
-        whose row without it was likely seen the step before (`_open_starts`)."""
-        starts = self._open_starts(text, last)
-        if not starts:
+        when no span is (then `alone` covers the row)."""
+        state = read(text, open_starts(text))
+        if state is None:
             return None
-        cut = _context(text, starts[0])  # with the character before, for the lookbehinds,
-        # which tell a space, a letter, a digit, `%` and another mark apart (`_kind`)
-        # A lone `<Name>` is markup when the line closes it (`mt.spans`): the line's closing
-        # tags before the open text go with it, apart from it (`SEPARATOR` ends any span).
-        closes = sorted(set(CLOSING_TAG.findall(text, 0, cut)))
-        head = "".join(f"</{n}>" for n in closes) + SEPARATOR if closes else ""
-        end = _kind(text[cut]) + text[cut + 1 :] if cut == starts[0] - 1 else text[cut:]
+        return torch.tensor(self._bans(state, ok), dtype=torch.long, device=self.device)
+
+    def _bans(self, state: tuple[str, str, tuple[int, ...]], ok: tuple[str, ...]) -> list[int]:
+        """The pieces that would complete a span not `ok` after the open text `state`
+        (`mt.spans.rows`), kept by open text."""
+        head, end, starts = state
         key = (head + end, ok)
         if key not in self._rows:
             if len(self._rows) >= CACHE:
                 self._rows.pop(next(iter(self._rows)))
-            found = self.completing(head, end, [s - cut for s in starts])
-            ids = [v for v, spans in found if any(not _may(x, ok) for x in spans)]
-            self._rows[key] = torch.tensor(ids, dtype=torch.long, device=self.device)
+            found = self.completing(head, end, list(starts))
+            self._rows[key] = [v for v, spans in found if any(not _may(x, ok) for x in spans)]
         return self._rows[key]
-
-    def _open_starts(self, text: str, last: int) -> list[int]:
-        """`mt.spans.open.open_starts(text)`, from the row's starts without its last piece where
-        they are known: a start no pattern can still match from stays so (open text is
-        prefix-closed), so only the starts open before and the last piece's characters are
-        read. A piece holding `@` can open an address that starts before it: all are read."""
-        parent = self._opens.get(text[: len(text) - last]) if 0 < last < len(text) else None
-        if parent is None or "@" in text[len(text) - last :]:
-            out = open_starts(text)
-        else:
-            lo = len(text) - last
-            keep = [s for s in parent if s >= len(text) - WINDOW_CHARS and growth(text, s, lo)[0]]
-            out = keep + open_starts(text, lo)
-        if len(self._opens) >= CACHE:
-            self._opens.pop(next(iter(self._opens)))
-        self._opens[text] = out
-        return out
 
     def _trie(self, among: frozenset[int]) -> tuple[dict[int, str], Trie]:
         """For spans of the patterns `among`: their character classes
@@ -297,29 +305,6 @@ def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
 _RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
 
 
-def _context(text: str, start: int) -> int:
-    """Where the text kept for the open text from `start` begins: the character before it
-    (read as its `_kind`), or, when that character ends a span already written (`%%` before
-    `<%`), that span whole. The first character of a line is free to start a span that
-    would swallow `start` (`%<` is one), a character an earlier span took is not: the two
-    read alike to the lookbehinds but not to `find_spans`'s scan."""
-    if start == 0 or text[start - 1].isspace():  # no span ends on a space: most rows
-        return max(0, start - 1)
-    lo = max(0, start - WINDOW_CHARS)
-    for span in find_spans(text[lo:start], WIDEST):
-        if span.start < start - 1 - lo < span.end and span.end == start - lo:
-            return lo + span.start
-    return start - 1
-
-
-def _kind(c: str) -> str:
-    r"""A character as the patterns' lookbehinds (`\b`, `(?<![\d%])`) see it, so `(%` and
-    `:%` share their open text."""
-    if c.isspace():
-        return " "
-    return "5" if c.isdigit() else "%" if c == "%" else "a" if c.isalnum() or c == "_" else "."
-
-
 def _completed_each(line: str, pieces: list[str]) -> list[list[str]]:
     """For each piece, the spans of `line + piece` that reach into the piece: one pass of
     the patterns over all the lines at once (no span crosses `SEPARATOR`)."""
@@ -378,23 +363,31 @@ def step_mask(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> t
     """(V,) or (R, V) bool, True where the next token of a row is banned; None when nothing
     is. `history` (R, t) holds each row's tokens so far, `sent` (R,) the sentence of each row
     (for a per-sentence `vocab`)."""
+    out = step_bans(bans, history, sent)
+    return None if out is None else out.dense(len(history))
+
+
+def step_bans(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> RowMask | None:
+    """`step_mask` as the search applies it (`mt.spans.masks`)."""
     if bans is None:
         return None
-    out = bans.vocab
-    if out is not None and out.dim() == 2:
-        out = out[sent]
-    if bans.spans is not None:
-        rule = bans.spans.mask(history, sent, bans.allowed)
-        out = rule if out is None else out | rule
-    return out
+    rule = bans.spans.rows_mask(history, sent, bans.allowed) if bans.spans is not None else None
+    vocab = bans.vocab
+    if vocab is None:
+        return rule
+    if vocab.dim() == 1 and rule is not None:
+        return RowMask(rule.common | vocab, rule.rows, rule.own | vocab)
+    fixed = vocab if vocab.dim() == 1 else vocab[sent]
+    return RowMask.of(fixed if rule is None else fixed | rule.dense(len(history)))
 
 
-def apply_mask(logits: torch.Tensor, mask: torch.Tensor | None) -> None:
-    """Set the banned entries of `logits` (N, V) to -inf, in place. A (V,) mask costs a fill of
-    its few banned columns rather than a pass over every entry."""
+def apply_mask(logits: torch.Tensor, mask: RowMask | torch.Tensor | None, start: int = 0) -> None:
+    """Set the banned entries of `logits` (N, V), rows `start` to `start + N` of the step, to
+    -inf, in place. A (V,) mask costs a fill of its few banned columns rather than a pass over
+    every entry."""
     if mask is None:
         return
-    if mask.dim() == 1:
-        logits.index_fill_(1, mask.nonzero().squeeze(1), float("-inf"))
-    else:
-        logits.masked_fill_(mask, float("-inf"))
+    if isinstance(mask, torch.Tensor):
+        mask = RowMask.of(mask if mask.dim() == 1 else mask[start : start + len(logits)])
+        start = 0
+    mask.apply(logits, start)

@@ -15,11 +15,14 @@ Two workloads, each optional:
 
 Every round builds each rule afresh, as each `mt translate` process does, so the first
 lookups of each open text are in the time, and the time spent in the ban (building the rule
-and its masks) is reported beside the whole: the rest of a protected run's extra time is
-decoding (a model that wants a span it may not complete writes longer). One thread each.
+and its masks) is reported beside the whole: the rest of a protected run's extra time is the
+protection stage's own (finding the spans, `exact`) and decoding that differs (a model that
+wants a span it may not complete may write longer; until 802658c the lines with spans
+were searched in a round of their own, which cost decoder steps). One thread each.
 
     python -m scripts.bench.bans --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
-        --baseline 82cd87c --rounds 3
+        --strings runs/strings/best.pt --strings-src data/strings/test.de --limit 610 \\
+        --baseline c8628a7 --rounds 3
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import dataclasses
 import importlib.util
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +43,7 @@ import torch
 from mt.decode.requests import Plan
 from mt.decode.translator import Translator, translate_stream
 from mt.spans.bans import Bans, SpanRule
+from mt.spans.masks import RowMask
 from scripts.bench.protect import inject_text
 from scripts.common import (
     alternate,
@@ -51,8 +56,12 @@ from scripts.common import (
 
 
 def baseline_rule(commit: str) -> type:
-    """`SpanRule` of `mt/decode/bans.py` at `commit`, loaded as a module of its own."""
-    source = git("show", f"{commit}:mt/decode/bans.py")
+    """`SpanRule` of `mt/spans/bans.py` (before the spans package: `mt/decode/bans.py`) at
+    `commit`, loaded as a module of its own."""
+    try:
+        source = git("show", f"{commit}:mt/spans/bans.py")
+    except subprocess.CalledProcessError:  # an older commit: the module's earlier place
+        source = git("show", f"{commit}:mt/decode/bans.py")
     folder = Path(tempfile.mkdtemp(prefix="mt-bans-"))
     path = folder / "bans_baseline.py"
     path.write_text(source, encoding="utf-8")
@@ -65,21 +74,28 @@ def baseline_rule(commit: str) -> type:
 
 
 class Timed:
-    """A span rule whose `mask` calls are timed: the ban's own share of a protected run."""
+    """A span rule whose masks are timed: the ban's own share of a protected run. An earlier
+    rule that has no `rows_mask` gives its dense `mask`, applied as it was."""
 
     def __init__(self, rule, seconds: list[float]) -> None:
         self.rule, self.seconds = rule, seconds
 
-    def mask(self, *args):
+    def rows_mask(self, *args) -> RowMask:
         start = time.perf_counter()
-        out = self.rule.mask(*args)
+        if hasattr(self.rule, "rows_mask"):
+            out = self.rule.rows_mask(*args)
+        else:
+            out = RowMask.of(self.rule.mask(*args))
         self.seconds.append(time.perf_counter() - start)
         return out
 
 
-def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: list[float]):
+def runner(
+    loaded, lines: list[str], rule: type | None, sample: bool, in_ban: list[float], cpu: list[float]
+):
     """A call that translates `lines` with protection by a fresh `rule` (None: unprotected);
-    each call appends the seconds spent in the ban to `in_ban`."""
+    each call appends the seconds spent in the ban to `in_ban`, and the process's CPU seconds
+    to `cpu` (on a loaded machine the steadier figure: time waiting for a core is not in it)."""
     cfg = dataclasses.replace(loaded.cfg.decode, sample=sample, seed=3) if sample else None
     cfg = cfg or loaded.cfg.decode
     dev = torch.device("cpu")
@@ -87,6 +103,7 @@ def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: li
     def run() -> list[str]:
         tr = Translator(loaded.model, loaded.tokenizer, cfg, dev)
         seconds: list[float] = []
+        cpu_start = time.process_time()
         if rule is not None:
             start = time.perf_counter()
             built = rule(loaded.tokenizer, dev)
@@ -95,6 +112,7 @@ def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: li
         plan = Plan(protect=rule is not None, recase=False)
         out = [t.text for t in translate_stream(tr, lines, plan)]
         in_ban.append(sum(seconds))
+        cpu.append(time.process_time() - cpu_start)
         return out
 
     return run
@@ -102,15 +120,18 @@ def runner(loaded, lines: list[str], rule: type | None, sample: bool, in_ban: li
 
 def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
     in_ban: dict[str, list[float]] = {k: [] for k in rules}
-    runs = {k: runner(loaded, lines, r, sample, in_ban[k]) for k, r in rules.items()}
+    cpu: dict[str, list[float]] = {k: [] for k in rules}
+    runs = {k: runner(loaded, lines, r, sample, in_ban[k], cpu[k]) for k, r in rules.items()}
     outs, secs = alternate(rounds, runs)
     best = {k: min(v) for k, v in secs.items()}
-    base = best["no protection"]
+    base, base_cpu = best["no protection"], min(cpu["no protection"])
     rows = [[k, f"{best[k]:.2f}", f"{best[k] / base:.2f}x",
-             f"{in_ban[k][secs[k].index(best[k])]:.2f}", " ".join(f"{s:.2f}" for s in secs[k])]
+             f"{in_ban[k][secs[k].index(best[k])]:.2f}", " ".join(f"{s:.2f}" for s in secs[k]),
+             f"{min(cpu[k]):.2f}", f"{min(cpu[k]) / base_cpu:.2f}x"]
             for k in runs]  # fmt: skip
     same = outs["this tree"] == outs["baseline"]
-    header = ("rule", "best s", "vs unprotected", "in the ban (s)", "rounds (s)")
+    header = ("rule", "best s", "vs unprotected", "in the ban (s)", "rounds (s)", "best CPU s",
+              "CPU vs unprotected")  # fmt: skip
     return (f"### {name}: {len(lines)} lines\n\n" + markdown_table(header, rows)
             + f"\n\nprotected outputs identical between the two rules: {'yes' if same else 'no'}"
             )  # fmt: skip
@@ -126,7 +147,7 @@ def main() -> None:
     data = Path(os.environ.get("MT_DATA", "data/multi30k"))
     p.add_argument("--src", type=Path, default=data / "test_2016_flickr.de.gz")
     p.add_argument("--limit", type=int, default=300)
-    p.add_argument("--baseline", default="82cd87c", help="the commit whose SpanRule to compare")
+    p.add_argument("--baseline", default="c8628a7", help="the commit whose SpanRule to compare")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     rules = {"this tree": SpanRule, "baseline": baseline_rule(args.baseline), "no protection": None}

@@ -206,6 +206,29 @@ def test_no_piece_completes_a_span_the_mask_lets_through(rule, data) -> None:
         assert not bad or bool(banned[v]), (text, piece, bad)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_row_read_from_its_parent_is_banned_as_the_whole_row_is(rule, data) -> None:
+    """Search extends each row by a piece a step, and the rule carries a row's open text from
+    its parent row (`mt.spans.rows`): at every step the mask equals the one read off the
+    whole row's text, in a batch whose other row never opens a span (its shared mask)."""
+    spanish = [v for v, t in enumerate(rule.texts) if t and set(t) & SPAN_CHARS]
+    other = [v for v, t in enumerate(rule.texts) if t]
+    pick = st.one_of(st.sampled_from(spanish), st.sampled_from(other))
+    row = data.draw(st.lists(pick, min_size=1, max_size=30), label="row")
+    plain = rule.texts.index(" ka")
+    sent = torch.zeros(2, dtype=torch.long)
+    for k in range(1, len(row) + 1):
+        history = torch.tensor([row[:k], [plain] * k])
+        got = rule.rows_mask(history, sent, None).dense(2).view(-1, len(rule.texts))
+        want = rule.alone.clone()
+        ids = rule.row_bans("".join(rule.texts[v] for v in row[:k]))
+        if ids is not None:
+            want[ids] = True
+        assert torch.equal(got[0], want), row[:k]
+        assert torch.equal(got[-1], rule.alone)
+
+
 @pytest.mark.parametrize(
     "text, piece",
     [("{1} %HOME&&<p mi ka {0M", ">"), (" ze <p mi", ">"), (" ka %", "s"), (" ka {0", "}"),
