@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--import-only", action="store_true", help="skip the decoding speeds")
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4], help="beam sizes timed")
     args = parser.parse_args()
     torch.set_num_threads(1)
     report: dict = {"machine": machine()}
@@ -187,12 +188,16 @@ def main() -> None:
         report["import"] = imported
         say(f"import: {imported}")
         lines = read_lines(args.data / "test_2016_flickr.de.gz")[: args.lines]
-        for beam in () if args.import_only else (1, 4):
+        for beam in () if args.import_only else args.beams:
             runs = engines(folder, out, lines, beam, args.batch)
             _, seconds = alternate(args.rounds, runs)
             best = {name: min(s) for name, s in seconds.items()}
             report[f"beam{beam}"] = {
-                name: {"seconds": round(s, 2), "sentences_per_s": round(len(lines) / s, 2)}
+                name: {
+                    "seconds": round(s, 2),
+                    "sentences_per_s": round(len(lines) / s, 2),
+                    "rounds": [round(x, 2) for x in seconds[name]],
+                }
                 for name, s in best.items()
             }
             say(f"beam {beam}: {report[f'beam{beam}']}")
