@@ -10,13 +10,14 @@ Shapes in comments: B batch, S source length, T target length, D d_model, H head
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
+from mt.decoder_state import DecoderState, step_layout
 from mt.dropout import Dropout
 
 PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports only config and dropout
@@ -221,52 +222,6 @@ class DecoderLayer(nn.Module):
 
 
 @dataclass
-class DecoderState:
-    """Everything `Transformer.step` needs between steps, batch-first so search can reorder it.
-
-    The decoder has `group` rows per encoder row (beam search: the beams of a sentence, in
-    consecutive rows); greedy search has one.
-    """
-
-    memory_mask: torch.Tensor  # (B, 1, 1, S) True where the source is a real token
-    memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (B, H, S, D/H) each
-    caches: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per layer self k/v
-    length: int = 0  # target tokens fed so far
-    group: int = 1  # decoder rows per encoder row
-
-    def select(
-        self,
-        index: torch.Tensor,
-        memory_index: torch.Tensor | None = None,
-        group: int | None = None,
-    ) -> DecoderState:
-        """Keep decoder rows `index` (in that order): beams that survive, sentences not yet
-        finished; and encoder rows `memory_index` (default `index`, which needs group 1).
-        `group` is the decoder rows per encoder row afterwards (default: unchanged)."""
-        if memory_index is None:
-            if self.group != 1:
-                raise ValueError("select: memory_index is needed when group > 1")
-            memory_index = index
-        return replace(
-            self.reorder_caches(index, group),
-            memory_mask=self.memory_mask.index_select(0, memory_index),
-            memory_kv=[
-                (k.index_select(0, memory_index), v.index_select(0, memory_index))
-                for k, v in self.memory_kv
-            ],
-        )
-
-    def reorder_caches(self, index: torch.Tensor, group: int | None = None) -> DecoderState:
-        """Reorder the decoder caches only, for beams that move within their sentence (or, with
-        `group`, become that many beams of it: beam search's first step)."""
-        return replace(
-            self,
-            caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches],
-            group=self.group if group is None else group,
-        )
-
-
-@dataclass
 class AttentionMaps:
     """Per layer (B, H, Tq, Tk) attention weights, for plots and alignments."""
 
@@ -371,7 +326,7 @@ class Transformer(nn.Module):
     ) -> DecoderState:
         """Encoder-decoder keys/values, computed once per sentence, and empty self caches.
         `group` > 1 gives each sentence that many decoder rows (beams), sharing its memory."""
-        kv = [layer.cross_attn.project_memory(memory) for layer in self.decoder]
+        kv = [step_layout(*layer.cross_attn.project_memory(memory)) for layer in self.decoder]
         return DecoderState(memory_mask, kv, [{} for _ in self.decoder], 0, group)
 
     def step(

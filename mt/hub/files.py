@@ -9,6 +9,8 @@ carrying pickled code is refused, never run. Every way a folder can be wrong is 
 from __future__ import annotations
 
 import json
+import math
+import os
 import pickle
 import re
 import zipfile
@@ -98,17 +100,62 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     )
 
 
+# safetensors' dtype names, for the tensors a model file may hold.
+DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
 def _safetensors(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        from safetensors.torch import load_file
-    except ImportError:
-        raise MtError(f"{path}: reading safetensors needs the safetensors package") from None
+    """The tensors of a safetensors file, each read into memory of its own.
+
+    Read, not mapped: the pages of a mapped file count in the process's resident memory once
+    touched and stay until its last tensor is gone, so an import that fuses and reorders
+    tensors would hold the file's pages and their copies at once (the peak of `mt import`).
+    The format is an 8-byte header length, a JSON header (name -> dtype, shape, byte offsets)
+    and the data; every way it can be wrong is one line."""
     if not path.is_file():
         raise MtError(f"{path}: missing")
+    bad = MtError(f"{path}: not readable safetensors (corrupt or truncated)")
+    out: dict[str, torch.Tensor] = {}
     try:
-        return load_file(str(path))
-    except Exception:  # noqa: BLE001 - the library raises its own error types for bad bytes
-        raise MtError(f"{path}: not readable safetensors (corrupt or truncated)") from None
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= size - 8:
+                raise bad
+            header = json.loads(f.read(n))
+            for name, info in header.items():
+                if name != "__metadata__":
+                    out[name] = _read_tensor(f, info, 8 + n, size, bad)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise bad from None
+    return out
+
+
+def _read_tensor(f: Any, info: dict, base: int, size: int, bad: MtError) -> torch.Tensor:
+    """One tensor of a safetensors file (`info`: its header entry), read into a new tensor."""
+    shape = [int(x) for x in info["shape"]]
+    start, end = (int(x) for x in info["data_offsets"])
+    dtype = DTYPES[info["dtype"]]
+    nbytes = math.prod(shape) * dtype.itemsize
+    if min(shape, default=0) < 0 or end - start != nbytes or start < 0 or base + end > size:
+        raise bad  # checked before allocating: a corrupt shape must not ask for terabytes
+    t = torch.empty(shape, dtype=dtype)
+    if nbytes:
+        f.seek(base + start)
+        if f.readinto(t.reshape(-1).view(torch.uint8).numpy()) != nbytes:
+            raise bad
+    return t
 
 
 def _torch_bin(path: Path) -> dict[str, torch.Tensor]:

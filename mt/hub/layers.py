@@ -46,7 +46,7 @@ def vocab_order(vocab: dict[str, int], size: int, pad: int, unk: int, eos: int) 
 def reorder(table: torch.Tensor, order: Order, start_row: torch.Tensor) -> torch.Tensor:
     """Rows of `table` (the model's ids) in mt's order, `start_row` at BOS."""
     ids = torch.tensor([max(i, 0) for i in order.ids])
-    out = table[ids].clone()
+    out = table.index_select(0, ids)  # one new table (indexing then cloning made two)
     out[2] = start_row
     return out
 
@@ -59,12 +59,20 @@ def first(w: dict[str, torch.Tensor], *names: str) -> torch.Tensor:
     raise MtError(f"the weights lack {names[0]}")
 
 
+def take(w: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """`w[name]`, removed from `w`: an import frees the originals of the tensors it fuses as
+    it goes, rather than holding every original beside its copy until the end."""
+    if name not in w:
+        raise MtError(f"the weights lack {name}")
+    return w.pop(name)
+
+
 def map_layers(w: dict[str, torch.Tensor], m: ModelConfig, prefix: str = "model.") -> dict:
-    """mt's names for every layer weight (embeddings and output excluded)."""
+    """mt's names for every layer weight (embeddings and output excluded), taken out of `w`."""
     sd: dict[str, torch.Tensor] = {}
 
     def get(name: str) -> torch.Tensor:
-        return first(w, prefix + name)
+        return take(w, prefix + name)
 
     def copy(dst: str, src: str) -> None:
         sd[f"{dst}.weight"], sd[f"{dst}.bias"] = get(f"{src}.weight"), get(f"{src}.bias")

@@ -46,6 +46,12 @@ DEFAULTS: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+TABLES = (  # the names HF stores embedding and output tables under
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+    "lm_head.weight",
+)
 
 
 @dataclass
@@ -121,7 +127,8 @@ def read(folder: Path, config: dict[str, Any], weights: dict[str, torch.Tensor])
 def embeddings(
     w: dict[str, torch.Tensor], m: ModelConfig, src: Order, tgt: Order, start: int
 ) -> dict[str, torch.Tensor]:
-    """Embedding tables, output layer and logit bias in mt's order."""
+    """Embedding tables, output layer and logit bias in mt's order. Takes the tables out of
+    `w`, so each original is freed once its reordered copy is made."""
     enc = first(w, "model.encoder.embed_tokens.weight", "model.shared.weight")
     dec = first(w, "model.decoder.embed_tokens.weight", "model.shared.weight")
     if m.tie_embeddings:
@@ -132,19 +139,27 @@ def embeddings(
                 f"the {name} embedding is {tuple(table.shape)}, the config says "
                 f"({len(order.ids) - 1}, {m.d_model})"
             )
-    if not 0 <= start < dec.size(0):
+    size = dec.size(0)
+    if not 0 <= start < size:
         raise MtError(f"decoder_start_token_id {start} is outside the vocabulary")
-    sd = {
-        "src_embed.weight": reorder(enc, src, enc[start]),
-        "tgt_embed.weight": reorder(dec, tgt, dec[start]),
-    }
+    head = None if m.tie_embeddings or m.tie_output else first(w, "lm_head.weight")
+    for name in TABLES:
+        w.pop(name, None)
+    # A tied table is reordered once: a second copy would only be thrown away (58k x 512
+    # floats are 119 MB, the largest part of an import's peak memory).
+    sd = {"src_embed.weight": reorder(enc, src, enc[start])}
     if m.tie_embeddings:
+        del enc, dec
         sd["tgt_embed.weight"] = sd["src_embed.weight"]
-    if m.tie_embeddings or m.tie_output:
+    else:
+        del enc
+        sd["tgt_embed.weight"] = reorder(dec, tgt, dec[start])
+        del dec
+    if head is None:
         sd["output.weight"] = sd["tgt_embed.weight"]
     else:
-        head = first(w, "lm_head.weight")
         sd["output.weight"] = reorder(head, tgt, torch.zeros(m.d_model))
-    bias = w.get("final_logits_bias", torch.zeros(1, dec.size(0))).reshape(-1)
+        del head
+    bias = w.pop("final_logits_bias", torch.zeros(1, size)).reshape(-1)
     sd["output_bias"] = reorder(bias[:, None], tgt, torch.tensor([NEVER]))[:, 0]
     return {k: v.float().contiguous() for k, v in sd.items()}

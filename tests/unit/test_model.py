@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig
-from mt.model import PAD_ID, Transformer, attend, sinusoids
+from mt.model import PAD_ID, DecoderState, Transformer, attend, sinusoids
 from mt.tokenizer import BOS, EOS, PAD
 
 V = 23
@@ -207,6 +207,33 @@ def test_state_select_reorders_rows():
         model.step(torch.full((3,), BOS), fresh)
         b, _ = model.step(torch.tensor([5, 6, 7]), fresh)
     assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_step_layout_holds_the_projection_and_gives_the_same_logits():
+    """The encoder keys/values a search steps over are stored as the steps read them (k's
+    transpose contiguous, v contiguous), keep that layout when rows are selected, and give
+    bit for bit the logits of the projection's own strided views."""
+    model = tiny()
+    with torch.inference_mode():
+        memory, mask, _ = model.encode(random_ids(3, 7))
+        state = model.start_state(memory, mask)
+        views = [layer.cross_attn.project_memory(memory) for layer in model.decoder]
+        plain = DecoderState(mask, views, [{} for _ in model.decoder])
+        assert not views[0][0].transpose(-2, -1).is_contiguous()  # else nothing is tested
+        for (k, v), (k0, v0) in zip(state.memory_kv, views):
+            assert torch.equal(k, k0) and torch.equal(v, v0)
+            assert k.transpose(-2, -1).is_contiguous() and v.is_contiguous()
+        tok = torch.full((3,), BOS)
+        for _ in range(3):
+            a, b = model.step(tok, state)[0], model.step(tok, plain)[0]
+            assert torch.equal(a, b)
+            tok = a.argmax(-1)
+        keep = torch.tensor([2, 0])
+        state, plain = state.select(keep), plain.select(keep)
+        for (k, v), (k0, v0) in zip(state.memory_kv, plain.memory_kv):
+            assert torch.equal(k, k0) and torch.equal(v, v0)
+            assert k.transpose(-2, -1).is_contiguous() and v.is_contiguous()
+        assert torch.equal(model.step(tok[keep], state)[0], model.step(tok[keep], plain)[0])
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
