@@ -30,6 +30,7 @@ class PieceTable:
             self.index.setdefault(piece, i)  # the special ids first: they win a shared name
         own = sp.get_piece_size()
         spm_id = [sp.piece_to_id(p) for p in pieces]
+        self._spm_id = spm_id
         # A piece sentencepiece does not have (the specials, language tokens) is no text.
         self._control = [
             i <= EOS or j >= own or sp.id_to_piece(j) != p or sp.is_control(j)
@@ -48,6 +49,11 @@ class PieceTable:
 
     def is_control(self, i: int) -> bool:
         return self._control[i] and i != UNK
+
+    def get_score(self, i: int) -> float:
+        """sentencepiece's score of the piece (recasing ranks spellings by it); 0 for a piece
+        that is no text."""
+        return 0.0 if self._control[i] else self.sp.get_score(self._spm_id[i])
 
     def is_unknown(self, i: int) -> bool:
         return i == UNK

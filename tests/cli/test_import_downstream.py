@@ -135,6 +135,25 @@ def test_eval_scores_the_imported_model(imported, slice_dir, mt_cli):
     assert '"bleu"' in result.out
 
 
+def test_capitalised_lines_are_recased_on_an_imported_model(imported, mt_cli):
+    """ALL-CAPS and Title Case lines are translated in their usual case, whose spellings are
+    ranked by sentencepiece's piece scores: the piece table gives the scores of its pieces."""
+    import sentencepiece as spm
+
+    tok = load_model(imported).tokenizer
+    sp = spm.SentencePieceProcessor(model_proto=tok.src_proto)
+    text = [i for i in range(4, 80) if not tok.src.is_control(i)]
+    scores = [tok.src.get_score(i) for i in text]
+    assert scores == [sp.get_score(sp.piece_to_id(tok.src.id_to_piece(i))) for i in text]
+    assert len(text) > 50 and len(set(scores)) > 10
+    assert tok.src.get_score(3) == 0.0  # EOS: no text
+    lines = "ZWEI HUNDE SPIELEN IM SCHNEE.\nAufruf: %s [OPTION]… [ DATEI | ARG1 ARG2 ]\n"
+    result = mt_cli("translate", imported, "--greedy", stdin=lines)
+    assert result.rc == 0, result.err
+    out = result.out.splitlines()
+    assert len(out) == 2 and all(out), result.err
+
+
 def test_spans_int8_attention_and_vectors(imported, tmp_path, mt_cli):
     spans = "Ein Hund %s läuft.\nEine Frau mit {name} sitzt.\n"
     result = mt_cli("translate", imported, "--greedy", stdin=spans)
