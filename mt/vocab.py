@@ -77,5 +77,8 @@ class PieceTable:
         return [self._ids(p) for p in pieces]
 
     def decode(self, ids: list[int]) -> str:
-        """Text of table ids; control pieces (specials, language tokens) write nothing."""
-        return self.sp.decode_pieces([self.pieces[i] for i in ids if not self._control[i]])
+        """Text of table ids; control pieces (specials, language tokens) write nothing.
+
+        Stripped as HF's Marian and M2M-100 tokenizers strip their decoded text: a model that
+        ends on word-boundary pieces would otherwise write trailing spaces HF does not."""
+        return self.sp.decode_pieces([self.pieces[i] for i in ids if not self._control[i]]).strip()
