@@ -9,7 +9,9 @@ On the first N sentences of test_2016_flickr (de->en, lowercased BLEU as the iss
 - numbers: each sentence with a number put in (a time, a year, a count, a thousand, a
   decimal, German-style), the share of lines that keep every number without and with the
   guard (`--keep-numbers`), and clean BLEU with the guard on;
-- flags: the share of whole-paragraph outputs flagged `short`, and of normal lines with any flag;
+- flags: the share of whole-paragraph outputs flagged `short`, and of normal lines with any
+  flag, each flag counted, with the mean sentence chrF of the flagged and the unflagged lines
+  (are the flagged ones the bad ones?) and the flags of the references against the same sources;
 - speed: `mt translate`'s work on normal lines plain, with sentence splitting, and the time
   the flags take, alternating over rounds.
 
@@ -50,6 +52,10 @@ def number_lines(lines: list[str], seed: int = 1) -> list[str]:
     return out
 
 
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def title(line: str) -> str:
     return " ".join(w[:1].upper() + w[1:] for w in line.split(" "))
 
@@ -66,7 +72,7 @@ def main() -> None:
 
     import sacrebleu
 
-    from mt.decode.doubt import flags
+    from mt.decode.doubt import FLAGS, flags
     from mt.decode.numbers import kept_rate
     from mt.decode.requests import Plan, Request
     from mt.decode.session import Session
@@ -97,6 +103,11 @@ def main() -> None:
     base = bleu([t.text for t in normal], ref)
     rows.append(["sentence by sentence", f"{base:.2f}", "", ""])
     any_flag = sum(bool(t.flags) for t in normal) / len(normal)
+    by_flag = {f: sum(f in t.flags for t in normal) for f in FLAGS}
+    chrf = [sacrebleu.sentence_chrf(t.text, [r]).score for t, r in zip(normal, ref)]
+    flagged_chrf = [c for c, t in zip(chrf, normal) if t.flags]
+    clean_chrf = [c for c, t in zip(chrf, normal) if not t.flags]
+    ref_flagged = sum(bool(flags(s, r)) for s, r in zip(src, ref))
 
     common.say("paragraphs")
     paras = [" ".join(src[i : i + 5]) for i in range(0, len(src) - 4, 5)]
@@ -156,8 +167,11 @@ def main() -> None:
         f"test_2016_flickr de-en.\n\n{table}\n\n"
         f"- `short` on whole-paragraph outputs: {100 * short:.1f}% of {len(whole)}, and "
         f"{100 * short_cut:.1f}% of the {len(cut)} holding under 60% of the words of the "
-        f"sentence-by-sentence translation; any flag "
-        f"on normal lines: {100 * any_flag:.1f}% of {len(normal)}\n"
+        f"sentence-by-sentence translation\n"
+        f"- any flag on normal lines: {100 * any_flag:.1f}% of {len(normal)} "
+        f"({', '.join(f'{f} {n}' for f, n in by_flag.items())}); mean sentence chrF "
+        f"{mean(flagged_chrf):.1f} on the flagged lines, {mean(clean_chrf):.1f} on the others; "
+        f"the references flagged against the same sources: {ref_flagged} of {len(ref)}\n"
         f"- time on normal lines (best of {args.rounds}): plain {best['plain']:.2f} s, "
         f"split {best['split']:.2f} s ({100 * (best['split'] / best['plain'] - 1):+.1f}%), "
         f"recasing {best['recase']:.2f} s ({100 * (best['recase'] / best['plain'] - 1):+.1f}%); "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from conftest import run_in_process
 
 from mt.data.corpus import read_lines
-from mt.decode.doubt import DoubtCount, confidence, flags, looped
+from mt.decode.doubt import MIN_CHARS, DoubtCount, confidence, flags, looped
 from mt.decode.steps import length_penalty
 
 
@@ -57,6 +58,45 @@ def test_references_are_rarely_flagged(test_pair):
         count.add(flags(s, r))
     assert count.lines == 1000
     assert count.share <= 0.02, count.summary()
+
+
+@pytest.fixture(scope="module")
+def val_sets(multi30k_dir: Path) -> dict[str, list[str]]:
+    """Multi30k's val set in its four languages (1,014 lines each, parallel)."""
+    return {
+        lang: [x.strip() for x in read_lines(multi30k_dir / f"val.{lang}.gz")]
+        for lang in ("de", "en", "fr", "cs")
+    }
+
+
+def test_thresholds_fire_on_under_one_percent_of_references(val_sets):
+    # The length rule's SHORT and LONG sit at the 0.5% and 99.5% quantiles of the character
+    # ratios of Multi30k's references pooled over its twelve directions: SHORT at 0.55 would
+    # flag more than 1% of these human translations. None of them is a loop or a copy.
+    count = DoubtCount()
+    for a, b in itertools.permutations(val_sets, 2):
+        for s, r in zip(val_sets[a], val_sets[b]):
+            count.add(flags(s, r))
+    assert count.lines == 12 * 1014
+    assert count.by_flag["copy"] == 0 and count.by_flag["loop"] == 0, count.summary()
+    assert count.by_flag["short"] <= 0.01 * count.lines, count.summary()
+    assert count.by_flag["long"] <= 0.01 * count.lines, count.summary()
+
+
+@pytest.mark.parametrize("src_lang", ["de", "fr"])
+def test_translations_that_lost_half_their_words_are_short_into_english(val_sets, src_lang):
+    # The other side of the window: into English (from the longer German and French) a
+    # translation cut to half its words is flagged on most lines, and cut to two fifths on
+    # nearly all, so SHORT cannot be lowered much either.
+    pairs = [
+        (s, r.split())
+        for s, r in zip(val_sets[src_lang], val_sets["en"])
+        if sum(not c.isspace() for c in s) >= MIN_CHARS
+    ]
+    half = sum("short" in flags(s, " ".join(w[: len(w) // 2])) for s, w in pairs)
+    two_fifths = sum("short" in flags(s, " ".join(w[: len(w) * 2 // 5])) for s, w in pairs)
+    assert half >= 0.85 * len(pairs)
+    assert two_fifths >= 0.95 * len(pairs)
 
 
 def test_confidence_is_per_token_log_probability():
