@@ -14,7 +14,7 @@ from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 
-from mt.decode.options import DecodeOptions, base_type
+from mt.decode.options import DecodeOptions, base_type, choices
 from mt.errors import EXIT_GATE, MtError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -110,7 +110,10 @@ def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> C
 
     def flag(name: str) -> inspect.Parameter:
         help_text = flag_help(name, fields[name].metadata.get("help", ""))
-        hint = Annotated[base_type(hints[name]) | None, typer.Option(help=help_text)]
+        allowed = choices(hints[name])  # shown in --help; mt.config_rules checks the value
+        metavar = "[" + "|".join(allowed) + "]" if allowed else None
+        option = typer.Option(help=help_text, metavar=metavar)
+        hint = Annotated[base_type(hints[name]) | None, option]
         return inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint
         )

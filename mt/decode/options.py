@@ -61,6 +61,14 @@ def base_type(hint: Any) -> type:
     return hint
 
 
+def choices(hint: Any) -> tuple[str, ...]:
+    """A Literal setting's allowed values (`Literal["a", "b"] | None` too); () for the others."""
+    if typing.get_origin(hint) is typing.Literal:
+        return tuple(str(a) for a in typing.get_args(hint))
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return choices(args[0]) if len(args) == 1 else ()
+
+
 def value_type(name: str) -> type:
     """The type a value of DecodeConfig's setting `name` has (`base_type`)."""
     return base_type(SETTINGS[name])

@@ -106,6 +106,17 @@ def test_mt_translate_offers_every_setting_as_a_flag_of_its_type() -> None:
         assert f.metadata["help"].rstrip(".")[1:] in help_text, f.name
 
 
+def test_a_setting_of_named_values_lists_them_in_help() -> None:
+    """`--penalty [gnmt|power]`: the choices come from the field's Literal, every one of them."""
+    hints = typing.get_type_hints(_commands()["translate"], include_extras=True)
+    literal = [f for f in FIELDS if typing.get_origin(CONFIG[f.name]) is typing.Literal]
+    assert {f.name for f in literal} >= {"penalty", "dtype"}
+    for f in literal:
+        shown = hints[f.name].__metadata__[0].metavar
+        assert shown == "[" + "|".join(typing.get_args(CONFIG[f.name])) + "]", f.name
+    assert hints["beam"].__metadata__[0].metavar is None  # a number keeps typer's own
+
+
 def test_each_command_offers_the_settings_its_entry_names() -> None:
     names = {f.name for f in FIELDS}
     commands = _commands()
