@@ -205,11 +205,13 @@ class TrainConfig:
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
 
 
-def setting(default: Any, text: str) -> Any:
+def setting(default: Any, text: str, needs: str = "") -> Any:
     """A decode setting: its default and its one description, which the config reference and
     the `--help` of each command offering it as a flag both show (mt/cli/options.py reads
-    `metadata["help"]`), so a new setting is written once."""
-    return field(default=default, metadata={"help": " ".join(text.split())})
+    `metadata["help"]`), so a new setting is written once. `needs`: the switch a caller must
+    turn on to override this one (`topk` means nothing without `sample`; mt.decode.session
+    refuses the override alone)."""
+    return field(default=default, metadata={"help": " ".join(text.split()), "needs": needs})
 
 
 @dataclass
@@ -279,11 +281,15 @@ class DecodeConfig:
         False, "greedy search instead of beam search (as is beam 1 with nbest 1)"
     )
     sample: bool = setting(False, "draw each token (back-translation) instead of searching")
-    topk: int = setting(0, "sample: among the k most probable tokens (0: all)")
-    topp: float = setting(1.0, "sample: nucleus, the most probable tokens with mass p (1: all)")
-    temperature: float = setting(1.0, "sample: > 1 flattens the distribution, < 1 sharpens it")
+    topk: int = setting(0, "sample: among the k most probable tokens (0: all)", "sample")
+    topp: float = setting(
+        1.0, "sample: nucleus, the most probable tokens with mass p (1: all)", "sample"
+    )
+    temperature: float = setting(
+        1.0, "sample: > 1 flattens the distribution, < 1 sharpens it", "sample"
+    )
     seed: int = setting(
-        1, "sample: the draws are reproducible for the same input and batch settings"
+        1, "sample: the draws are reproducible for the same input and batch settings", "sample"
     )
     target_vocab_ratio: float = setting(
         0.1,

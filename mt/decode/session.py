@@ -47,7 +47,10 @@ from mt.languages import Languages
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
 
-SAMPLING_KNOBS = ("topk", "topp", "temperature", "seed")
+# Settings that mean something only with another switched on (DecodeConfig's `needs`).
+NEEDS = {
+    f.name: f.metadata["needs"] for f in dataclasses.fields(DecodeConfig) if f.metadata.get("needs")
+}
 
 
 def flag_name(key: str) -> str:
@@ -113,11 +116,10 @@ class Session:
         """The checkpoint's decode settings with `options` applied, checked once."""
         given = (options or DecodeOptions()).given()
         n = self.name
-        if not given.get("sample"):
-            knob = next((k for k in SAMPLING_KNOBS if k in given), None)
-            if knob is not None:
-                raise MtError(f"{n('decode.' + knob)} needs {n('decode.sample')}")
-        elif "beam" in given or given.get("greedy"):
+        knob = next((k for k, on in NEEDS.items() if k in given and not given.get(on)), None)
+        if knob is not None:
+            raise MtError(f"{n('decode.' + knob)} needs {n('decode.' + NEEDS[knob])}")
+        if given.get("sample") and ("beam" in given or given.get("greedy")):
             raise MtError(
                 f"{n('decode.sample')} draws one output per line: it cannot be combined with "
                 f"{n('decode.greedy')}, {n('decode.beam')} or {n('decode.nbest')}"

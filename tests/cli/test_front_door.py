@@ -150,7 +150,9 @@ def test_overrides_are_checked_once_by_the_config_rules(tiny_run):
         MtError, match=r"options\.nbest must be between 1 and .*options\.beam \(2\)"
     ):
         session.decode_config(DecodeOptions(beam=2, nbest=3))
-    with pytest.raises(MtError, match=r"options\.topk needs options\.sample"):
-        session.decode_config(DecodeOptions(topk=3))
+    for knob, value in (("topk", 3), ("topp", 0.9), ("temperature", 0.7), ("seed", 2)):
+        with pytest.raises(MtError, match=rf"options\.{knob} needs options\.sample"):
+            session.decode_config(DecodeOptions(**{knob: value}))
+        assert session.decode_config(DecodeOptions(sample=True, **{knob: value})).sample
     dcfg = session.decode_config(DecodeOptions(beam=3))
     assert dcfg.beam == 3 and session.cfg.decode.beam != 3  # the checkpoint's config untouched
