@@ -9,7 +9,7 @@ import pytest
 
 from scripts.hf_models import build_m2m, build_marian, build_nllb, read_slice
 
-__all__ = ["read_slice"]  # the tests' Multi30k reader, beside the fixtures
+__all__ = ["read_slice", "short_sources"]  # the tests' Multi30k readers, beside the fixtures
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +55,12 @@ def nllb_imported(nllb_dir: Path, mt_cli, tmp_path_factory: pytest.TempPathFacto
     result = mt_cli("import", nllb_dir, "-o", out)
     assert result.rc == 0, result.err
     return out
+
+
+def short_sources(multi30k_dir: Path, folder: Path, count: int) -> Path:
+    """A file of `count` dev sentences of at most 12 words (the size of those the small models
+    were trained on), which the parity tests translate with mt and with HF."""
+    lines = [s for s in read_slice(multi30k_dir, "val", "de", 400) if len(s.split()) <= 12]
+    path = folder / "val.de"
+    path.write_text("\n".join(lines[:count]) + "\n", encoding="utf-8")
+    return path

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_models import read_slice
+from hub_models import short_sources
 
 from mt.checkpoint import load_model
 
@@ -41,10 +41,7 @@ def hf(marian_dir: Path):
 @pytest.fixture(scope="module")
 def sources(multi30k_dir: Path, tmp_path_factory) -> Path:
     """Short dev sentences (the size of those the small model was trained on)."""
-    lines = [s for s in read_slice(multi30k_dir, "val", "de", 400) if len(s.split()) <= 12]
-    path = tmp_path_factory.mktemp("src") / "val.de"
-    path.write_text("\n".join(lines[:LINES]) + "\n", encoding="utf-8")
-    return path
+    return short_sources(multi30k_dir, tmp_path_factory.mktemp("src"), LINES)
 
 
 def hf_generate(hf, lines: list[str], **settings) -> list[str]:
