@@ -22,7 +22,7 @@ import torch
 
 from mt.config import DecodeConfig
 from mt.decode.search import Beams, continuing, only_eos
-from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
+from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, length_penalty, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
 from mt.spans.bans import Bans, apply_mask, step_bans
 from mt.spans.masks import RowMask
@@ -145,6 +145,29 @@ def output_limits(
     return torch.maximum(limit, floor).clamp(max=max_positions - 1)
 
 
+def hf_closed(
+    finished: list[list[tuple[int, Hypothesis]]],
+    sent: torch.Tensor,
+    best_running: torch.Tensor,
+    length: int,
+    K: int,
+    alpha: float,
+    penalty: str,
+) -> list[bool]:
+    """`search.hf_done` for (phrases met, hypothesis) pairs: each active sentence's finished
+    hypotheses cut to the best K (most phrases met, then score; in place), and whether it ends:
+    it has K, and its best running score over the length so far is no better than the worst.
+    Before the length limit only hypotheses that meet every phrase end, so the cut is by score."""
+    lp = length_penalty(length, alpha, penalty)
+    out = []
+    for s, best in zip(sent.tolist(), best_running.tolist()):
+        hyps = finished[s]
+        hyps.sort(key=lambda mh: (-mh[0], -mh[1].score))
+        del hyps[K:]
+        out.append(len(hyps) == K and hyps[-1][1].score >= best / lp)
+    return out
+
+
 def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg: DecodeConfig) -> bool:
     """Whether a search with these settings can take constraints (the one rule, asked by the
     translator and the stages that turn spans or numbers into constraints): beam search, and
@@ -164,25 +187,27 @@ def constrained_beam_search(
     """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
     (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
     `bans` (`mt.spans.bans`) but those of the phrases. Of `cfg` (the one validated settings
-    object every search takes, see `mt.decode.search`) it reads beam, alpha, nbest and the
-    length limit. Its other beam settings are not implemented here: the translator refuses
-    constraints with stop_early or no_repeat_ngram (`can_constrain`), and
-    penalty, length_offset and hf_stopping are not read (GNMT penalty, fairseq's stop rule).
+    object every search takes, see `mt.decode.search`) it reads beam, alpha, nbest, the length
+    limit and the ending rules `beam_search` reads (penalty, length_offset, hf_stopping), so an
+    imported model's HF decoding rules hold for its protected spans and numbers too. The
+    translator refuses constraints with stop_early or no_repeat_ngram (`can_constrain`).
 
-    Scores are `beam_search`'s (log-probability including EOS over the GNMT length penalty).
+    Scores are `beam_search`'s (log-probability including EOS over the length penalty).
     Candidates per step are fairseq's: the sentence's best 2*beam continuations, each
     hypothesis's best token, and each hypothesis's next token of every unmet phrase; they are
     ranked round-robin over the banks (constraint tokens met), highest bank first, and then
     treated as `beam_search` treats its 2*beam: EOS among the first `beam` ends a hypothesis
     (only possible once all phrases are met), the first `beam` others go on. A sentence stops
-    with `beam` finished hypotheses or at its length limit, where every hypothesis ends; the
+    with `beam` finished hypotheses (with hf_stopping: once its best running score can no
+    longer beat the worst of them, `hf_closed`) or at its length limit, where every hypothesis
+    ends; the
     result is sorted by phrases met, then score, so an incomplete hypothesis comes back only
     when no complete one was found.
     """
     if len(constraints) != src.size(0):
         raise ValueError(f"{len(constraints)} constraint lists for {src.size(0)} sentences")
     B, K, dev = src.size(0), cfg.beam, src.device
-    alpha, nbest = cfg.alpha, cfg.nbest
+    alpha, nbest, penalty, offset = cfg.alpha, cfg.nbest, cfg.penalty, cfg.length_offset
     phrases, lengths = phrase_tensors(constraints, dev)
     C = phrases.size(1)
     if int(phrases.max()) >= model.tgt_vocab:
@@ -204,7 +229,8 @@ def constrained_beam_search(
             model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), mask
         )
         force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
-        only_eos(row_lp, row_tok, eos_lp, force)
+        # At the limit EOS keeps its log-probability; HF's forced_eos_token_id makes it 0.
+        only_eos(row_lp, row_tok, torch.zeros_like(eos_lp) if cfg.hf_stopping else eos_lp, force)
         # Constraint candidates: each unmet phrase's next token, once per row, unless it is
         # among the row's own best tokens already (then that entry counts as its candidate).
         con_ok = ~met & ~force[:, None]
@@ -248,14 +274,21 @@ def constrained_beam_search(
         rows = torch.arange(n, device=dev)[:, None] * width + sel // M  # row in state
         flat = rows * M + sel % M  # candidate index into (R * M)
         tok_sel = tok.view(-1)[flat]
-        ended = beams.endings(top_s, rows, tok_sel, K, alpha, finished)
+        ended = beams.endings(
+            top_s, rows, tok_sel, K, alpha, finished, penalty, cfg.hf_stopping, offset
+        )
         if ended:
             n_met = (met & r_len.gt(0)).sum(1)  # phrases met by each row before its EOS
             for s, row, score in ended:
                 hyp = Hypothesis(beams.history[row].tolist(), score)
                 finished[s].append((int(n_met[row]), hyp))
         pick = continuing(tok_sel, K)
-        done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
+        if cfg.hf_stopping:
+            best = top_s.gather(1, pick).max(1).values  # the best beam that goes on
+            closed = hf_closed(finished, sent, best, t + 1 + offset, K, alpha, penalty)
+            done = torch.tensor(closed, dtype=torch.bool, device=dev)
+        else:
+            done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
         done |= limit[sent] <= t
         if done.all():
             break

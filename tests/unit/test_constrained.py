@@ -216,3 +216,28 @@ def test_a_phrase_that_cannot_fit_still_gives_one_hypothesis(tiny: Loaded, sampl
             model, src[2:3], DecodeConfig(beam=2, alpha=ALPHA, max_len_a=1.2, max_len_b=10)
         )[0][0].tokens
     )
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {"penalty": "power", "alpha": 1.0},
+        {"penalty": "power", "alpha": 1.0, "length_offset": 1},
+        {"penalty": "power", "alpha": 1.0, "hf_stopping": True},
+        {"penalty": "power", "alpha": 1.0, "length_offset": 1, "hf_stopping": True},
+    ],
+    ids=["power", "offset", "hf", "hf-offset"],
+)
+def test_ending_rules_are_beam_search_s_without_constraints(
+    tiny: Loaded, sample: Sample, rules: dict
+):
+    """An imported model carries HF's ending rules as its defaults; a line whose spans or
+    numbers become constraints must end by them too, so with no phrase to meet the constrained
+    search is beam search under every rule."""
+    cfg = DecodeConfig(beam=BEAM, max_len_a=1.2, max_len_b=10, nbest=2, **rules)
+    src = sample.src[:32]
+    got = constrained_beam_search(tiny.model, src, [[] for _ in range(len(src))], cfg)
+    plain = beam_search(tiny.model, src, cfg)
+    for g, p in zip(got, plain):
+        assert [h.tokens for h in g] == [h.tokens for h in p]
+        assert [h.score for h in g] == pytest.approx([h.score for h in p], abs=1e-5)
