@@ -95,7 +95,7 @@ class Translator:
             return SHORT, LONG
         return stats.bounds(r.frm or self.targets.frm, r.to or self.targets.default)
 
-    def _case_table(self, r: Request) -> Mapping[str, str] | None:
+    def case_table(self, r: Request) -> Mapping[str, str] | None:
         """The case table of request `r`'s source language; None: the model has none."""
         stats = self.tokenizer.text_stats
         return None if stats is None else stats.spellings(r.frm or self.targets.frm)
@@ -151,7 +151,7 @@ class Translator:
         inner += [protect_stage(below)] if plan.protect else []
         if plan.pivot is not None:
             return [pivot_stage(self.targets, plan.pivot), *inner]
-        steps = [recase_stage(self._cost, self._case_table)] if plan.recase else []
+        steps = [recase_stage(self._cost, self.case_table)] if plan.recase else []
         bounds = self.length_bounds
         if plan.keep_numbers:
             steps.append(numbers_stage(self.tokenizer, self.constrain, bounds))
