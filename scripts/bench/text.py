@@ -80,8 +80,8 @@ def main() -> None:
     from mt.decode.requests import Plan, Request
     from mt.decode.session import Session
     from mt.decode.stages import spelling_cost
-    from mt.textstats import WORD
     from mt.decode.translator import translate_stream
+    from mt.textstats import WORD
 
     src = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.de.gz")]
     ref = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.en.gz")]
@@ -139,13 +139,14 @@ def main() -> None:
             out = run(changed, steps)
             rows.append([f"{name}, {how}", f"{bleu([t.text for t in out], ref):.2f}", "", ""])
     stats = translator.tokenizer.text_stats
-    table = stats.spellings(None) if stats is not None else None
+    case_table = stats.spellings(None) if stats is not None else None
     cost = spelling_cost(translator.tokenizer)
     right = total = 0
     for line in src:
-        back = WORD.findall(usual_case(line.upper(), cost, False, table))
+        back = WORD.findall(usual_case(line.upper(), cost, False, case_table))
         right += sum(a == b for a, b in zip(back, WORD.findall(line)))
         total += len(WORD.findall(line))
+    which = "the checkpoint's" if case_table else "none (the tokenizer's guess)"
     clean_recased = run(src, recase)
     rows.append(["clean, recasing on", f"{bleu([t.text for t in clean_recased], ref):.2f}", "", ""])
 
@@ -179,7 +180,7 @@ def main() -> None:
     report = (
         f"Model: {args.checkpoint} (beam {translator.cfg.beam}), first {len(src)} sentences of "
         f"test_2016_flickr de-en.\n\n{table}\n\n"
-        f"- case table: {'the checkpoint' + chr(39) + 's' if table else 'none (tokenizer guess)'}"
+        f"- case table: {which}"
         f"; words whose case recasing gives back from ALL CAPS: {right:,} of {total:,} "
         f"({100 * right / total:.1f}%); length bounds {bounds[0]} / {bounds[1]}\n"
         f"- `short` on whole-paragraph outputs: {100 * short:.1f}% of {len(whole)}, and "
