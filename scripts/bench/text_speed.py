@@ -3,7 +3,9 @@
 The first N sentences of test_2016_flickr de-en through the translator, plain and with
 `--split-sentences`, alternating over many rounds (a shared machine: a burst of load falls on
 both alike); each round's ratio split/plain is reported, with their median, beside the flags
-of all lines timed alone (they run on every translation, so no plain run is without them).
+of all lines timed alone (they run on every translation, so no plain run is without them) and
+the splitting step's own work timed alone (cutting the lines into sentences and joining their
+translations back), which is what splitting adds when every line is one sentence.
 
     OMP_NUM_THREADS=1 python -m scripts.bench.text_speed CHECKPOINT [--lines 150] [--rounds 12]
 """
@@ -32,6 +34,7 @@ def main() -> None:
 
     from mt.decode.doubt import flags
     from mt.decode.requests import Plan, Request
+    from mt.decode.sentences import expand, gather, source_size
     from mt.decode.session import Session
     from mt.decode.translator import translate_stream
 
@@ -57,6 +60,14 @@ def main() -> None:
         for s, t in zip(src, texts):
             flags(s, t, bounds)
         best_flags = min(best_flags, time.perf_counter() - start)
+    size, limit = source_size(translator.tokenizer, translator.max_src)
+    split_requests = [Request(x, plan=dataclasses.replace(Plan(), split="de")) for x in src]
+    best_split = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        splits, _flat = expand(split_requests, size, limit)
+        gather(split_requests, splits, outputs["split"], translator.length_bounds)
+        best_split = min(best_split, time.perf_counter() - start)
     plain = statistics.median(seconds["plain"])
     report = (
         f"Model: {args.checkpoint} (beam {translator.cfg.beam}), {len(src)} lines, "
@@ -67,7 +78,9 @@ def main() -> None:
         f"- split / plain per round: median {statistics.median(ratios):.3f}, "
         f"range {min(ratios):.3f}-{max(ratios):.3f}\n"
         f"- the flags of all lines, alone (best of 5): {1000 * best_flags:.1f} ms, "
-        f"{100 * best_flags / plain:.2f}% of plain's median\n\n{common.describe_machine()}\n"
+        f"{100 * best_flags / plain:.2f}% of plain's median\n"
+        f"- the splitting step alone (cut and join, best of 5): {1000 * best_split:.1f} ms, "
+        f"{100 * best_split / plain:.2f}% of plain's median\n\n{common.describe_machine()}\n"
     )
     print(report)
     if args.out is not None:
