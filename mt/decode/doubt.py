@@ -7,7 +7,7 @@ raises an error, so each translation carries, beside its text:
 - `confidence`: the best hypothesis' log-probability per target token (EOS counted), the
   same for greedy and beam search (beam's length penalty is undone), so a threshold means
   one thing for every search; None where the search computed no score (greedy text output);
-- `flags`, from the text alone (so they are free, and the same for any model):
+- `flags`, from the text alone (so they are free; only the length bounds are the model's own):
   - `copy`: the output is the source again (case, spaces and punctuation aside), or nearly
     all of its words are the source's, in a line of several words;
   - `loop`: a word n-gram repeated three times in a row, or a letter five times in a row
