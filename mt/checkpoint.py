@@ -23,6 +23,7 @@ from mt.config_file import from_dict
 from mt.errors import MtError
 from mt.memory import check_model_fits
 from mt.model import Transformer
+from mt.textstats import TextStats
 from mt.tokenizer import Tokenizer
 
 FORMAT = "mt-checkpoint"
@@ -43,6 +44,9 @@ def payload(
             "languages": tokenizer.languages.to_dict() if tokenizer.languages else None,
             # An imported model's piece tables (mt/vocab.py); absent for mt's own.
             **({"pieces": list(tokenizer.pieces)} if tokenizer.pieces is not None else {}),
+            # The training text's case table and length bounds (mt/textstats.py); absent in
+            # checkpoints written before them and in imported ones.
+            **({"text": tokenizer.text_stats.to_dict()} if tokenizer.text_stats else {}),
         },
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         **extra,
@@ -96,6 +100,15 @@ def load(path: str | Path, raw: bytes | None = None) -> dict[str, Any]:
     for key in ("config", "tokenizer", "model"):
         if key not in data:
             raise MtError(f"{path}: checkpoint lacks '{key}'")
+    return data
+
+
+def with_text_stats(data: dict[str, Any], stats: TextStats) -> dict[str, Any]:
+    """The checkpoint `data` (as `load` read it) with `stats` (mt.textstats) added to what it
+    holds: a language's case table, a direction's length bounds replace the ones it had."""
+    tok = data["tokenizer"]
+    old = TextStats.from_dict(tok["text"]) if tok.get("text") else TextStats()
+    data["tokenizer"] = {**tok, "text": old.merged(stats).to_dict()}
     return data
 
 

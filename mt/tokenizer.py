@@ -20,6 +20,7 @@ from mt.atomic import write_bytes
 from mt.config import TokenizerConfig
 from mt.errors import MtError
 from mt.languages import Languages, lang_piece
+from mt.textstats import TextStats
 from mt.vocab import PieceTable
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -81,8 +82,12 @@ class Tokenizer:
         tgt_proto: bytes | None = None,
         languages: Languages | None = None,
         pieces: tuple[list[str], list[str]] | None = None,
+        text_stats: TextStats | None = None,
     ) -> None:
         self.src_proto = src_proto
+        # The training text's case table and length bounds (mt/textstats.py), set by data
+        # preparation or `mt text-stats` and carried in checkpoints; None: the guesses.
+        self.text_stats = text_stats
         # A multilingual model's directions and per-language pieces (mt/languages.py), set by
         # data preparation and carried in checkpoints; None for a bilingual model.
         self.languages = languages
@@ -190,12 +195,13 @@ class Tokenizer:
     @staticmethod
     def from_stored(tok: dict) -> Tokenizer:
         """The tokenizer a checkpoint's `tokenizer` entry describes (mt.checkpoint.payload)."""
-        langs, pieces = tok.get("languages"), tok.get("pieces")
+        langs, pieces, text = tok.get("languages"), tok.get("pieces"), tok.get("text")
         return Tokenizer(
             tok["src"],
             tok.get("tgt"),
             Languages.from_dict(langs) if langs else None,
             (pieces[0], pieces[1]) if pieces is not None else None,
+            TextStats.from_dict(text) if text else None,
         )
 
 

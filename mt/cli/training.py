@@ -1,4 +1,5 @@
-"""`mt train`, `mt prepare`, `mt plot` and `mt average`: commands about runs."""
+"""`mt train`, `mt prepare`, `mt plot`, `mt average` and `mt text-stats`: commands about runs
+and what their checkpoints hold."""
 
 from __future__ import annotations
 
@@ -98,3 +99,48 @@ def average(
 
     save(average_weights(checkpoints, force), output)
     typer.echo(f"averaged {len(checkpoints)} checkpoints into {output}", err=True)
+
+
+@app.command(name="text-stats")
+def text_stats(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
+    source: Annotated[
+        Path, typer.Option("--source", help="Text in the source language, one sentence a line.")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The checkpoint to write.")],
+    target: Annotated[
+        Path | None,
+        typer.Option(help="Its translation, line by line: also count the length bounds."),
+    ] = None,
+    src_lang: Annotated[
+        str | None, typer.Option(help="SOURCE's language (default: the model's source).")
+    ] = None,
+    tgt_lang: Annotated[
+        str | None, typer.Option(help="TARGET's language (default: the model's target).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing OUTPUT.")] = False,
+) -> None:
+    """Add a case table (and, with --target, length bounds) counted from text to a checkpoint
+    that has none, such as an imported or older one: capitals are then recased and doubtful
+    lengths flagged by the training text's statistics, not the fallback guesses."""
+    from mt.checkpoint import load, resolve_checkpoint, save, with_text_stats
+    from mt.data.prepare import count_files
+    from mt.errors import MtError
+
+    checkpoint = resolve_checkpoint(checkpoint)
+    if output.exists() and not force:
+        raise MtError(f"{output} exists; add --force to replace it")
+    data = load(checkpoint)
+    pair = data["config"].get("data", {})
+    src = src_lang or pair.get("src_lang")
+    tgt = tgt_lang or pair.get("tgt_lang")
+    if not src or not tgt:
+        raise MtError(f"{checkpoint}: names no language pair; give --src-lang and --tgt-lang")
+    stats = count_files(source, target, src, tgt)
+    save(with_text_stats(data, stats), output)
+    bounds = stats.lengths.get(f"{src}-{tgt}")
+    typer.echo(
+        f"wrote {output}: a {src} case table of {len(stats.case[src]):,} words"
+        + (f", {src}-{tgt} length bounds {bounds[0]} / {bounds[1]}" if bounds else ""),
+        err=True,
+    )

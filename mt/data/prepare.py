@@ -1,5 +1,6 @@
-"""A run's data: its tokenizer (trained on a sample when the run has none) and a token store
-per corpus, built where missing (`mt.data.build`) or only opened.
+"""A run's data: its tokenizer (trained on a sample when the run has none), the training text's
+case table and length bounds (`mt.textstats`, counted once into `textstats.json`), and a token
+store per corpus, built where missing (`mt.data.build`) or only opened.
 
 The tokenizer, when the run has none yet, trains on a uniform sample of
 `tokenizer.input_sentence_size` sentences drawn in one streaming pass (reservoir sampling), so
@@ -8,24 +9,38 @@ it never needs the corpus in memory.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
 
+from mt.atomic import write_bytes
 from mt.config import DataConfig, TokenizerConfig
 from mt.data.augment import Augment
 from mt.data.build import masked, open_or_build, read_ahead
 from mt.data.cache import Filter, Sampling, cache_dir
-from mt.data.corpus import Source, directions, pair_chunks, split_sources, train_sources
+from mt.data.corpus import (
+    Source,
+    directions,
+    line_chunks,
+    pair_chunks,
+    split_sources,
+    train_sources,
+)
 from mt.data.mixing import always_allowed, pair_weights, piece_counts
 from mt.data.store import TokenStore
 from mt.errors import MtError
 from mt.languages import Languages
 from mt.spans import reserved_symbols
+from mt.textstats import MIN_CHARS, TextStats, count_stats
 from mt.tokenizer import Tokenizer, train_tokenizer
+
+STATS_FILE = "textstats.json"  # the run's case table and length bounds
 
 
 def sample_pairs(
@@ -112,6 +127,66 @@ def sample_languages(d: DataConfig, n: int, seed: int) -> tuple[list[str], list[
     return text[:half], text[half:]
 
 
+def prepare_text_stats(d: DataConfig, run_dir: Path, build: bool, log: bool) -> TextStats | None:
+    """The run's case table and length bounds: read from `run_dir`, else (`build`) counted on
+    the first lines of each training corpus and saved there; None when neither."""
+    path = run_dir / STATS_FILE
+    if path.is_file():
+        try:
+            return TextStats.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError, AttributeError, IndexError):
+            raise MtError(
+                f"{path}: not a readable statistics file; delete it to count again"
+            ) from None
+    if not build:
+        return None
+    start = time.perf_counter()
+    sources = train_sources(d)
+    stats = count_stats(
+        (s.src_lang, s.tgt_lang, pair_chunks(s, limit=d.max_train_examples)) for s in sources
+    )
+    text = json.dumps(stats.to_dict(), ensure_ascii=False)
+    write_bytes(path, text.encode("utf-8"), "the text statistics")
+    if log:
+        words = ", ".join(f"{lang} {len(w):,}" for lang, w in stats.case.items())
+        print(
+            f"text statistics: case table ({words} words), length bounds of "
+            f"{len(stats.lengths)} direction(s) ({time.perf_counter() - start:.1f} s) -> {path}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return stats
+
+
+def count_files(source: Path, target: Path | None, src_lang: str, tgt_lang: str) -> TextStats:
+    """The statistics of a text file (`mt text-stats`): the case table of `source`, and the
+    length bounds when `target` (its translation, line by line) is given."""
+    chunks = line_chunks(source)
+    if target is None:
+        stats = count_stats([(src_lang, tgt_lang, ((c, []) for c in chunks))])
+    else:
+        stats = count_stats([(src_lang, tgt_lang, _paired(source, target))])
+        if f"{src_lang}-{tgt_lang}" not in stats.lengths:
+            raise MtError(
+                f"{source}: too few lines of {MIN_CHARS} characters or more for length bounds "
+                "(200 needed)"
+            )
+    if not stats.case.get(src_lang):
+        raise MtError(f"{source}: no words to count (an empty file?)")
+    return stats
+
+
+def _paired(source: Path, target: Path) -> Iterator[tuple[list[str], list[str]]]:
+    """The lines of two files side by side, a chunk at a time; files of unequal length are
+    an error."""
+    seen = 0
+    for src, tgt in zip_longest(line_chunks(source), line_chunks(target), fillvalue=[]):
+        seen += min(len(src), len(tgt))
+        if len(src) != len(tgt):
+            raise MtError(f"{source} and {target} differ in length after line {seen}")
+        yield src, tgt
+
+
 @dataclass
 class Prepared:
     """What training reads: the tokenizer, a store per training corpus (per direction with
@@ -157,6 +232,7 @@ def prepare(
         if loaded is None:
             raise MtError(f"{run_dir}: no tokenizer (the preparing process did not write it)")
         tok = loaded
+    tok.text_stats = prepare_text_stats(d, run_dir, build, log)
     cache = cache_dir(d, run_dir)
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)

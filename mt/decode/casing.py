@@ -7,26 +7,31 @@ whose letters are all capitals (a headline, a label, a shouted message), or whos
 all start with one (a title), is given each word's usual case, and the translation is written
 back in the line's case: all capitals, or each word's first letter capitalised.
 
-The usual case of a word comes from the model's own source tokenizer: of the word in lower
-case and capitalised, the spelling cut into fewer pieces is the one the tokenizer saw more
-often (German nouns are capitalised, verbs are not); between spellings of as many pieces, the
-one whose pieces score higher (sentencepiece's piece log-probabilities) wins. On the first 300
-German test sentences in capitals this gives back 92% of the words' case with the demo
-model's tokenizer (piece counts alone, without the `ß` rule: 90%). The line's first
-letter is capitalised, as sentences start. Short lines (fewer than MIN_LETTERS letters, or a
+The usual case of a word comes first from the model's case table (mt.textstats: each word's
+most frequent spelling where it does not start a sentence, counted on the training text's
+source side when the run's data is prepared, or added with `mt text-stats`). A word the table
+lacks, or a model without one (older and imported checkpoints), gets the source tokenizer's
+guess: of the word in lower case and capitalised, the spelling cut into fewer pieces is the
+one the tokenizer saw more often (German nouns are capitalised, verbs are not); between
+spellings of as many pieces, the one whose pieces score higher (sentencepiece's piece
+log-probabilities) wins. That guess capitalises mid-sentence `ein` and `zwei` (they start
+training sentences) and, in a joint vocabulary, lowercases German nouns that are also English
+words (`Ball`, `Park`); docs/benchmarks.md measures both. The line's first letter is
+capitalised, as sentences start. Short lines (fewer than MIN_LETTERS letters, or a
 title of fewer than MIN_TITLE_WORDS words) are left alone: "USA", "OK" or "Der Park" are
 ordinary text.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from mt.decode.requests import Request
 from mt.decode.stages import Ask, Rounds, Stage
+from mt.textstats import WORD as _WORD
+from mt.textstats import case_key
 
 MIN_LETTERS = 6
 MIN_TITLE_WORDS = 4
@@ -34,7 +39,6 @@ MIN_TITLE_WORDS = 4
 # test_2016_flickr in de, en, fr or cs has 80% as written; in Title Case 97.5-100% do (the
 # rest hold a hyphenated word, `Saftig-grünes`, or an acronym, `US-Nationalmannschaft`).
 TITLE_SHARE = 0.8
-_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
 def case_of(text: str) -> str:
@@ -51,14 +55,23 @@ def case_of(text: str) -> str:
     return "usual"
 
 
-def usual_case(text: str, cost: Callable[[str], Any], keep_upper: bool = False) -> str:
-    """`text` with each word in the spelling of least `cost` (lower case on a tie; `ss` may
-    have been `ß`, which capitals write `SS`), the first letter capitalised; `keep_upper`
-    leaves words of capitals alone (an acronym in a title)."""
+def usual_case(
+    text: str,
+    cost: Callable[[str], Any],
+    keep_upper: bool = False,
+    table: Mapping[str, str] | None = None,
+) -> str:
+    """`text` with each word in its spelling in `table` (mt.textstats.case_key -> spelling),
+    else the spelling of least `cost` (lower case on a tie; `ss` may have been `ß`, which
+    capitals write `SS`), the first letter capitalised; `keep_upper` leaves words of capitals
+    alone (an acronym in a title)."""
 
-    def word(m: re.Match) -> str:
+    def word(m: Any) -> str:
         if keep_upper and len(m.group(0)) > 1 and m.group(0).isupper():
             return m.group(0)
+        known = table.get(case_key(m.group(0))) if table else None
+        if known is not None:
+            return known
         low = m.group(0).lower()
         spellings = [low, low[:1].upper() + low[1:]]
         if "ss" in low:
@@ -79,15 +92,18 @@ def case_back(text: str, case: str) -> str:
     return text
 
 
-def recase_stage(cost: Callable[[str], Any]) -> Stage:
+def recase_stage(
+    cost: Callable[[str], Any], table: Callable[[Request], Mapping[str, str] | None]
+) -> Stage:
     """The stage (mt.decode.stages): ALL-CAPS and Title Case requests translated in their
-    usual case and cased back; `cost(word)` ranks a word's spellings
+    usual case and cased back; `table(request)` is the case table of its source language
+    (None: the model has none), `cost(word)` ranks the spellings of a word it lacks
     (mt.decode.stages.spelling_cost: the source tokenizer's pieces)."""
 
     def rounds(requests: list[Request]) -> Rounds:
         cases = [case_of(r.src) if not (r.prefix or r.constraints) else "usual" for r in requests]
         asked = [
-            r if c == "usual" else replace(r, src=usual_case(r.src, cost, c == "title"))
+            r if c == "usual" else replace(r, src=usual_case(r.src, cost, c == "title", table(r)))
             for r, c in zip(requests, cases)
         ]
         out = yield Ask(asked)

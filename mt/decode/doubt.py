@@ -7,22 +7,22 @@ raises an error, so each translation carries, beside its text:
 - `confidence`: the best hypothesis' log-probability per target token (EOS counted), the
   same for greedy and beam search (beam's length penalty is undone), so a threshold means
   one thing for every search; None where the search computed no score (greedy text output);
-- `flags`, from the text alone (so they are free, and the same for any model):
+- `flags`, from the text alone (so they are free; only the length bounds are the model's own):
   - `copy`: the output is the source again (case, spaces and punctuation aside), or nearly
     all of its words are the source's, in a line of several words;
   - `loop`: a word n-gram repeated three times in a row, or a letter five times in a row
     that the source does not hold;
   - `short` / `long`: the output's characters far from what the source predicts.
 
-The length rule is a fixed character ratio, not a per-model one, chosen on Multi30k's
-references (docs/benchmarks.md, "Text as people send it"): their target-to-source ratio in
-characters centres on 1 pooled over the twelve directions of de, en, fr and cs, with SHORT and
-LONG at about its 0.5% and 99.5% quantiles, so each fires on well under 1% of human
-translations, while a model that stops halfway writes under half. Per direction the centre
-moves (German and French run longer than English, Czech shorter), so a fixed ratio is strict
-into Czech and lenient out of it; a per-direction ratio would need the pair's own statistics.
-`short` fires below SHORT x the source's characters and `long` above LONG x plus LONG_SLACK
-characters, only for sources of MIN_CHARS or more (a two-word line has no stable ratio).
+The length rule is a ratio of characters (output / source), bounded per direction: the
+0.5% and 99.5% quantiles of the training pairs' ratios, counted when the run's data is
+prepared and kept in the checkpoint (mt.textstats; a translation into Czech runs shorter than
+one into German, so one ratio for all is strict into Czech and lenient into German). A
+checkpoint without them (older, imported) uses SHORT and LONG, those quantiles pooled over
+the twelve directions of Multi30k's de, en, fr and cs references (docs/benchmarks.md, "Text
+as people send it"). `short` fires below the short bound x the source's characters and
+`long` above the long bound x plus LONG_SLACK characters, only for sources of MIN_CHARS or
+more (a two-word line has no stable ratio).
 """
 
 from __future__ import annotations
@@ -30,20 +30,23 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from mt.decode.requests import Request
 from mt.decode.stages import Ask, Rounds, Stage
 from mt.decode.steps import length_penalty
+from mt.textstats import LONG, MIN_CHARS, SHORT
+from mt.textstats import chars as _chars
 
-SHORT = 0.5
-LONG = 2.0
 LONG_SLACK = 10
-MIN_CHARS = 20
 COPY_SHARE = 0.8  # share of the output's words that are the source's, over COPY_WORDS words
 COPY_WORDS = 4
 FLAGS = ("copy", "loop", "short", "long")
+
+# The (short, long) length bounds of a request's direction (mt.textstats): the stages that flag
+# are given the translator's.
+Bounds = Callable[[Request], tuple[float, float]]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _RUN = re.compile(r"([^\W\d_])\1{4,}", re.UNICODE)  # a letter five times in a row
@@ -64,10 +67,6 @@ def _letters(text: str) -> str:
     return " ".join(_WORD.findall(unicodedata.normalize("NFKC", text).casefold()))
 
 
-def _chars(text: str) -> int:
-    return sum(not c.isspace() for c in text)
-
-
 def looped(words: Sequence[str], max_n: int = 4, times: int = 3) -> bool:
     """Whether some n-gram (n <= max_n) of `words` occurs `times` times in a row."""
     for n in range(1, max_n + 1):
@@ -78,8 +77,9 @@ def looped(words: Sequence[str], max_n: int = 4, times: int = 3) -> bool:
     return False
 
 
-def flags(src: str, out: str) -> list[str]:
-    """The doubt flags of translation `out` of `src` (in FLAGS' order; empty: none)."""
+def flags(src: str, out: str, bounds: tuple[float, float] = (SHORT, LONG)) -> list[str]:
+    """The doubt flags of translation `out` of `src` (in FLAGS' order; empty: none);
+    `bounds`: the direction's (short, long) character ratios (mt.textstats)."""
     if not src.strip():
         return []
     found = []
@@ -95,9 +95,9 @@ def flags(src: str, out: str) -> list[str]:
         found.append("loop")
     n_src, n_out = _chars(src), _chars(out)
     if n_src >= MIN_CHARS:
-        if n_out < SHORT * n_src:
+        if n_out < bounds[0] * n_src:
             found.append("short")
-        elif n_out > LONG * n_src + LONG_SLACK:
+        elif n_out > bounds[1] * n_src + LONG_SLACK:
             found.append("long")
     return found
 
@@ -139,9 +139,10 @@ class DoubtCount:
         return {"lines": self.lines, "flagged": self.flagged, **self.by_flag}
 
 
-def doubt_stage(beam: bool, alpha: float) -> Stage:
+def doubt_stage(beam: bool, alpha: float, bounds: Bounds) -> Stage:
     """The stage (mt.decode.stages) that marks each translation with its confidence and
-    doubts; `beam` and `alpha` say how the search scored it (greedy/sampling: a plain sum)."""
+    doubts; `beam` and `alpha` say how the search scored it (greedy/sampling: a plain sum),
+    `bounds(request)` the length bounds of its direction."""
 
     def rounds(requests: list[Request]) -> Rounds:
         out = yield Ask(requests)
@@ -149,7 +150,7 @@ def doubt_stage(beam: bool, alpha: float) -> Stage:
             if t.hypotheses:
                 best = t.hypotheses[0]
                 t.confidence = confidence(len(best.tokens), best.score, beam, alpha)
-            t.flags = flags(r.src, t.text) if not t.error else []
+            t.flags = flags(r.src, t.text, bounds(r)) if not t.error else []
         return out
 
     return rounds

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from mt.decode.doubt import flags
+from mt.decode.doubt import Bounds, flags
 from mt.decode.protect import masked_request
 from mt.decode.requests import Request
 from mt.decode.stages import Ask, Rounds, Stage
@@ -68,10 +68,11 @@ def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
     return {"lines": len(pairs), "kept": round(100 * rate, 2)}
 
 
-def numbers_stage(tokenizer: Tokenizer, constrain: bool) -> Stage:
+def numbers_stage(tokenizer: Tokenizer, constrain: bool, bounds: Bounds) -> Stage:
     """The guard, as a stage (mt.decode.stages): the lines that lost a number translated
     again with their numbers as placeholders, put back as written (a request with a prefix
-    or constraints of its own is left as it is); `constrain`: the search takes constraints."""
+    or constraints of its own is left as it is); `constrain`: the search takes constraints;
+    `bounds`: the length bounds the new translation is flagged with."""
     ph = placeholders_for(tokenizer)
 
     def rounds(requests: list[Request]) -> Rounds:
@@ -93,7 +94,7 @@ def numbers_stage(tokenizer: Tokenizer, constrain: bool) -> Stage:
                 continue
             t.texts = [restore(m, x) for x in t.texts]
             t.text = t.texts[0] if t.texts else restore(m, t.text)
-            t.flags = flags(requests[i].src, t.text)
+            t.flags = flags(requests[i].src, t.text, bounds(requests[i]))
             out[i] = t
         return out
 

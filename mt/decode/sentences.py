@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from mt.decode.doubt import flags
+from mt.decode.doubt import Bounds, flags
 from mt.decode.requests import Request, Translation
 from mt.decode.stages import Ask, Rounds, Stage
 from mt.decode.steps import Hypothesis
@@ -177,9 +177,10 @@ def expand(
 
 
 def gather(
-    requests: list[Request], splits: list[Split], done: list[Translation]
+    requests: list[Request], splits: list[Split], done: list[Translation], bounds: Bounds
 ) -> list[Translation]:
-    """The translations of `expand`'s sentences (`done`, in its order) as one per request."""
+    """The translations of `expand`'s sentences (`done`, in its order) as one per request;
+    `bounds`: the length bounds a joined translation is flagged with."""
     out, start = [], 0
     for r, split in zip(requests, splits):
         parts = done[start : start + len(split.sentences)]
@@ -190,13 +191,13 @@ def gather(
         joined = join_translations(split, parts)
         joined.sentences = len(split.sentences)
         if not joined.error:  # a line too short as a whole, each sentence aside
-            extra = [f for f in flags(r.src, joined.text) if f in ("short", "long")]
+            extra = [f for f in flags(r.src, joined.text, bounds(r)) if f in ("short", "long")]
             joined.flags = list(dict.fromkeys(joined.flags + extra))
         out.append(joined)
     return out
 
 
-def split_stage(tokenizer: Tokenizer, max_src: int) -> Stage:
+def split_stage(tokenizer: Tokenizer, max_src: int, bounds: Bounds) -> Stage:
     """The stage (mt.decode.stages): each request its plan splits translated sentence by
     sentence, the others whole, one translation per request; the sentences and the whole
     lines go down together, so they share batches."""
@@ -205,6 +206,6 @@ def split_stage(tokenizer: Tokenizer, max_src: int) -> Stage:
     def rounds(requests: list[Request]) -> Rounds:
         splits, flat = expand(requests, size, limit)
         done = (yield Ask(flat, isolate=True)) if flat else []
-        return gather(requests, splits, done)
+        return gather(requests, splits, done, bounds)
 
     return rounds

@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import torch
 
@@ -39,6 +39,7 @@ from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.spans.bans import Bans, SpanRule
+from mt.textstats import LONG, SHORT
 from mt.tokenizer import EOS, Tokenizer
 
 
@@ -87,6 +88,18 @@ class Translator:
         # spans or numbers into constraints ask too.
         self.constrain = can_constrain(self.greedy, self.sampling is not None, alignment, cfg)
 
+    def length_bounds(self, r: Request) -> tuple[float, float]:
+        """The (short, long) length bounds of request `r`'s direction (mt.textstats)."""
+        stats = self.tokenizer.text_stats
+        if stats is None:
+            return SHORT, LONG
+        return stats.bounds(r.frm or self.targets.frm, r.to or self.targets.default)
+
+    def case_table(self, r: Request) -> Mapping[str, str] | None:
+        """The case table of request `r`'s source language; None: the model has none."""
+        stats = self.tokenizer.text_stats
+        return None if stats is None else stats.spellings(r.frm or self.targets.frm)
+
     def _search(
         self,
         src: torch.Tensor,
@@ -134,14 +147,16 @@ class Translator:
         below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
         if plan.html:
             return [html_stage(below, plan.protect)]
-        inner = [doubt_stage(beam, self.cfg.alpha)]
+        inner = [doubt_stage(beam, self.cfg.alpha, self.length_bounds)]
         inner += [protect_stage(below)] if plan.protect else []
         if plan.pivot is not None:
             return [pivot_stage(self.targets, plan.pivot), *inner]
-        steps = [recase_stage(self._cost)] if plan.recase else []
-        steps += [numbers_stage(self.tokenizer, self.constrain)] if plan.keep_numbers else []
+        steps = [recase_stage(self._cost, self.case_table)] if plan.recase else []
+        bounds = self.length_bounds
+        if plan.keep_numbers:
+            steps.append(numbers_stage(self.tokenizer, self.constrain, bounds))
         if split:
-            return [split_stage(self.tokenizer, self.max_src), *steps, *inner]
+            return [split_stage(self.tokenizer, self.max_src, bounds), *steps, *inner]
         return steps + inner
 
     def _bans_for(self, protect: bool) -> Bans | None:

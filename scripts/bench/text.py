@@ -5,7 +5,9 @@ On the first N sentences of test_2016_flickr (de->en, lowercased BLEU as the iss
 - paragraphs: five sentences joined on one line, translated whole (today) and sentence by
   sentence (`--split-sentences`): BLEU against the five references joined, and the output's
   words against those of the sentence-by-sentence translations;
-- capitals: the sources in ALL CAPS and in Title Case, without and with decode-time recasing;
+- capitals: the sources in ALL CAPS and in Title Case, without and with decode-time recasing,
+  and the share of the words whose case recasing gives back (the checkpoint's case table,
+  where it has one, else the tokenizer's guess);
 - numbers: each sentence with a number put in (a time, a year, a count, a thousand, a
   decimal, German-style), the share of lines that keep every number without and with the
   guard (`--keep-numbers`), and clean BLEU with the guard on;
@@ -72,11 +74,14 @@ def main() -> None:
 
     import sacrebleu
 
+    from mt.decode.casing import usual_case
     from mt.decode.doubt import FLAGS, flags
     from mt.decode.numbers import kept_rate
     from mt.decode.requests import Plan, Request
     from mt.decode.session import Session
+    from mt.decode.stages import spelling_cost
     from mt.decode.translator import translate_stream
+    from mt.textstats import WORD
 
     src = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.de.gz")]
     ref = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.en.gz")]
@@ -107,7 +112,8 @@ def main() -> None:
     chrf = [sacrebleu.sentence_chrf(t.text, [r]).score for t, r in zip(normal, ref)]
     flagged_chrf = [c for c, t in zip(chrf, normal) if t.flags]
     clean_chrf = [c for c, t in zip(chrf, normal) if not t.flags]
-    ref_flagged = sum(bool(flags(s, r)) for s, r in zip(src, ref))
+    bounds = translator.length_bounds(Request(""))  # the model's direction (mt.textstats)
+    ref_flagged = sum(bool(flags(s, r, bounds)) for s, r in zip(src, ref))
 
     common.say("paragraphs")
     paras = [" ".join(src[i : i + 5]) for i in range(0, len(src) - 4, 5)]
@@ -132,6 +138,15 @@ def main() -> None:
         for how, steps in (("as is", plain), ("recased", recase)):
             out = run(changed, steps)
             rows.append([f"{name}, {how}", f"{bleu([t.text for t in out], ref):.2f}", "", ""])
+    stats = translator.tokenizer.text_stats
+    case_table = stats.spellings(None) if stats is not None else None
+    cost = spelling_cost(translator.tokenizer)
+    right = total = 0
+    for line in src:
+        back = WORD.findall(usual_case(line.upper(), cost, False, case_table))
+        right += sum(a == b for a, b in zip(back, WORD.findall(line)))
+        total += len(WORD.findall(line))
+    which = "the checkpoint's" if case_table else "none (the tokenizer's guess)"
     clean_recased = run(src, recase)
     rows.append(["clean, recasing on", f"{bleu([t.text for t in clean_recased], ref):.2f}", "", ""])
 
@@ -165,6 +180,9 @@ def main() -> None:
     report = (
         f"Model: {args.checkpoint} (beam {translator.cfg.beam}), first {len(src)} sentences of "
         f"test_2016_flickr de-en.\n\n{table}\n\n"
+        f"- case table: {which}"
+        f"; words whose case recasing gives back from ALL CAPS: {right:,} of {total:,} "
+        f"({100 * right / total:.1f}%); length bounds {bounds[0]} / {bounds[1]}\n"
         f"- `short` on whole-paragraph outputs: {100 * short:.1f}% of {len(whole)}, and "
         f"{100 * short_cut:.1f}% of the {len(cut)} holding under 60% of the words of the "
         f"sentence-by-sentence translation\n"
