@@ -13,12 +13,16 @@ Two workloads, each optional:
   sampled on its own source lines: the ban works at every step, which is where reading each
   row's open span and finding its completing pieces costs.
 
-Every round builds each rule afresh, as each `mt translate` process does, so the first
-lookups of each open text are in the time, and the time spent in the ban (building the rule
-and its masks) is reported beside the whole: the rest of a protected run's extra time is the
-protection stage's own (finding the spans, `exact`) and decoding that differs (a model that
-wants a span it may not complete may write longer; until 802658c the lines with spans
-were searched in a round of their own, which cost decoder steps). One thread each.
+Every round builds each rule afresh, as each translator does. This tree's rule finds the
+index of its vocabulary built (`mt.spans.index`: kept with the vocabulary, as a loaded model
+in `mt serve`, `mt eval` or the trainer keeps it), so after the first round its first lookups
+are lookups; "this tree, new index" builds the index in each round, as a fresh `mt translate`
+process does, so the first lookups of each open text are in its time. The time spent in the
+ban (building the rule and its masks) is reported beside the whole: the rest of a protected
+run's extra time is the protection stage's own (finding the spans, `exact`) and decoding
+that differs (a model that wants a span it may not complete may write longer; until 802658c
+the lines with spans were searched in a round of their own, which cost decoder steps). One
+thread each.
 
     python -m scripts.bench.bans --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
         --strings runs/strings/best.pt --strings-src data/strings/test.de --limit 610 \\
@@ -43,6 +47,7 @@ import torch
 from mt.decode.requests import Plan
 from mt.decode.translator import Translator, translate_stream
 from mt.spans.bans import Bans, SpanRule
+from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
 from scripts.bench.protect import inject_text
 from scripts.common import (
@@ -71,6 +76,11 @@ def baseline_rule(commit: str) -> type:
     sys.modules["bans_baseline"] = module
     spec.loader.exec_module(module)
     return module.SpanRule
+
+
+def new_index_rule(tokenizer, device: torch.device) -> SpanRule:
+    """This tree's rule over an index built for it alone: what a fresh process pays."""
+    return SpanRule(tokenizer, device, PieceIndex(piece_texts(tokenizer)))
 
 
 class Timed:
@@ -150,7 +160,12 @@ def main() -> None:
     p.add_argument("--baseline", default="c8628a7", help="the commit whose SpanRule to compare")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    rules = {"this tree": SpanRule, "baseline": baseline_rule(args.baseline), "no protection": None}
+    rules = {
+        "this tree": SpanRule,
+        "this tree, new index": new_index_rule,
+        "baseline": baseline_rule(args.baseline),
+        "no protection": None,
+    }
     print(f"machine: {describe_machine()}; torch threads 1; baseline {args.baseline}\n")
     if args.injected:
         loaded = load_checkpoint(args.injected, 1)
