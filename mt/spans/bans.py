@@ -88,7 +88,7 @@ class SpanRule:
         R, t = history.shape
         base, differs = self._alone(allowed) if allowed and any(allowed) else (None, set())
         sents = sent.tolist()
-        extra: dict[int, list[int]] = {r: [] for r, s in enumerate(sents) if s in differs}
+        extra: dict[int, list[torch.Tensor]] = {r: [] for r, s in enumerate(sents) if s in differs}
         if t:
             opens = self.opener[history]
             read = opens.any(1)
@@ -106,15 +106,16 @@ class SpanRule:
                     state = self.open_texts.of(text, last, was)
                     if state is not None:
                         ok = allowed[sents[r]] if allowed else ()
-                        if ids := self.index.bans(state, ok):
-                            extra.setdefault(r, []).extend(ids)
+                        if len(ids := self.index.bans(state, ok)):
+                            extra.setdefault(r, []).append(ids)
         if not extra:
             return self._shared
         rows = sorted(extra)
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
         own = base[sent[index]] if base is not None else self.alone.expand(len(rows), -1).clone()
-        at = [k for k, r in enumerate(rows) for _ in extra[r]]
-        own[at, [v for r in rows for v in extra[r]]] = True
+        for k, r in enumerate(rows):
+            for ids in extra[r]:
+                own[k].index_fill_(0, ids.to(self.device), True)
         return RowMask(self.alone, index, own)
 
     def _alone(self, allowed: list[tuple[str, ...]]) -> tuple[torch.Tensor, set[int]]:
@@ -143,8 +144,7 @@ class SpanRule:
         if state is None:
             return None
         with self.index.lock:
-            ids = self.index.bans(state, ok)
-        return torch.tensor(ids, dtype=torch.long, device=self.device)
+            return self.index.bans(state, ok).to(self.device)
 
 
 @dataclass

@@ -19,6 +19,8 @@ import re
 import threading
 from collections import OrderedDict
 
+import torch
+
 from mt.spans import WIDEST, find_spans
 from mt.spans.open import alive_patterns, class_map, ends_in_mark, growth, open_starts
 from mt.spans.rows import CACHE, SEPARATOR, OpenTexts
@@ -73,21 +75,23 @@ class PieceIndex:
         self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
         self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
-        self._bans: dict[tuple[str, tuple[str, ...]], list[int]] = {}  # `bans` by open text
+        self._bans: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # `bans` by open text
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
         self.lock = threading.Lock()
 
-    def bans(self, state: Open, ok: tuple[str, ...]) -> list[int]:
-        """The pieces that would complete a span not `ok` after the open text `state`
-        (`mt.spans.rows`), kept by open text."""
+    def bans(self, state: Open, ok: tuple[str, ...]) -> torch.Tensor:
+        """(K,) long, on the CPU: the pieces that would complete a span not `ok` after the open
+        text `state` (`mt.spans.rows`), kept by open text as the tensor a mask is filled from
+        (making one from a list of a thousand ids costs more than the rest of a step's ban)."""
         head, end, starts = state
         key = (head + end, ok)
         if key not in self._bans:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
             found = self.completing(head, end, list(starts))
-            self._bans[key] = [v for v, spans in found if any(not may(x, ok) for x in spans)]
+            ids = [v for v, spans in found if any(not may(x, ok) for x in spans)]
+            self._bans[key] = torch.tensor(ids, dtype=torch.long)
         return self._bans[key]
 
     def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
