@@ -144,7 +144,7 @@ class SpanRule:
         if state is None:
             return None
         with self.index.lock:
-            return self.index.bans(state, ok).to(self.device)
+            return self.index.bans(state, ok).to(self.device, copy=True)  # the index keeps its own
 
 
 @dataclass
