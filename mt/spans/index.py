@@ -23,7 +23,7 @@ import torch
 
 from mt.spans import WIDEST, find_spans
 from mt.spans.open import alive_patterns, class_map, ends_in_mark, growth, open_starts
-from mt.spans.rows import CACHE, SEPARATOR, OpenTexts
+from mt.spans.rows import CACHE, SEPARATOR, Open, OpenTexts
 from mt.tokenizer import Tokenizer
 
 # What a row's text may end with before a piece, for a span to start inside the piece: the
@@ -40,8 +40,6 @@ KEPT = 4  # vocabularies whose index is kept (the latest used): a process serves
 # whose text ends there.
 Trie = dict
 END = ""  # no character: the key of a node's pieces
-
-Open = tuple[str, str, tuple[int, ...]]  # a row's open text (`mt.spans.rows`)
 
 
 class PieceIndex:
