@@ -88,7 +88,7 @@ class PieceIndex:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
             found = self.completing(head, end, list(starts))
-            ids = [v for v, spans in found if any(not may(x, ok) for x in spans)]
+            ids = [v for v, spans in found if not ok or any(not may(x, ok) for x in spans)]
             self._bans[key] = torch.tensor(ids, dtype=torch.long)
         return self._bans[key]
 

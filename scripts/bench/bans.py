@@ -10,6 +10,8 @@ Two workloads, each optional:
   warm an index on): the software-strings model (docs/studies/decoding.md,
   `scripts/tools/software_strings.py`) on its test part, beam search: real strings whose `%s`,
   `<%s>` and tags the model writes itself, so rows hold open spans.
+  With `--replay`, the steps of one protected run are replayed through each rule alone
+  instead (the ban's CPU seconds without the model's, so little of the machine's noise).
 - `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
   sampled on its own source lines: the ban works at every step, which is where reading each
   row's open span and finding its completing pieces costs.
@@ -152,6 +154,53 @@ def runner(
     return run
 
 
+class Recorder:
+    """A span rule that keeps every call it answers: the steps of one protected run."""
+
+    def __init__(self, rule: SpanRule) -> None:
+        self.rule, self.calls = rule, []
+
+    def rows_mask(self, history, sent, allowed) -> RowMask:
+        self.calls.append((history.clone(), sent.clone(), allowed))
+        return self.rule.rows_mask(history, sent, allowed)
+
+
+def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
+    """The ban alone: the steps of one protected run of `lines` replayed through each rule,
+    taking turns, in CPU seconds (no model runs, so the figures hold the ban's own work and
+    little of the machine's noise), beside an unprotected run's CPU seconds."""
+    dev = torch.device("cpu")
+    tok = loaded.tokenizer
+    tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
+    recorder = Recorder(new_index_rule(tok, dev))
+    tr._bans = Bans(spans=recorder)  # type: ignore[arg-type]
+    list(translate_stream(tr, lines, Plan(protect=True, recase=False)))
+    start = time.process_time()
+    tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
+    list(translate_stream(tr, lines, Plan(protect=False, recase=False)))
+    unprotected = time.process_time() - start
+    kept = PieceIndex(piece_texts(tok))  # built in the first round, kept for the others
+    makers = {
+        "this tree, index kept": lambda: SpanRule(tok, dev, kept),
+        "this tree, new index": lambda: new_index_rule(tok, dev),
+        "baseline": lambda: baseline(tok, dev),
+    }
+    secs: dict[str, list[float]] = {k: [] for k in makers}
+    for _ in range(rounds):
+        for k, make in makers.items():
+            start = time.process_time()
+            rule = make()
+            for call in recorder.calls:
+                rule.rows_mask(*call)
+            secs[k].append(time.process_time() - start)
+    rows = [[k, f"{min(v):.3f}", f"{statistics.median(v):.3f}", f"{min(v) / unprotected:.1%}",
+             " ".join(f"{x:.3f}" for x in v)] for k, v in secs.items()]  # fmt: skip
+    header = ("rule", "best CPU s", "median CPU s", "best / unprotected run", "rounds")
+    return (f"### the ban replayed: {len(recorder.calls)} steps of {len(lines)} lines; "
+            f"unprotected run {unprotected:.2f} s CPU\n\n" + markdown_table(header, rows)
+            )  # fmt: skip
+
+
 def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
     in_ban: dict[str, list[float]] = {k: [] for k in rules}
     cpu: dict[str, list[float]] = {k: [] for k in rules}
@@ -185,6 +234,7 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=300)
     p.add_argument("--baseline", default="c8628a7", help="the commit whose SpanRule to compare")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--replay", action="store_true", help="the strings workload: the ban alone")
     args = p.parse_args()
     rules = {
         "this tree": SpanRule,
@@ -205,7 +255,10 @@ def main() -> None:
         both = dict(rules)
         if args.strings_warm:
             both["this tree, index warmed"] = WarmedIndex(read_lines(args.strings_warm))
-        print(workload("software strings, beam", loaded, lines, both, args.rounds, False), "\n")
+        if args.replay:
+            print(replay(loaded, lines, rules["baseline"], args.rounds), "\n")
+        else:
+            print(workload("software strings, beam", loaded, lines, both, args.rounds, False), "\n")
     if args.spanful:
         loaded = load_checkpoint(args.spanful, 1)
         path = args.spanful_src or args.spanful.parent.parent / "val.src"
