@@ -1,7 +1,7 @@
 """The open text of each row a search writes: where a span is under way, read once per row
 from its parent row (`mt.spans.bans` asks this at every step).
 
-A row's open text is what `SpanRule.completing` needs: the text from just before its first
+A row's open text is what `PieceIndex.completing` needs: the text from just before its first
 open start (`mt.spans.open.open_starts`), the line's closing tags before it as a `head`, and
 the starts, relative to it. Search extends each row by one piece a step, so the open text of a
 row is the open text of its parent row grown by that piece, as long as the first start
@@ -27,7 +27,7 @@ Open = tuple[str, str, tuple[int, ...]]
 
 class OpenTexts:
     """The open text of rows over the pieces `texts`; `opener[v]`: piece v can hold the start
-    of a span under way (`SpanRule.opener`)."""
+    of a span under way (`mt.spans.index.PieceIndex.opener`)."""
 
     def __init__(self, texts: list[str], opener: list[bool]) -> None:
         self.texts, self.opener = texts, opener

@@ -6,23 +6,32 @@ Two workloads, each optional:
 - `--injected CKPT`: a Multi30k model on test_2016_flickr sentences with spans injected as
   `bench_protect.py` does (seed 1): the model never writes span characters, so this is the
   cost every protected line pays (the fixed ban, the rows read as text).
-- `--strings CKPT --strings-src FILE`: the software-strings model (docs/studies/decoding.md,
+- `--strings CKPT --strings-src FILE` (and `--strings-warm FILE`, other lines of the set to
+  warm an index on): the software-strings model (docs/studies/decoding.md,
   `scripts/tools/software_strings.py`) on its test part, beam search: real strings whose `%s`,
   `<%s>` and tags the model writes itself, so rows hold open spans.
+  With `--replay`, the steps of one protected run are replayed through each rule alone
+  instead (the ban's CPU seconds without the model's, so little of the machine's noise).
 - `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
   sampled on its own source lines: the ban works at every step, which is where reading each
   row's open span and finding its completing pieces costs.
 
-Every round builds each rule afresh, as each `mt translate` process does, so the first
-lookups of each open text are in the time, and the time spent in the ban (building the rule
-and its masks) is reported beside the whole: the rest of a protected run's extra time is the
-protection stage's own (finding the spans, `exact`) and decoding that differs (a model that
-wants a span it may not complete may write longer; until 802658c the lines with spans
-were searched in a round of their own, which cost decoder steps). One thread each.
+Every round builds each rule afresh, as each translator does. This tree's rule finds the
+index of its vocabulary built (`mt.spans.index`: kept with the vocabulary, as a loaded model
+in `mt serve`, `mt eval` or the trainer keeps it), so after the first round its first lookups
+are lookups; "this tree, new index" builds the index in each round, as a fresh `mt translate`
+process does, so the first lookups of each open text are in its time; "this tree, index
+warmed" builds it in each round and first uses it, untimed, on `--strings-warm` lines: what a
+loaded model pays on new lines of the same kind. The time spent in the
+ban (building the rule and its masks) is reported beside the whole: the rest of a protected
+run's extra time is the protection stage's own (finding the spans, `exact`) and decoding
+that differs (a model that wants a span it may not complete may write longer; until 802658c
+the lines with spans were searched in a round of their own, which cost decoder steps). One
+thread each.
 
     python -m scripts.bench.bans --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
         --strings runs/strings/best.pt --strings-src data/strings/test.de --limit 610 \\
-        --baseline c8628a7 --rounds 3
+        --strings-warm data/strings/val.de --baseline c8628a7 --rounds 3
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import dataclasses
 import importlib.util
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +53,7 @@ import torch
 from mt.decode.requests import Plan
 from mt.decode.translator import Translator, translate_stream
 from mt.spans.bans import Bans, SpanRule
+from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
 from scripts.bench.protect import inject_text
 from scripts.common import (
@@ -73,6 +84,29 @@ def baseline_rule(commit: str) -> type:
     return module.SpanRule
 
 
+def new_index_rule(tokenizer, device: torch.device) -> SpanRule:
+    """This tree's rule over an index built for it alone: what a fresh process pays."""
+    return SpanRule(tokenizer, device, PieceIndex(piece_texts(tokenizer)))
+
+
+class WarmedIndex:
+    """This tree's rule over an index built for it in each round and used first, untimed, on
+    other lines (`warm`): what a loaded model (`mt serve`) pays on lines it has not seen."""
+
+    def __init__(self, warm: list[str]) -> None:
+        self.warm = warm
+        self.index: PieceIndex | None = None
+
+    def prepare(self, loaded, cfg, dev: torch.device) -> None:
+        self.index = PieceIndex(piece_texts(loaded.tokenizer))
+        tr = Translator(loaded.model, loaded.tokenizer, cfg, dev)
+        tr._bans = Bans(spans=SpanRule(loaded.tokenizer, dev, self.index))
+        list(translate_stream(tr, self.warm, Plan(protect=True, recase=False)))
+
+    def __call__(self, tokenizer, device: torch.device) -> SpanRule:
+        return SpanRule(tokenizer, device, self.index)
+
+
 class Timed:
     """A span rule whose masks are timed: the ban's own share of a protected run. An earlier
     rule that has no `rows_mask` gives its dense `mask`, applied as it was."""
@@ -101,6 +135,8 @@ def runner(
     dev = torch.device("cpu")
 
     def run() -> list[str]:
+        if hasattr(rule, "prepare"):
+            rule.prepare(loaded, cfg, dev)
         tr = Translator(loaded.model, loaded.tokenizer, cfg, dev)
         seconds: list[float] = []
         cpu_start = time.process_time()
@@ -118,6 +154,53 @@ def runner(
     return run
 
 
+class Recorder:
+    """A span rule that keeps every call it answers: the steps of one protected run."""
+
+    def __init__(self, rule: SpanRule) -> None:
+        self.rule, self.calls = rule, []
+
+    def rows_mask(self, history, sent, allowed) -> RowMask:
+        self.calls.append((history.clone(), sent.clone(), allowed))
+        return self.rule.rows_mask(history, sent, allowed)
+
+
+def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
+    """The ban alone: the steps of one protected run of `lines` replayed through each rule,
+    taking turns, in CPU seconds (no model runs, so the figures hold the ban's own work and
+    little of the machine's noise), beside an unprotected run's CPU seconds."""
+    dev = torch.device("cpu")
+    tok = loaded.tokenizer
+    tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
+    recorder = Recorder(new_index_rule(tok, dev))
+    tr._bans = Bans(spans=recorder)  # type: ignore[arg-type]
+    list(translate_stream(tr, lines, Plan(protect=True, recase=False)))
+    start = time.process_time()
+    tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
+    list(translate_stream(tr, lines, Plan(protect=False, recase=False)))
+    unprotected = time.process_time() - start
+    kept = PieceIndex(piece_texts(tok))  # built in the first round, kept for the others
+    makers = {
+        "this tree, index kept": lambda: SpanRule(tok, dev, kept),
+        "this tree, new index": lambda: new_index_rule(tok, dev),
+        "baseline": lambda: baseline(tok, dev),
+    }
+    secs: dict[str, list[float]] = {k: [] for k in makers}
+    for _ in range(rounds):
+        for k, make in makers.items():
+            start = time.process_time()
+            rule = make()
+            for call in recorder.calls:
+                rule.rows_mask(*call)
+            secs[k].append(time.process_time() - start)
+    rows = [[k, f"{min(v):.3f}", f"{statistics.median(v):.3f}", f"{min(v) / unprotected:.1%}",
+             " ".join(f"{x:.3f}" for x in v)] for k, v in secs.items()]  # fmt: skip
+    header = ("rule", "best CPU s", "median CPU s", "best / unprotected run", "rounds")
+    return (f"### the ban replayed: {len(recorder.calls)} steps of {len(lines)} lines; "
+            f"unprotected run {unprotected:.2f} s CPU\n\n" + markdown_table(header, rows)
+            )  # fmt: skip
+
+
 def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
     in_ban: dict[str, list[float]] = {k: [] for k in rules}
     cpu: dict[str, list[float]] = {k: [] for k in rules}
@@ -127,11 +210,12 @@ def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, samp
     base, base_cpu = best["no protection"], min(cpu["no protection"])
     rows = [[k, f"{best[k]:.2f}", f"{best[k] / base:.2f}x",
              f"{in_ban[k][secs[k].index(best[k])]:.2f}", " ".join(f"{s:.2f}" for s in secs[k]),
-             f"{min(cpu[k]):.2f}", f"{min(cpu[k]) / base_cpu:.2f}x"]
+             f"{min(cpu[k]):.2f}", f"{min(cpu[k]) / base_cpu:.2f}x",
+             f"{statistics.median(cpu[k]) / statistics.median(cpu['no protection']):.2f}x"]
             for k in runs]  # fmt: skip
     same = outs["this tree"] == outs["baseline"]
     header = ("rule", "best s", "vs unprotected", "in the ban (s)", "rounds (s)", "best CPU s",
-              "CPU vs unprotected")  # fmt: skip
+              "CPU vs unprotected", "median CPU vs unprotected")  # fmt: skip
     return (f"### {name}: {len(lines)} lines\n\n" + markdown_table(header, rows)
             + f"\n\nprotected outputs identical between the two rules: {'yes' if same else 'no'}"
             )  # fmt: skip
@@ -142,6 +226,7 @@ def main() -> None:
     p.add_argument("--injected", type=Path, help="a Multi30k checkpoint (de->en)")
     p.add_argument("--strings", type=Path, help="a software-strings checkpoint")
     p.add_argument("--strings-src", type=Path, help="its test sources (test.de)")
+    p.add_argument("--strings-warm", type=Path, help="other sources (val.de): an index warmed")
     p.add_argument("--spanful", type=Path, help="a checkpoint that writes spans of its own")
     p.add_argument("--spanful-src", type=Path, help="its source lines (default: its val.src)")
     data = Path(os.environ.get("MT_DATA", "data/multi30k"))
@@ -149,8 +234,14 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=300)
     p.add_argument("--baseline", default="c8628a7", help="the commit whose SpanRule to compare")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--replay", action="store_true", help="the strings workload: the ban alone")
     args = p.parse_args()
-    rules = {"this tree": SpanRule, "baseline": baseline_rule(args.baseline), "no protection": None}
+    rules = {
+        "this tree": SpanRule,
+        "this tree, new index": new_index_rule,
+        "baseline": baseline_rule(args.baseline),
+        "no protection": None,
+    }
     print(f"machine: {describe_machine()}; torch threads 1; baseline {args.baseline}\n")
     if args.injected:
         loaded = load_checkpoint(args.injected, 1)
@@ -161,7 +252,13 @@ def main() -> None:
     if args.strings:
         loaded = load_checkpoint(args.strings, 1)
         lines = read_lines(args.strings_src)[: args.limit]
-        print(workload("software strings, beam", loaded, lines, rules, args.rounds, False), "\n")
+        both = dict(rules)
+        if args.strings_warm:
+            both["this tree, index warmed"] = WarmedIndex(read_lines(args.strings_warm))
+        if args.replay:
+            print(replay(loaded, lines, rules["baseline"], args.rounds), "\n")
+        else:
+            print(workload("software strings, beam", loaded, lines, both, args.rounds, False), "\n")
     if args.spanful:
         loaded = load_checkpoint(args.spanful, 1)
         path = args.spanful_src or args.spanful.parent.parent / "val.src"

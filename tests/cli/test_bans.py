@@ -27,7 +27,8 @@ from mt.decode.ensemble import Ensemble
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Sampling
 from mt.spans import WIDEST, find_spans
-from mt.spans.bans import Bans, SpanRule, piece_texts, step_mask
+from mt.spans.bans import Bans, SpanRule, step_mask
+from mt.spans.index import piece_texts
 from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
 from scripts.processes import start_server
@@ -342,13 +343,13 @@ def test_every_search_path_keeps_the_ban(spanful_run, rule, path) -> None:
 
 
 def test_no_pattern_needs_a_longer_run_than_the_walk_keeps() -> None:
-    """`bans._squeeze` cuts runs of one character to `RUN`: no span pattern may need more of
+    """`index._squeeze` cuts runs of one character to `RUN`: no span pattern may need more of
     one character in a row (a literal run such as `www`, or a repetition's minimum)."""
     from re import _constants as c
     from re import _parser as parse
 
     from mt.spans import PATTERNS
-    from mt.spans.bans import RUN
+    from mt.spans.index import RUN
 
     def need(items) -> int:
         most, run, last = 0, 0, None

@@ -1,0 +1,268 @@
+"""What the span ban knows of one target vocabulary: built once per tokenizer and kept with it,
+so every translator of a loaded model (each `mt serve` option set, each `mt eval` run, the
+trainer's evaluations) shares it, and a row ending one of them has seen is a lookup.
+
+The ban (`mt.spans.bans.SpanRule`) asks two things of a vocabulary. Which pieces complete a
+span by themselves after any row (`alone_spans`), and which can hold the start of a span under
+way (`opener`): both read once, piece by piece, when the index is built. And, for each open
+text a row can end with (`mt.spans.rows`), which pieces would complete a span there
+(`completing`): found by walking a trie of the piece texts with the patterns' partial matches,
+and kept by open text, as are the row readings and each open text's bans. All of it is a
+function of the piece texts alone, so one index serves every search, device and sentence; what
+a sentence is allowed to write filters its answers (`bans`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+from collections import OrderedDict
+
+import torch
+
+from mt.spans import WIDEST, find_spans
+from mt.spans.open import alive_patterns, class_map, ends_in_mark, growth, open_starts
+from mt.spans.rows import CACHE, SEPARATOR, Open, OpenTexts
+from mt.tokenizer import Tokenizer
+
+# What a row's text may end with before a piece, for a span to start inside the piece: the
+# patterns look back one character (`\b`, `(?<![\d%])`), and these are its kinds (none, a
+# space, a letter, a digit, a mark).
+CONTEXTS = ("", " ", "a", "5", ".")
+# The same for a span under way that starts inside a piece, or (an address) at the row's
+# last character: a start of line reads as a space, and a mark as a space does.
+OPEN_CONTEXTS = (" ", "a", "5")
+_PLAIN = re.compile(r"[\w\s]*")
+KEPT = 4  # vocabularies whose index is kept (the latest used): a process serves a few models
+
+# A trie of piece texts: each node maps a character to the next node, and `END` to the pieces
+# whose text ends there.
+Trie = dict
+END = ""  # no character: the key of a node's pieces
+
+
+class PieceIndex:
+    """The per-vocabulary part of the span ban over the target pieces `texts`: which pieces
+    complete a span alone, which can open one, and, by open text, which complete one."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        # The spans each piece completes by itself after each kind of row end, where any.
+        # Every span holds a mark (`%<{$&@:.`...): a piece of words and spaces completes none.
+        marked = {v for v, t in enumerate(texts) if t and not _PLAIN.fullmatch(t)}
+        self.marked = sorted(marked)
+        self.alone_spans = {
+            v: found for v in self.marked
+            if (found := {x for c in CONTEXTS for x in _completed(c, texts[v])})
+        }  # fmt: skip
+        # A piece that can hold the start of a span under way (`%`, ` w`, `@`, `<a`): a row
+        # without one has no open text. Open text is prefix-closed (what could still grow into
+        # a span could before its last character too), so the piece holding a span's first
+        # character, or its `@`, is one of these.
+        # A piece of words and spaces opens only a URL, and only at the start of its last word
+        # (no boundary inside a word, no white space inside a URL): read after a space.
+        self.opener = [
+            any(open_starts(c + t) for c in OPEN_CONTEXTS)
+            if v in marked
+            else bool(t.strip()) and growth(" " + t.split()[-1], 1, 1)[0]
+            for v, t in enumerate(texts)
+        ]
+        self.chars = set("".join(texts)) | set(" a5%.")  # what a row's text holds
+        self.open_texts = OpenTexts(texts, self.opener)  # each row's, by text
+        self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
+        self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
+        self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
+        self._bans: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # `bans` by open text
+        # The tables are shared by every translator of the vocabulary: `mt serve` runs one
+        # worker thread per model, and two models may share a vocabulary.
+        self.lock = threading.Lock()
+
+    def bans(self, state: Open, ok: tuple[str, ...]) -> torch.Tensor:
+        """(K,) long, on the CPU: the pieces that would complete a span not `ok` after the open
+        text `state` (`mt.spans.rows`), kept by open text as the tensor a mask is filled from
+        (making one from a list of a thousand ids costs more than the rest of a step's ban)."""
+        head, end, starts = state
+        key = (head + end, ok)
+        if key not in self._bans:
+            if len(self._bans) >= CACHE:
+                self._bans.pop(next(iter(self._bans)))
+            found = self.completing(head, end, list(starts))
+            ids = [v for v, spans in found if not ok or any(not may(x, ok) for x in spans)]
+            self._bans[key] = torch.tensor(ids, dtype=torch.long)
+        return self._bans[key]
+
+    def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
+        """(piece, the spans it completes) for the pieces that complete a span after `end`,
+        whose spans under way start at `starts`: for each start, the trie of pieces is
+        walked with the partial matches of the patterns alive there (`mt.spans.open`), a
+        branch dropped as soon as none can still match along it, and each piece on a branch
+        where one was completed is checked by `find_spans` itself (after `head`, the line's
+        closing tags)."""
+        line = head + end
+        if line in self._found:
+            return self._found[line]
+        candidates: list[int] = []
+        for s in starts:
+            among = alive_patterns(end, s)
+            if not among:
+                continue
+            classes, trie = self._trie(among)
+            # The walk reads the text in those patterns' classes: its result serves every
+            # open text that reads alike (`$HOME` and `$PATH`; `%0.22` and `%0.2222`).
+            key = (*_squeeze(end.translate(classes), [s]), among)
+            if key not in self._walks:
+                if len(self._walks) >= CACHE:
+                    self._walks.pop(next(iter(self._walks)))
+                self._walks[key] = _walk(trie, *key)
+            candidates += self._walks[key]
+        candidates = list(dict.fromkeys(candidates))
+        pieces = [self.texts[v] for v in candidates]
+        out = [(v, x) for v, x in zip(candidates, _completed_each(line, pieces)) if x]
+        if len(self._found) >= CACHE:
+            self._found.pop(next(iter(self._found)))
+        self._found[line] = out
+        return out
+
+    def _trie(self, among: frozenset[int]) -> tuple[dict[int, str], Trie]:
+        """For spans of the patterns `among`: their character classes
+        (`mt.spans.open.class_map`) and the trie of the pieces' texts written in them, so
+        pieces that read alike to those patterns share a path (for a `$VAR`, every letter
+        is one). Only the pieces holding a mark where those spans end on one (a tag, a
+        brace). Built when such a span is first under way: most lines never need one."""
+        if among not in self._tries:
+            classes = class_map(self.chars, among)
+            root: Trie = {}
+            for v in self.marked if ends_in_mark(among) else range(len(self.texts)):
+                if self.texts[v]:
+                    node = root
+                    for c in self.texts[v].translate(classes):
+                        node = node.setdefault(c, {})
+                    node.setdefault(END, []).append(v)
+            self._tries[among] = (classes, root)
+        return self._tries[among]
+
+
+_INDEXES: OrderedDict[str, PieceIndex] = OrderedDict()  # by target vocabulary: `index_for`'s
+_INDEXES_LOCK = threading.Lock()
+
+
+def index_for(tokenizer: Tokenizer) -> PieceIndex:
+    """The index of `tokenizer`'s target pieces, built the first time it is asked for and kept
+    with the vocabulary (by its fingerprint, as `placeholders_for` keeps its probes): every
+    translator and every reload of the same model finds it built."""
+    key = tokenizer.fingerprint()
+    with _INDEXES_LOCK:
+        if key in _INDEXES:
+            _INDEXES.move_to_end(key)
+            return _INDEXES[key]
+    index = PieceIndex(piece_texts(tokenizer))  # outside the lock: it takes a while
+    with _INDEXES_LOCK:
+        index = _INDEXES.setdefault(key, index)
+        while len(_INDEXES) > KEPT:
+            _INDEXES.popitem(last=False)
+    return index
+
+
+def piece_texts(tokenizer: Tokenizer) -> list[str]:
+    """The text each target piece adds to a line ('' for control pieces and UNK; a byte
+    piece its character when ASCII, as only ASCII characters make spans)."""
+    sp = tokenizer.tgt
+    out = []
+    for v in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(v)
+        if sp.is_control(v) or sp.is_unknown(v):
+            out.append("")
+        elif sp.is_byte(v):
+            byte = int(piece[3:5], 16)
+            out.append(chr(byte) if byte < 0x80 else "")
+        else:
+            out.append(piece.replace("▁", " "))
+    return out
+
+
+def may(span: str, ok: tuple[str, ...]) -> bool:
+    """Whether `span` is one of the allowed spans `ok`, or the start of one."""
+    return any(a.startswith(span) for a in ok)
+
+
+def _all(node: Trie) -> list[int]:
+    """Every piece at or below `node`."""
+    out = list(node.get(END, ()))
+    for c, child in node.items():
+        if c != END:
+            out += _all(child)
+    return out
+
+
+def _walk(trie: Trie, end: str, start: tuple[int, ...], among: frozenset[int]) -> list[int]:
+    """The pieces of `trie` that may complete a span of the patterns `among` that starts at
+    `start[0]` of `end`: those on the branches where one is completed."""
+    candidates: list[int] = []
+    (s,) = start
+
+    def walk(node: Trie, text: str) -> None:
+        for c, child in node.items():
+            if c == END:
+                continue
+            line = text + c
+            alive, at_end, final = growth(line, s, len(end), among)
+            if final:  # every piece below completes it
+                candidates.extend(_all(child))  # checked, with the others, by the caller
+                continue
+            if at_end:  # a piece ending here does
+                candidates.extend(child.get(END, ()))
+            if alive:
+                walk(child, line)
+
+    walk(trie, end)
+    return candidates
+
+
+# A run of one character class longer than this is read as this long: no pattern asks for
+# more repetitions of a character than `www.` does (tests/cli/test_bans.py checks it).
+RUN = 3
+
+
+def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
+    r"""`text` with each run of one character longer than `RUN` cut to `RUN` (but a run a
+    span starts inside), and `starts` moved with it: `%0.2222` and `%0.22222` share one
+    walk. No pattern needs a longer run (`RUN`), and a shorter run only stays within more
+    patterns' bounds (`\d?`, `{1,7}`), so a cut run keeps alive every branch the whole run
+    does (and perhaps more, which the exact check then drops)."""
+    out, moved, pos = [], list(starts), 0
+    for m in _RUNS.finditer(text):
+        if any(m.start() < s < m.end() for s in starts):
+            continue
+        out.append(text[pos : m.start() + RUN])
+        pos = m.end()
+        removed = m.end() - m.start() - RUN
+        moved = [s - removed if s >= m.end() else s for s in moved]
+    out.append(text[pos:])
+    return "".join(out), tuple(moved)
+
+
+_RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
+
+
+def _completed_each(line: str, pieces: list[str]) -> list[list[str]]:
+    """For each piece, the spans of `line + piece` that reach into the piece: one pass of
+    the patterns over all the lines at once (no span crosses `SEPARATOR`)."""
+    lines = [line + p for p in pieces]
+    starts, pos = [], 0
+    for x in lines:
+        starts.append(pos)
+        pos += len(x) + len(SEPARATOR)
+    out: list[list[str]] = [[] for _ in pieces]
+    for s in find_spans(SEPARATOR.join(lines), WIDEST):
+        k = bisect.bisect_right(starts, s.start) - 1
+        if s.end > starts[k] + len(line):
+            out[k].append(s.text)
+    return out
+
+
+def _completed(text: str, piece: str) -> list[str]:
+    """The spans, of any syntax, of `text + piece` that reach into `piece`."""
+    if not piece:
+        return []
+    return [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text)]

@@ -1,0 +1,115 @@
+"""The span ban's per-vocabulary index (`mt.spans.index`): built once per tokenizer, shared by
+every rule of that vocabulary, and its answers those of a scan over the whole vocabulary."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mt.config import TokenizerConfig
+from mt.spans import WIDEST, find_spans
+from mt.spans import index as index_module
+from mt.spans.bans import SpanRule
+from mt.spans.index import PieceIndex, index_for, piece_texts
+from mt.tokenizer import Tokenizer, train_tokenizer
+from scripts.bench.protect import SPANS, inject_text
+
+CPU = torch.device("cpu")
+SPAN_CHARS = set("%<>{}&;$@/:.#()")
+
+
+@pytest.fixture(scope="module")
+def strings_tokenizer(multi30k_dir: Path) -> Tokenizer:
+    """A tokenizer trained on real text holding spans: Multi30k's English with the benchmark's
+    spans injected (printf, braces, shell, entities, URLs, addresses, tags), as software
+    strings hold them, so `%`, `<`, `{0}`, `&amp;` and the like are pieces of their own."""
+    with gzip.open(multi30k_dir / "train.en.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f).strip() for _ in range(3000)]
+    rng = random.Random(0)
+    lines = [inject_text(x, k, rng)[0] for k, x in enumerate(lines)]
+    lines += [" ".join(v) for v in SPANS.values()] * 20
+    return train_tokenizer(lines, lines, TokenizerConfig(vocab_size=600))
+
+
+def _rows(texts: list[str]) -> st.SearchStrategy[list[int]]:
+    spanish = [v for v, t in enumerate(texts) if t and set(t) & SPAN_CHARS]
+    other = [v for v, t in enumerate(texts) if t]
+    return st.lists(st.one_of(st.sampled_from(spanish), st.sampled_from(other)), max_size=25)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_index_bans_what_a_scan_of_the_vocabulary_finds(strings_tokenizer, data) -> None:
+    """For any row, the pieces the index bans after its open text are exactly those that a
+    scan of every piece with `find_spans` finds completing a span not allowed; the rest of
+    the scan's pieces are the ones banned after any row (`alone`)."""
+    rule = SpanRule(strings_tokenizer, CPU)
+    texts = rule.texts
+    row = data.draw(_rows(texts), label="row")
+    text = "".join(texts[v] for v in row)
+    ok = tuple(data.draw(st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "&amp;"]),
+                                  max_size=2), label="allowed"))  # fmt: skip
+    ids = rule.row_bans(text, ok)
+    own = set() if ids is None else set(ids.tolist())
+    scan = set()
+    for v, piece in enumerate(texts):
+        new = [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text) and piece]
+        if any(not any(a.startswith(x) for a in ok) for x in new):
+            scan.add(v)
+    alone = set(rule.alone.nonzero().squeeze(1).tolist())
+    assert own <= scan, (text, sorted(texts[v] for v in own - scan))
+    assert scan <= own | alone, (text, sorted(texts[v] for v in scan - own - alone))
+
+
+def test_the_index_is_built_once_per_tokenizer(strings_tokenizer, monkeypatch) -> None:
+    """Every rule of a vocabulary (each translator builds one) shares one index, also across
+    tokenizer objects of the same model (a reload): a row ending another rule has read is a
+    lookup, the vocabulary neither scanned nor walked again."""
+    tok = strings_tokenizer
+    again = Tokenizer(tok.src_proto, tok.tgt_proto if not tok.joint else None)
+    built: list[int] = []
+    init = PieceIndex.__init__
+
+    def counted(self, texts):
+        built.append(len(texts))
+        init(self, texts)
+
+    monkeypatch.setattr(PieceIndex, "__init__", counted)
+    monkeypatch.setattr(index_module, "_INDEXES", type(index_module._INDEXES)())
+    first, second = SpanRule(tok, CPU), SpanRule(again, CPU)
+    assert first.index is second.index is index_for(tok)
+    assert built == [tok.tgt_vocab_size]
+
+    rows = [" a %", " a <b", " see {0", " &amp", " $HO", " at www.examp"]
+    history = [tok.encode_tgt([r])[0] for r in rows]
+    width = max(map(len, history))
+    padded = torch.tensor([h + h[-1:] * (width - len(h)) for h in history])
+    sent = torch.zeros(len(rows), dtype=torch.long)
+    walked: list[str] = []
+    walk = index_module._completed_each
+
+    def counted_walk(line, pieces):
+        walked.append(line)
+        return walk(line, pieces)
+
+    monkeypatch.setattr(index_module, "_completed_each", counted_walk)
+    want = first.rows_mask(padded, sent, None).dense(len(rows))
+    assert walked, "the rows hold open spans"
+    walked.clear()
+    got = second.rows_mask(padded, sent, None).dense(len(rows))
+    assert walked == [] and torch.equal(got, want)
+
+
+def test_piece_texts_are_what_each_piece_writes(strings_tokenizer) -> None:
+    """The index reads the pieces as the text they add: a word piece with its space, control
+    pieces as nothing, so a row's text is its pieces' texts joined."""
+    texts = piece_texts(strings_tokenizer)
+    ids = strings_tokenizer.encode_tgt(["A man at %s <b>home</b>."])[0]
+    assert "".join(texts[v] for v in ids).strip() == "A man at %s <b>home</b>."
+    assert texts[0] == "" and len(texts) == strings_tokenizer.tgt_vocab_size
