@@ -32,7 +32,10 @@ def available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        w, b, x = torch.randn(3, 4), torch.randn(3), torch.randn(2, 4)
+        # Fixed values, not random ones: a probe during training's evaluation must not move
+        # the global RNG that dropout draws from.
+        w = torch.arange(12, dtype=torch.float32).view(3, 4) / 7
+        b, x = torch.tensor([0.5, -1.0, 2.0]), torch.linspace(-1, 1, 8).view(2, 4)
         y = torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
         return bool(torch.allclose(y, F.linear(x, w, b), atol=1e-5))
     except (RuntimeError, AttributeError, TypeError):

@@ -135,3 +135,13 @@ def test_the_gemm_flag_of_translate(tiny_run, multi30k_dir, mt_cli, tmp_path):
     assert len(outs[0]) == len(outs[1]) == 5
     bad = mt_cli("translate", ckpt, "--input", src, "--gemm", "onednn", "--int8")
     assert bad.rc == 2 and "--gemm onednn" in bad.err and "Traceback" not in bad.err
+
+
+def test_the_probe_leaves_the_global_rng_alone():
+    """Training's evaluation builds a translator (so probes oneDNN) between training steps: a
+    draw from the global RNG there would change every later dropout mask."""
+    torch.manual_seed(0)
+    want = torch.rand(3)
+    torch.manual_seed(0)
+    assert onednn.available.__wrapped__()
+    assert torch.equal(torch.rand(3), want)
