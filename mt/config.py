@@ -269,6 +269,13 @@ class DecodeConfig:
         "log-softmax stay fp32). The checkpoint's value applies on CUDA; a CPU decodes as "
         "`--dtype` says (default auto).",
     )
+    gemm: Literal["auto", "torch", "onednn"] = setting(
+        "auto",
+        "the matrix multiply of the output layer when decoding in fp32 on a CPU: onednn "
+        "(oneDNN, the library CTranslate2 uses; faster on AMD CPUs, logits differ from torch's "
+        "in the last bits), torch (torch's default, MKL); auto: onednn where this torch has it "
+        "and the decode is fp32 on a CPU, else torch.",
+    )
     max_len_a: float = setting(1.2, "output length limit a * src_len + b: its a")
     max_len_b: int = setting(10, "output length limit a * src_len + b: its b, in tokens")
     max_tokens: int = setting(

@@ -22,6 +22,77 @@ def step_layout(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 @dataclass
+class SelfCache:
+    """One decoder layer's self-attention keys and values of the steps so far.
+
+    They live in the first `length` positions of buffers (rows, H, room, D/H) with room for
+    later steps, doubled when full, so a step writes its one position instead of copying the
+    whole cache into a new tensor (`torch.cat`: 8% of a greedy decode at OPUS-MT's base shape).
+    Reordering rows (beams, finished sentences) copies the kept positions into a spare pair of
+    buffers, which then swap with the current ones: the cache selected from is spent (stepping
+    or selecting it again raises), as search always goes on from the state `select` returns.
+    Attention reads `k` and `v`, views of the filled positions, in place."""
+
+    k_buf: torch.Tensor | None = None
+    v_buf: torch.Tensor | None = None
+    length: int = 0
+    spare: tuple[torch.Tensor, torch.Tensor] | None = None  # the last buffers reordered from
+    spent: bool = False  # selected from: its buffers are now another cache's spares
+
+    @property
+    def k(self) -> torch.Tensor:  # (rows, H, length, D/H)
+        assert self.k_buf is not None, "empty cache"
+        return self.k_buf[:, :, : self.length]
+
+    @property
+    def v(self) -> torch.Tensor:
+        assert self.v_buf is not None, "empty cache"
+        return self.v_buf[:, :, : self.length]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the keys and values (rows, H, T, D/H) of T new positions; returns all so far."""
+        self._check()
+        end = self.length + k.size(2)
+        if self.k_buf is None or self.v_buf is None or end > self.k_buf.size(2):
+            self.k_buf, self.v_buf = (
+                self._grown(b, n, end) for b, n in ((self.k_buf, k), (self.v_buf, v))
+            )
+            self.spare = None
+        self.k_buf[:, :, self.length : end] = k
+        self.v_buf[:, :, self.length : end] = v
+        self.length = end
+        return self.k, self.v
+
+    def _grown(self, buf: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
+        """A buffer with room for at least twice `end` positions, holding what `buf` holds."""
+        rows, heads, _, width = new.shape
+        out = new.new_empty(rows, heads, max(16, 2 * end), width)
+        if buf is not None and self.length:
+            out[:, :, : self.length] = buf[:, :, : self.length]
+        return out
+
+    def select(self, index: torch.Tensor) -> SelfCache:
+        """The rows `index` (in that order), in the spare buffers where they fit."""
+        self._check()
+        if self.k_buf is None or self.v_buf is None:
+            return SelfCache()
+        shape = (len(index), *self.k_buf.shape[1:])
+        if self.spare is not None and self.spare[0].shape == shape:
+            k_new, v_new = self.spare
+        else:
+            k_new, v_new = self.k_buf.new_empty(shape), self.v_buf.new_empty(shape)
+        t = self.length
+        torch.index_select(self.k, 0, index, out=k_new[:, :, :t])
+        torch.index_select(self.v, 0, index, out=v_new[:, :, :t])
+        self.spent = True
+        return SelfCache(k_new, v_new, t, (self.k_buf, self.v_buf))
+
+    def _check(self) -> None:
+        if self.spent:
+            raise ValueError("this decoder cache was selected from: go on from what select gave")
+
+
+@dataclass
 class DecoderState:
     """Everything `Transformer.step` needs between steps, batch-first so search can reorder it.
 
@@ -31,7 +102,7 @@ class DecoderState:
 
     memory_mask: torch.Tensor  # (B, 1, 1, S) True where the source is a real token
     memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (B, H, S, D/H) each
-    caches: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per layer self k/v
+    caches: list[SelfCache] = field(default_factory=list)  # per layer self k/v
     length: int = 0  # target tokens fed so far
     group: int = 1  # decoder rows per encoder row
 
@@ -65,6 +136,6 @@ class DecoderState:
         `group`, become that many beams of it: beam search's first step)."""
         return replace(
             self,
-            caches=[{n: t.index_select(0, index) for n, t in c.items()} for c in self.caches],
+            caches=[c.select(index) for c in self.caches],
             group=self.group if group is None else group,
         )

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
-from mt.decoder_state import DecoderState, step_layout
+from mt.decoder_state import DecoderState, SelfCache, step_layout
 from mt.dropout import Dropout
 
 PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports only config and dropout
@@ -95,17 +95,14 @@ class SelfAttention(nn.Module):
         self,
         x: torch.Tensor,  # (B, T, D)
         mask: torch.Tensor | None,
-        cache: dict[str, torch.Tensor] | None = None,
+        cache: SelfCache | None = None,
         need_weights: bool = False,
         causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.h, D // self.h).permute(2, 0, 3, 1, 4)
         if cache is not None:  # incremental decoding: keys/values of earlier steps
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
+            k, v = cache.append(k, v)
         p = self.dropout if self.training else 0.0
         y, w = attend(q, k, v, mask, p, need_weights, causal)  # (B, H, T, D/H)
         return self.out(y.transpose(1, 2).reshape(B, T, D)), w
@@ -202,7 +199,7 @@ class DecoderLayer(nn.Module):
         self_mask: torch.Tensor | None,
         memory_kv: tuple[torch.Tensor, torch.Tensor],
         memory_mask: torch.Tensor,
-        cache: dict[str, torch.Tensor] | None = None,
+        cache: SelfCache | None = None,
         need_weights: bool = False,
         group: int = 1,
         causal: bool = False,
@@ -327,7 +324,7 @@ class Transformer(nn.Module):
         """Encoder-decoder keys/values, computed once per sentence, and empty self caches.
         `group` > 1 gives each sentence that many decoder rows (beams), sharing its memory."""
         kv = [step_layout(*layer.cross_attn.project_memory(memory)) for layer in self.decoder]
-        return DecoderState(memory_mask, kv, [{} for _ in self.decoder], 0, group)
+        return DecoderState(memory_mask, kv, [SelfCache() for _ in self.decoder], 0, group)
 
     def step(
         self, tokens: torch.Tensor, state: DecoderState, need_weights: bool = False

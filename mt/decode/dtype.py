@@ -8,6 +8,8 @@ that pays on each device.
   Only a CPU with native bf16 (avx512_bf16, amx_bf16) gains speed from it (docs/benchmarks.md).
 - int8 (CPU): a copy whose Linear layers are dynamically quantised; they take fp32 inputs, so
   int8 decodes in fp32 around them.
+- fp32 on a CPU, `decode.gemm` onednn (auto's choice there): a copy, sharing the weights, whose
+  output layer multiplies through oneDNN (mt.decode.onednn). Only search asks for it.
 
 The caller's model (maybe mid-training) is never changed: what differs is a copy or a context.
 """
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from mt.decode import onednn
 from mt.decode.int8 import quantize_linears
 from mt.device import Precision, autocast
 
@@ -28,14 +31,25 @@ HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def decode_model(
-    model: nn.Module, precision: Precision, device: torch.device, int8: bool
+    model: nn.Module, precision: Precision, device: torch.device, int8: bool, gemm: str = "torch"
 ) -> nn.Module:
-    """The model search runs, in eval mode: an int8 copy, a half copy (CUDA), or `model`."""
+    """The model search runs, in eval mode: an int8 copy, a half copy (CUDA), a copy with a
+    oneDNN output layer (`gemm`, a `decode.gemm` value), or `model`."""
     if int8:
         return quantize_linears(model)
     if device.type == "cuda" and precision.name in HALF:
         return copy.deepcopy(model).to(HALF[precision.name]).eval()
+    if uses_onednn(gemm, precision, device, int8):
+        return onednn.onednn_output(model)
     return model.eval()
+
+
+def uses_onednn(gemm: str, precision: Precision, device: torch.device, int8: bool) -> bool:
+    """Whether `decode.gemm` = `gemm` puts the output layer on oneDNN here: fp32 on a CPU, not
+    int8, and this torch has the op (auto and onednn alike; the session refuses onednn
+    given where it cannot apply)."""
+    fp32_cpu = device.type == "cpu" and precision.name == "fp32" and not int8
+    return gemm != "torch" and fp32_cpu and onednn.available()
 
 
 def compute(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager[Any]:

@@ -35,8 +35,8 @@ OFFERED: dict[str, tuple[str, ...]] = {
     "translate": NAMES,
     # one output per line, scored against the reference: no n-best, no sampling
     "eval": (
-        "beam", "alpha", "greedy", "stop_early", "int8", "dtype", "max_tokens", "max_len_a",
-        "max_len_b",
+        "beam", "alpha", "greedy", "stop_early", "int8", "dtype", "gemm", "max_tokens",
+        "max_len_a", "max_len_b",
     ),
     "score": ("max_tokens", "int8", "dtype", "buffer_lines"),  # forced decoding: no search
     "attention": ("beam",),  # one sentence, shown as the model translated it

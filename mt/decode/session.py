@@ -36,6 +36,7 @@ import torch
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import Config, DecodeConfig, to_dict
 from mt.config_rules import validate_decode
+from mt.decode.dtype import uses_onednn
 from mt.decode.ensemble import Ensemble
 from mt.decode.options import DecodeOptions
 from mt.decode.score import Scorer
@@ -130,7 +131,16 @@ class Session:
         validate_decode(dcfg, n)
         if dcfg.int8 and self.device.type != "cpu":
             raise MtError(f"int8 decoding ({n('decode.int8')}) runs on CPU only; use the CPU")
-        resolve_decode_dtype(dcfg.dtype, self.device, dcfg.int8, n("decode.dtype"))  # combines?
+        precision = resolve_decode_dtype(dcfg.dtype, self.device, dcfg.int8, n("decode.dtype"))
+        if dcfg.gemm == "onednn" and not uses_onednn("onednn", precision, self.device, dcfg.int8):
+            here = (
+                f"{n('decode.int8')} is on"
+                if dcfg.int8
+                else f"this decode is {precision.name} on {self.device.type}"
+                if precision.name != "fp32" or self.device.type != "cpu"
+                else f"torch {torch.__version__} lacks the oneDNN op"
+            )
+            raise MtError(f"{n('decode.gemm')} onednn decodes fp32 on a CPU, but {here}")
         return dcfg
 
     @property

@@ -54,10 +54,10 @@ class Translator:
         with_scores: bool = False,
         targets: Targets | None = None,
     ) -> None:
-        # decode.dtype and int8 (mt.decode.dtype): a copy of the model or a context around
+        # decode.dtype, int8 and gemm (mt.decode.dtype): a copy of the model or a context around
         # each call, so the caller's model (maybe mid-training) is not touched.
         self.precision = resolve_decode_dtype(cfg.dtype, device, cfg.int8)
-        self.model = decode_model(model, self.precision, device, cfg.int8)
+        self.model = decode_model(model, self.precision, device, cfg.int8, cfg.gemm)
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device

@@ -44,6 +44,7 @@ def _translate(tiny_run: Path, lines: list[str], dtype: str):
     loaded = load_model(tiny_run / "best.pt", "cpu")
     cfg = loaded.cfg.decode
     cfg.dtype, cfg.nbest = dtype, 1
+    cfg.gemm = "torch"  # fp32's own multiply (not a oneDNN copy): the model stays the caller's
     translator = Translator(loaded.model, loaded.tokenizer, cfg, CPU)
     seen, handle = _dtypes_seen(translator.model)
     out = translator.translate([Request(x, plan=Plan(protect=False, recase=False)) for x in lines])

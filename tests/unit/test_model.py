@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig
+from mt.decoder_state import SelfCache
 from mt.model import PAD_ID, DecoderState, Transformer, attend, sinusoids
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -173,7 +174,7 @@ def test_incremental_decoding_matches_full_forward(norm):
             assert logits.shape == (3, V)
             steps.append(logits)
         assert state.length == 6
-        assert state.caches[0]["k"].shape == (3, 2, 6, 16)
+        assert state.caches[0].k.shape == (3, 2, 6, 16)
     assert torch.allclose(torch.stack(steps, 1), full, atol=1e-5)
 
 
@@ -218,7 +219,7 @@ def test_step_layout_holds_the_projection_and_gives_the_same_logits():
         memory, mask, _ = model.encode(random_ids(3, 7))
         state = model.start_state(memory, mask)
         views = [layer.cross_attn.project_memory(memory) for layer in model.decoder]
-        plain = DecoderState(mask, views, [{} for _ in model.decoder])
+        plain = DecoderState(mask, views, [SelfCache() for _ in model.decoder])
         assert not views[0][0].transpose(-2, -1).is_contiguous()  # else nothing is tested
         for (k, v), (k0, v0) in zip(state.memory_kv, views):
             assert torch.equal(k, k0) and torch.equal(v, v0)
