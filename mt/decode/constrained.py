@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from mt.config import DecodeConfig
-from mt.decode.search import Beams, continuing, only_eos
-from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, length_penalty, max_lengths, row_topk
+from mt.decode.search import Beams, continuing, hf_done, only_eos
+from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
 from mt.spans.bans import Bans, apply_mask, step_bans
 from mt.spans.masks import RowMask
@@ -145,29 +145,6 @@ def output_limits(
     return torch.maximum(limit, floor).clamp(max=max_positions - 1)
 
 
-def hf_closed(
-    finished: list[list[tuple[int, Hypothesis]]],
-    sent: torch.Tensor,
-    best_running: torch.Tensor,
-    length: int,
-    K: int,
-    alpha: float,
-    penalty: str,
-) -> list[bool]:
-    """`search.hf_done` for (phrases met, hypothesis) pairs: each active sentence's finished
-    hypotheses cut to the best K (most phrases met, then score; in place), and whether it ends:
-    it has K, and its best running score over the length so far is no better than the worst.
-    Before the length limit only hypotheses that meet every phrase end, so the cut is by score."""
-    lp = length_penalty(length, alpha, penalty)
-    out = []
-    for s, best in zip(sent.tolist(), best_running.tolist()):
-        hyps = finished[s]
-        hyps.sort(key=lambda mh: (-mh[0], -mh[1].score))
-        del hyps[K:]
-        out.append(len(hyps) == K and hyps[-1][1].score >= best / lp)
-    return out
-
-
 def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg: DecodeConfig) -> bool:
     """Whether a search with these settings can take constraints (the one rule, asked by the
     translator and the stages that turn spans or numbers into constraints): beam search, and
@@ -199,7 +176,7 @@ def constrained_beam_search(
     treated as `beam_search` treats its 2*beam: EOS among the first `beam` ends a hypothesis
     (only possible once all phrases are met), the first `beam` others go on. A sentence stops
     with `beam` finished hypotheses (with hf_stopping: once its best running score can no
-    longer beat the worst of them, `hf_closed`) or at its length limit, where every hypothesis
+    longer beat the worst of them, `search.hf_done`) or at its length limit, where every hypothesis
     ends; the
     result is sorted by phrases met, then score, so an incomplete hypothesis comes back only
     when no complete one was found.
@@ -285,7 +262,10 @@ def constrained_beam_search(
         pick = continuing(tok_sel, K)
         if cfg.hf_stopping:
             best = top_s.gather(1, pick).max(1).values  # the best beam that goes on
-            closed = hf_closed(finished, sent, best, t + 1 + offset, K, alpha, penalty)
+            closed = hf_done(
+                finished, sent, best, t + 1 + offset, K, alpha, penalty,
+                hypothesis=lambda mh: mh[1], rank=lambda mh: (-mh[0], -mh[1].score),
+            )  # fmt: skip
             done = torch.tensor(closed, dtype=torch.bool, device=dev)
         else:
             done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)

@@ -15,7 +15,8 @@ setting (alignments, scores, prefixes, sampling, bans) stays a keyword argument.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Sized
+from collections.abc import Callable, Sequence, Sized
+from typing import Any
 
 import torch
 
@@ -191,24 +192,28 @@ class Beams:
 
 
 def hf_done(
-    finished: list[list[Hypothesis]],
+    finished: Sequence[list[Any]],
     sent: torch.Tensor,
     best_running: torch.Tensor,
     length: int,
     K: int,
     alpha: float,
     penalty: str,
+    hypothesis: Callable[[Any], Hypothesis] = lambda h: h,
+    rank: Callable[[Any], Any] = lambda h: -h.score,
 ) -> list[bool]:
-    """HF generate's rule, per active sentence (`sent`): its finished hypotheses cut to the best
-    K (in place), and whether it ends: it has K, and its best running beam's score
-    (`best_running`) over the length so far is no better than the worst of them."""
+    """HF generate's rule, per active sentence (`sent`): its finished entries cut to the best K
+    by `rank` (in place), and whether it ends: it has K, and its best running beam's score
+    (`best_running`) over the length so far is no better than the worst of them. An entry is
+    a Hypothesis, or what `hypothesis` reads one from (constrained search keeps (phrases met,
+    hypothesis) pairs and ranks by phrases met first)."""
     lp = length_penalty(length, alpha, penalty)
     out = []
     for s, best in zip(sent.tolist(), best_running.tolist()):
         hyps = finished[s]
-        hyps.sort(key=lambda h: -h.score)
+        hyps.sort(key=rank)
         del hyps[K:]
-        out.append(len(hyps) == K and hyps[-1].score >= best / lp)
+        out.append(len(hyps) == K and hypothesis(hyps[-1]).score >= best / lp)
     return out
 
 
