@@ -129,6 +129,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: 
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
+def multi30k_dir() -> Path:
+    """Where Multi30k is: $MT_DATA (the folder of its files, as CI sets it), else
+    ../shared/data/multi30k beside the repository."""
+    return Path(os.environ.get("MT_DATA") or REPO.parent / "shared" / "data" / "multi30k")
+
+
 def read_lines(path: Path) -> list[str]:
     """The lines of a text file, `.gz` too (mt's own reader: bad UTF-8 is one line naming it)."""
     from mt.data.corpus import read_lines as read

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 from pathlib import Path
 
 from scripts import common
@@ -22,8 +21,7 @@ LANGS = ("de", "en", "fr", "cs")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = Path(os.environ.get("MT_DATA", common.REPO.parent / "shared" / "data"))
-    parser.add_argument("--data", type=Path, default=default / "multi30k")
+    parser.add_argument("--data", type=Path, default=common.multi30k_dir())
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 

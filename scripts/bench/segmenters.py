@@ -13,7 +13,6 @@ pysbd has no Czech rules; it is run with Slovak's (the closest it has) for cs.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,8 +40,7 @@ def paragraphs(lines: list[str], size: int = 5) -> list[list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = Path(os.environ.get("MT_DATA", common.REPO.parent / "shared" / "data"))
-    parser.add_argument("--data", type=Path, default=default / "multi30k")
+    parser.add_argument("--data", type=Path, default=common.multi30k_dir())
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     rows = []

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import random
 import time
 from pathlib import Path
@@ -65,8 +64,7 @@ def title(line: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
-    default = Path(os.environ.get("MT_DATA", common.REPO.parent / "shared" / "data"))
-    parser.add_argument("--data", type=Path, default=default / "multi30k")
+    parser.add_argument("--data", type=Path, default=common.multi30k_dir())
     parser.add_argument("--lines", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import time
 from pathlib import Path
@@ -25,8 +24,7 @@ from scripts import common
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
-    default = Path(os.environ.get("MT_DATA", common.REPO.parent / "shared" / "data"))
-    parser.add_argument("--data", type=Path, default=default / "multi30k")
+    parser.add_argument("--data", type=Path, default=common.multi30k_dir())
     parser.add_argument("--lines", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
