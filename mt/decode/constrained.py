@@ -22,7 +22,7 @@ import torch
 
 from mt.config import DecodeConfig
 from mt.decode.search import Beams, continuing, hf_done, only_eos
-from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, max_lengths, row_topk
+from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, log_softmax_, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
 from mt.spans.bans import Bans, apply_mask, step_bans
 from mt.spans.masks import RowMask
@@ -120,7 +120,7 @@ def _expand(
     lps, toks, wanted_lps, eos = [], [], [], []
     for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
         rows = slice(start, start + len(chunk))
-        logp = torch.log_softmax(model.project(chunk).float(), dim=-1)
+        logp = log_softmax_(model.project(chunk).float())
         wanted_lps.append(logp.gather(1, wanted[rows]))
         eos_lp = logp[:, EOS].clone()
         eos.append(eos_lp)

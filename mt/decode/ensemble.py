@@ -17,6 +17,7 @@ import dataclasses
 import torch
 from torch import nn
 
+from mt.decode.steps import log_softmax_
 from mt.model import DecoderState, Transformer
 
 
@@ -99,7 +100,7 @@ class Ensemble(nn.Module):
         parts = hidden.split(self.widths, dim=-1)
         total = None
         for m, h in zip(self.members, parts):
-            logp = torch.log_softmax(m.project(h).float(), dim=-1)
+            logp = log_softmax_(m.project(h).float())
             total = logp if total is None else total + logp
         assert total is not None
         return total / len(self.members)

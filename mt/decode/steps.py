@@ -71,6 +71,15 @@ def length_penalty(length: int, alpha: float, kind: str = "gnmt") -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def log_softmax_(logits: torch.Tensor) -> torch.Tensor:
+    """`torch.log_softmax(logits, -1)` written over `logits` (same values, bit for bit), for
+    the fresh (rows x V) logits of a step. A new tensor of that size is fresh memory from the
+    system at every step (above malloc's reuse threshold of 32 MB), whose page faults made
+    the normalisation 2-3x slower at 256 rows of a 58k vocabulary (68 against 26 ms, 1 Zen 3
+    core) and a beam-4 decode of an OPUS-MT-sized model 10-18% slower in all."""
+    return torch._log_softmax(logits, -1, False, out=logits)
+
+
 ROWS_PER_CHUNK = 256  # rows of (rows x V) logits scored while they are still in cache
 TOPK_BLOCK = 64  # columns per block in row_topk
 
@@ -165,7 +174,7 @@ def top_tokens(
         rows = slice(start, start + len(chunk))
         logits = model.project(chunk).float()
         if normalise:
-            logits = torch.log_softmax(logits, dim=-1)
+            log_softmax_(logits)
             eos.append(logits[:, EOS])  # masking PAD and BOS below leaves this column
         force = forced[rows] if forced is not None else None
         force_lp = (
@@ -218,7 +227,7 @@ def sample_tokens(
     Tokens `rules` bans are not drawn; a forced token is taken."""
     forced, banned, mask = rules.forced, rules.banned, rules.mask
     hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
-    logp = torch.log_softmax(model.project(hidden).float(), dim=-1)
+    logp = log_softmax_(model.project(hidden).float())
     eos_lp = logp[:, EOS].clone()
     logits = logp / sampling.temperature
     if banned is not None:

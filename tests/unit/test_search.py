@@ -8,7 +8,7 @@ import torch
 from mt.batching import pad
 from mt.config import DecodeConfig, ModelConfig
 from mt.decode.search import beam_search, greedy_search
-from mt.decode.steps import length_penalty, max_lengths, row_topk
+from mt.decode.steps import length_penalty, log_softmax_, max_lengths, row_topk
 from mt.model import Transformer
 from mt.tokenizer import BOS, EOS, PAD
 from mt.train.loss import label_smoothed_loss
@@ -250,6 +250,17 @@ def test_row_topk_matches_topk(width, k):
     assert torch.equal(x.gather(1, idx), top)
     assert all(len(set(r)) == k for r in idx.tolist())  # k distinct columns per row
     assert idx[4, 0] == width - 1
+
+
+def test_log_softmax_in_place_equals_log_softmax():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(19, 5003, generator=g) * 8
+    x[2, :7] = float("-inf")  # a masked stretch
+    x[5] = 0.25  # a flat row
+    want = torch.log_softmax(x, dim=-1)
+    out = log_softmax_(x)
+    assert out.data_ptr() == x.data_ptr()  # written over the logits, no new tensor
+    assert torch.equal(x, want)  # bit for bit: search's ties and HF parity depend on it
 
 
 def count_rows(model: Transformer) -> list[int]:
