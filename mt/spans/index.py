@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
@@ -95,7 +96,11 @@ class PieceIndex:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
             found = self.completing(head, end, list(starts))
-            ids = [v for v, spans in found if not ok or any(not may(x, ok) for x in spans)]
+            if ok:
+                free = starts_of(ok)
+                ids = [v for v, spans in found if not free.issuperset(spans)]
+            else:
+                ids = [v for v, _ in found]
             self._bans[key] = torch.tensor(ids, dtype=torch.long)
         return self._bans[key]
 
@@ -199,6 +204,13 @@ def piece_texts(tokenizer: Tokenizer) -> list[str]:
 def may(span: str, ok: tuple[str, ...]) -> bool:
     """Whether `span` is one of the allowed spans `ok`, or the start of one."""
     return any(a.startswith(span) for a in ok)
+
+
+@lru_cache(maxsize=256)
+def starts_of(ok: tuple[str, ...]) -> frozenset[str]:
+    """The spans `may` lets through for `ok`: each allowed span and each start of one, so
+    checking the spans of a thousand pieces is a set lookup each."""
+    return frozenset(a[:k] for a in ok for k in range(len(a) + 1))
 
 
 def _walk(trie: Trie, end: str, start: tuple[int, ...], among: frozenset[int]) -> list[int]:
