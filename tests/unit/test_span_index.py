@@ -16,7 +16,7 @@ from mt.config import TokenizerConfig
 from mt.spans import WIDEST, find_spans
 from mt.spans import index as index_module
 from mt.spans.bans import SpanRule
-from mt.spans.index import PieceIndex, _walk, index_for, piece_texts
+from mt.spans.index import PieceIndex, _walk, index_for, may, piece_texts, starts_of
 from mt.spans.open import GROWING, alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import read
 from mt.tokenizer import Tokenizer, train_tokenizer
@@ -200,3 +200,12 @@ def test_every_span_ends_on_a_character_its_pattern_can_end_on() -> None:
             seen += 1
     assert seen > 20
     assert final_test(frozenset({1})).fullmatch(">") and not final_test(frozenset({1})).search("a")
+
+
+@given(
+    span=st.text(alphabet="%s<b>{0}$HOME", max_size=6),
+    ok=st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "%", "<b"]), max_size=3),
+)
+def test_the_starts_of_the_allowed_spans_are_what_may_lets_through(span, ok) -> None:
+    """`starts_of` (a set lookup per span) lets through exactly the spans `may` does."""
+    assert (span in starts_of(tuple(ok))) == may(span, tuple(ok))
