@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import bisect
 import re
+import sys
 import threading
 from collections import OrderedDict
+from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 
 from mt.spans import WIDEST, find_spans
-from mt.spans.open import alive_patterns, class_map, ends_in_mark, growth, open_starts
+from mt.spans.open import alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import CACHE, SEPARATOR, Open, OpenTexts
 from mt.tokenizer import Tokenizer
 
@@ -36,10 +39,15 @@ OPEN_CONTEXTS = (" ", "a", "5")
 _PLAIN = re.compile(r"[\w\s]*")
 KEPT = 4  # vocabularies whose index is kept (the latest used): a process serves a few models
 
-# A trie of piece texts: each node maps a character to the next node, and `END` to the pieces
-# whose text ends there.
-Trie = dict
-END = ""  # no character: the key of a node's pieces
+
+class Trie(NamedTuple):
+    """Piece texts as a trie laid flat: the texts sorted, and each one's piece, so the pieces
+    below a node (the texts that start with its path) are one range of both lists. Two lists
+    rather than a dict per node: building one costs a sort, and it leaves the collector two
+    objects to walk rather than tens of thousands, in every collection of the process."""
+
+    texts: list[str]
+    pieces: list[int]
 
 
 class PieceIndex:
@@ -72,7 +80,7 @@ class PieceIndex:
         self.open_texts = OpenTexts(texts, self.opener)  # each row's, by text
         self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
-        self._found: dict[str, list[tuple[int, list[str]]]] = {}  # `completing` by open text
+        self._found: dict[str, list[tuple[int, tuple[str, ...]]]] = {}  # `completing`'s
         self._bans: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # `bans` by open text
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
@@ -88,11 +96,17 @@ class PieceIndex:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
             found = self.completing(head, end, list(starts))
-            ids = [v for v, spans in found if not ok or any(not may(x, ok) for x in spans)]
+            if ok:
+                free = starts_of(ok)
+                ids = [v for v, spans in found if not free.issuperset(spans)]
+            else:
+                ids = [v for v, _ in found]
             self._bans[key] = torch.tensor(ids, dtype=torch.long)
         return self._bans[key]
 
-    def completing(self, head: str, end: str, starts: list[int]) -> list[tuple[int, list[str]]]:
+    def completing(
+        self, head: str, end: str, starts: list[int]
+    ) -> list[tuple[int, tuple[str, ...]]]:
         """(piece, the spans it completes) for the pieces that complete a span after `end`,
         whose spans under way start at `starts`: for each start, the trie of pieces is
         walked with the partial matches of the patterns alive there (`mt.spans.open`), a
@@ -118,7 +132,9 @@ class PieceIndex:
             candidates += self._walks[key]
         candidates = list(dict.fromkeys(candidates))
         pieces = [self.texts[v] for v in candidates]
-        out = [(v, x) for v, x in zip(candidates, _completed_each(line, pieces)) if x]
+        # Tuples of strings, which the collector stops tracking: the kept answers of a
+        # thousand open texts are not walked again by every collection of the process.
+        out = [(v, tuple(x)) for v, x in zip(candidates, _completed_each(line, pieces)) if x]
         if len(self._found) >= CACHE:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
@@ -128,19 +144,23 @@ class PieceIndex:
         """For spans of the patterns `among`: their character classes
         (`mt.spans.open.class_map`) and the trie of the pieces' texts written in them, so
         pieces that read alike to those patterns share a path (for a `$VAR`, every letter
-        is one). Only the pieces holding a mark where those spans end on one (a tag, a
-        brace). Built when such a span is first under way: most lines never need one."""
+        is one). Only the pieces holding a character those spans can end with
+        (`mt.spans.open.final_test`: `>` for a tag): a piece the walk finds completing a
+        span holds that span's last character, so no other can be one. Built when such a
+        span is first under way: most lines never need one."""
         if among not in self._tries:
             classes = class_map(self.chars, among)
-            root: Trie = {}
-            for v in self.marked if ends_in_mark(among) else range(len(self.texts)):
-                if self.texts[v]:
-                    node = root
-                    for c in self.texts[v].translate(classes):
-                        node = node.setdefault(c, {})
-                    node.setdefault(END, []).append(v)
-            self._tries[among] = (classes, root)
+            pairs = sorted((self.texts[v].translate(classes), v)
+                           for v in self._holding(final_test(among)))  # fmt: skip
+            trie = Trie([t for t, _ in pairs], [v for _, v in pairs])
+            self._tries[among] = (classes, trie)
         return self._tries[among]
+
+    def _holding(self, test: re.Pattern[str]) -> list[int]:
+        """The pieces whose text holds a character that passes `test`."""
+        chars = "".join(c for c in self.chars if test.fullmatch(c))
+        found = re.compile(f"[{re.escape(chars)}]") if chars else None
+        return [v for v, t in enumerate(self.texts) if found and found.search(t)]
 
 
 _INDEXES: OrderedDict[str, PieceIndex] = OrderedDict()  # by target vocabulary: `index_for`'s
@@ -186,13 +206,11 @@ def may(span: str, ok: tuple[str, ...]) -> bool:
     return any(a.startswith(span) for a in ok)
 
 
-def _all(node: Trie) -> list[int]:
-    """Every piece at or below `node`."""
-    out = list(node.get(END, ()))
-    for c, child in node.items():
-        if c != END:
-            out += _all(child)
-    return out
+@lru_cache(maxsize=256)
+def starts_of(ok: tuple[str, ...]) -> frozenset[str]:
+    """The spans `may` lets through for `ok`: each allowed span and each start of one, so
+    checking the spans of a thousand pieces is a set lookup each."""
+    return frozenset(a[:k] for a in ok for k in range(len(a) + 1))
 
 
 def _walk(trie: Trie, end: str, start: tuple[int, ...], among: frozenset[int]) -> list[int]:
@@ -200,22 +218,32 @@ def _walk(trie: Trie, end: str, start: tuple[int, ...], among: frozenset[int]) -
     `start[0]` of `end`: those on the branches where one is completed."""
     candidates: list[int] = []
     (s,) = start
+    keys, pieces = trie
 
-    def walk(node: Trie, text: str) -> None:
-        for c, child in node.items():
-            if c == END:
-                continue
+    def walk(lo: int, hi: int, depth: int, text: str) -> None:
+        # The node of `text`: the texts in [lo, hi) start with its path, those that end
+        # there first (a text sorts before the texts it starts).
+        while lo < hi and len(keys[lo]) == depth:
+            lo += 1
+        while lo < hi:  # each child: the range of texts with its character next
+            c = keys[lo][depth]
+            step = chr(ord(c) + 1) if ord(c) < sys.maxunicode else None
+            below = bisect.bisect_left(keys, keys[lo][:depth] + step, lo, hi) if step else hi
             line = text + c
             alive, at_end, final = growth(line, s, len(end), among)
             if final:  # every piece below completes it
-                candidates.extend(_all(child))  # checked, with the others, by the caller
-                continue
-            if at_end:  # a piece ending here does
-                candidates.extend(child.get(END, ()))
-            if alive:
-                walk(child, line)
+                candidates.extend(pieces[lo:below])  # checked, with the others, by the caller
+            else:
+                if at_end:  # a piece ending here does
+                    k = lo
+                    while k < below and len(keys[k]) == depth + 1:
+                        candidates.append(pieces[k])
+                        k += 1
+                if alive:
+                    walk(lo, below, depth + 1, line)
+            lo = below
 
-    walk(trie, end)
+    walk(0, len(keys), 0, end)
     return candidates
 
 

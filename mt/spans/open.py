@@ -21,7 +21,7 @@ from functools import cache, lru_cache
 import regex
 
 from mt.spans import _ICU, PATTERNS
-from mt.spans.regex_facts import character_tests, ends_on_mark
+from mt.spans.regex_facts import character_tests, last_tests
 
 _KEYWORDS = r"plural|select|selectordinal|number|date|time|spellout|ordinal|duration"
 _ICU_WHOLE = (
@@ -88,11 +88,22 @@ def growth(text: str, i: int, done: int, among: frozenset[int] = ALL) -> tuple[b
 
 
 @lru_cache(maxsize=64)
+def final_test(among: frozenset[int]) -> re.Pattern[str]:
+    """One character test that the last character of every span of the patterns `among`
+    passes (`>` for a tag, `;` for an entity, a conversion letter for `%s`): a piece holding
+    no character that passes it completes none of those spans."""
+    tests = set().union(*(last_tests(_FLAT[k]) for k in among))
+    return re.compile("|".join(sorted(tests)) or "(?!)")
+
+
+@lru_cache(maxsize=64)
 def ends_in_mark(among: frozenset[int]) -> bool:
-    """Whether every span of the patterns `among` ends with a mark (`>`, `;`, `}`: a tag,
-    template, entity, brace or ICU argument), never a letter, digit or space: then a piece
-    of words and spaces completes none of them."""
-    return all(GROWING[k][0] == "icu" or ends_on_mark(GROWING[k][1]) for k in among)
+    """Whether every span of the patterns `among` ends with a mark (`>`, `;`, `}`), never a
+    letter, digit, `_` or space: the question the span ban asked before `final_test` (the
+    earlier rules `scripts/bench/bans.py --baseline` loads still ask it)."""
+    test = final_test(among)
+    words = [chr(c) for c in range(128) if chr(c).isalnum() or chr(c) in "_ \t\n"]
+    return not any(test.fullmatch(c) for c in words + ["é", "\u0663", "\u00a0", "\u3042"])
 
 
 def class_map(chars: Iterable[str], among: frozenset[int] = ALL) -> dict[int, str]:

@@ -17,12 +17,10 @@ _ZERO_WIDTH = (_c.AT, _c.ASSERT, _c.ASSERT_NOT)
 _ATOMS = (_c.LITERAL, _c.NOT_LITERAL, _c.IN, _c.ANY)
 
 
-def ends_on_mark(pattern: str) -> bool:
-    """Whether every match of `pattern` ends with a mark: no letter, digit, `_` or space."""
-    codes, other = _last_chars(_p.parse(pattern))
-    return not other and not any(
-        chr(c).isalnum() or chr(c) == "_" or chr(c).isspace() for c in codes
-    )
+def last_tests(pattern: str) -> set[str]:
+    """The character tests (expressions that match one character) one of which the last
+    character of every match of `pattern` passes: `>` for a tag, `[diouxX...]` for `%s`."""
+    return _last_atoms(_p.parse(pattern))
 
 
 def character_tests(pattern: str) -> set[str]:
@@ -48,33 +46,28 @@ def character_tests(pattern: str) -> set[str]:
     return out
 
 
-def _last_chars(items) -> tuple[set[int], bool]:
-    """(the ASCII codes, and whether any other character) a match of the parsed expression
-    `items` can end with."""
-    codes: set[int] = set()
-    other = False
+def _last_atoms(items) -> set[str]:
+    """The atoms (as one-character expressions) that can match the last character of a match
+    of the parsed expression `items`."""
+    out: set[str] = set()
     for op, av in reversed(list(items)):
         if op in _ZERO_WIDTH:
             continue  # zero width: the character before it ends the match
         if op in _REPEATS:
-            sub = _last_chars(av[2])
+            out |= _last_atoms(av[2])
             nullable = av[0] == 0 or _nullable(av[2])
         elif op == _c.SUBPATTERN:
-            sub, nullable = _last_chars(av[3]), _nullable(av[3])
+            out |= _last_atoms(av[3])
+            nullable = _nullable(av[3])
         elif op == _c.BRANCH:
-            parts = [_last_chars(b) for b in av[1]]
-            sub = (set().union(*(x for x, _ in parts)), any(o for _, o in parts))
+            out = out.union(*(_last_atoms(b) for b in av[1]))
             nullable = any(_nullable(b) for b in av[1])
         else:
-            test = re.compile(_atom_text(op, av))
-            sub = ({c for c in range(128) if test.fullmatch(chr(c))},
-                   any(test.fullmatch(c) for c in "éß€\u3042"))  # fmt: skip
+            out.add(_atom_text(op, av))
             nullable = False
-        codes |= sub[0]
-        other |= sub[1]
         if not nullable:
             break
-    return codes, other
+    return out
 
 
 def _nullable(items) -> bool:

@@ -12,6 +12,9 @@ Two workloads, each optional:
   `<%s>` and tags the model writes itself, so rows hold open spans.
   With `--replay`, the steps of one protected run are replayed through each rule alone
   instead (the ban's CPU seconds without the model's, so little of the machine's noise).
+  With `--fresh`, `mt translate` runs as a user runs it instead, a fresh process each time
+  (interpreter, loading, the index built, every open text new), `--protect` and
+  `--no-protect` taking turns, each child's CPU seconds.
 - `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
   sampled on its own source lines: the ban works at every step, which is where reading each
   row's open span and finding its completing pieces costs.
@@ -41,6 +44,7 @@ import dataclasses
 import importlib.util
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -201,6 +205,39 @@ def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
             )  # fmt: skip
 
 
+def fresh(checkpoint: Path, src: Path, rounds: int) -> str:
+    """`mt translate` of `src` in a fresh process per run, protected and not taking turns,
+    one thread each: CPU seconds of each child (user + system), and whether every protected
+    run wrote the same output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    secs: dict[str, list[float]] = {"--protect": [], "--no-protect": []}
+    outs: dict[str, set[bytes]] = {k: set() for k in secs}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.txt"
+        for _ in range(rounds):
+            for flag in secs:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint), flag,
+                       "-i", str(src), "-o", str(out)]  # fmt: skip
+                subprocess.run(cmd, env=env, check=True, capture_output=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                secs[flag].append(
+                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                )
+                outs[flag].add(out.read_bytes())
+    base, base_median = min(secs["--no-protect"]), statistics.median(secs["--no-protect"])
+    rows = [[k, f"{min(v):.2f}", f"{statistics.median(v):.2f}", f"{min(v) / base:.3f}x",
+             f"{statistics.median(v) / base_median:.3f}x", " ".join(f"{x:.2f}" for x in v)]
+            for k, v in secs.items()]  # fmt: skip
+    header = ("mt translate", "best CPU s", "median CPU s", "best / best", "median / median",
+              "rounds (CPU s)")  # fmt: skip
+    same = len(outs["--protect"]) == 1
+    return (f"### a fresh `mt translate` per run: {src}, {rounds} rounds\n\n"
+            + markdown_table(header, rows)
+            + f"\n\nevery protected run wrote the same output: {'yes' if same else 'no'}"
+            )  # fmt: skip
+
+
 def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, sample: bool) -> str:
     in_ban: dict[str, list[float]] = {k: [] for k in rules}
     cpu: dict[str, list[float]] = {k: [] for k in rules}
@@ -235,6 +272,7 @@ def main() -> None:
     p.add_argument("--baseline", default="c8628a7", help="the commit whose SpanRule to compare")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--replay", action="store_true", help="the strings workload: the ban alone")
+    p.add_argument("--fresh", action="store_true", help="the strings workload: mt translate")
     args = p.parse_args()
     rules = {
         "this tree": SpanRule,
@@ -255,7 +293,9 @@ def main() -> None:
         both = dict(rules)
         if args.strings_warm:
             both["this tree, index warmed"] = WarmedIndex(read_lines(args.strings_warm))
-        if args.replay:
+        if args.fresh:
+            print(fresh(args.strings, args.strings_src, args.rounds), "\n")
+        elif args.replay:
             print(replay(loaded, lines, rules["baseline"], args.rounds), "\n")
         else:
             print(workload("software strings, beam", loaded, lines, both, args.rounds, False), "\n")

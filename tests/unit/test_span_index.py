@@ -16,7 +16,9 @@ from mt.config import TokenizerConfig
 from mt.spans import WIDEST, find_spans
 from mt.spans import index as index_module
 from mt.spans.bans import SpanRule
-from mt.spans.index import PieceIndex, index_for, piece_texts
+from mt.spans.index import PieceIndex, _walk, index_for, may, piece_texts, starts_of
+from mt.spans.open import GROWING, alive_patterns, class_map, final_test, growth, open_starts
+from mt.spans.rows import read
 from mt.tokenizer import Tokenizer, train_tokenizer
 from scripts.bench.protect import SPANS, inject_text
 
@@ -113,3 +115,97 @@ def test_piece_texts_are_what_each_piece_writes(strings_tokenizer) -> None:
     ids = strings_tokenizer.encode_tgt(["A man at %s <b>home</b>."])[0]
     assert "".join(texts[v] for v in ids).strip() == "A man at %s <b>home</b>."
     assert texts[0] == "" and len(texts) == strings_tokenizer.tgt_vocab_size
+
+
+# Open texts the software-strings model wrote (scripts/bench/bans.py), and a few more kinds.
+ENDINGS = [
+    " %06.2222",
+    ".%.255",
+    "%%(cc",
+    " <UUasese",
+    ".<refs | --refs | --path-",
+    " <%.*s: <%.*s",
+    " <pid",
+    ".ftp",
+    " %2",
+    " $HO",
+    " {0",
+    " {count, plural, one {# file",
+    " &am",
+    " at www.ex",
+    " x@exa",
+    " <% x %",
+    " %<na",
+    ' <a href="',
+    " {{ na",
+    " %1$",
+    " ${HO",
+    " &#x1",
+]
+
+
+def _walked_by_brute_force(index: PieceIndex, end: str, s: int, among) -> set[int]:
+    """What the walk finds, piece by piece over the whole vocabulary: the pieces along which
+    a span of `among` from `s` is completed (`growth`), read in those patterns' classes."""
+    classes = class_map(index.chars, among)
+    mapped = end.translate(classes)
+    found = set()
+    for v, text in enumerate(index.texts):
+        piece = text.translate(classes)
+        for k in range(1, len(piece) + 1):
+            alive, at_end, final = growth(mapped + piece[:k], s, len(end), among)
+            if final or (at_end and k == len(piece)):
+                found.add(v)
+            if final or not alive:
+                break
+    return found
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_walk_finds_what_a_scan_of_every_piece_finds(strings_tokenizer, data) -> None:
+    """The walk of a flat trie that holds only the pieces with a character the patterns can
+    end on (`final_test`) finds the pieces that a piece-by-piece check of the whole
+    vocabulary finds, after real and random open texts."""
+    index = PieceIndex(piece_texts(strings_tokenizer))
+    texts = index.texts
+    row = data.draw(_rows(texts), label="row")
+    text = data.draw(st.sampled_from(["".join(texts[v] for v in row)] + ENDINGS), label="text")
+    state = read(text, open_starts(text))
+    if state is None:
+        return
+    _, end, starts = state
+    for s in starts:
+        among = alive_patterns(end, s)
+        if not among:
+            continue
+        classes, trie = index._trie(among)
+        key = (end.translate(classes), (s,), among)
+        assert set(_walk(trie, *key)) == _walked_by_brute_force(index, end, s, among), end
+        held = {v for v, t in enumerate(texts) if final_test(among).search(t)}
+        assert set(trie.pieces) == held
+
+
+def test_every_span_ends_on_a_character_its_pattern_can_end_on() -> None:
+    """`final_test` is read off the patterns' last atoms: each span `find_spans` finds in
+    the benchmark's spans and the endings above ends on a character that passes the test of
+    the pattern that found it (and not, for a tag, on a letter)."""
+    kinds = {k: frozenset({k}) for k in range(len(GROWING))}
+    lines = [" ".join(v) for v in SPANS.values()] + [e + "s>" for e in ENDINGS]
+    seen = 0
+    for line in lines:
+        for span in find_spans(line, WIDEST):
+            ks = [k for k, (kind, _) in enumerate(GROWING) if kind == span.kind]
+            assert any(final_test(kinds[k]).fullmatch(span.text[-1]) for k in ks), span
+            seen += 1
+    assert seen > 20
+    assert final_test(frozenset({1})).fullmatch(">") and not final_test(frozenset({1})).search("a")
+
+
+@given(
+    span=st.text(alphabet="%s<b>{0}$HOME", max_size=6),
+    ok=st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "%", "<b"]), max_size=3),
+)
+def test_the_starts_of_the_allowed_spans_are_what_may_lets_through(span, ok) -> None:
+    """`starts_of` (a set lookup per span) lets through exactly the spans `may` does."""
+    assert (span in starts_of(tuple(ok))) == may(span, tuple(ok))
