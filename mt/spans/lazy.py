@@ -14,8 +14,8 @@ they hold no banned piece, are the best k with every ban masked: the same tokens
 keep, more than a row's best k, and take the whole ban (`PieceIndex.bans`).
 
 Only where checking some candidates answers as checking all of them does (`find_spans` over
-the candidates' lines at once reads the closing tags and ICU arguments of all of them, which
-needs `<` or `{`): other open texts take the whole ban.
+the candidates' lines at once reads the closing tags and ICU arguments of all of them:
+`_apart`): other open texts take the whole ban.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mt.spans import CLOSING_TAG
 from mt.spans.index import CACHE, PieceIndex, _completed_each, starts_of
 from mt.spans.rows import Open
 
@@ -54,9 +55,7 @@ def lazy_bans(
     look = index.lookups.get(line)
     if look is None:
         candidates = index.candidates(head, end, list(starts))
-        texts = index.texts
-        marks = "<" in line or "{" in line
-        if marks or any("<" in texts[v] or "{" in texts[v] for v in candidates):
+        if not _apart(line, [index.texts[v] for v in candidates]):
             return index.bans(state, ok), None  # the checks of one candidate read the others
         if len(index.lookups) >= CACHE:
             index.lookups.pop(next(iter(index.lookups)))
@@ -81,6 +80,18 @@ def confirm(index: PieceIndex, look: Lookup, ids: list[int], ok: tuple[str, ...]
             index.lookups.pop(look.line, None)
             index._keep_found(look.line, whole)
     return _banned(look, {v: look.spans[v] for v in ids}, ok)
+
+
+def _apart(line: str, pieces: list[str]) -> bool:
+    """Whether `find_spans` answers for each of `line + piece` alone as it does over all of
+    them at once (`mt.spans.index._completed_each`). The one pass reads two things across
+    lines: the closing tags of them all (a lone `<b>` is markup where `</b>` is written
+    anywhere in the text), so no piece may close a tag `line` does not, and the ICU
+    arguments (an unbalanced one ends the search for others), so none may hold `{`."""
+    if "{" in line or any("{" in p for p in pieces):
+        return False
+    closed = set(CLOSING_TAG.findall(line))
+    return all(">" not in p or closed.issuperset(CLOSING_TAG.findall(line + p)) for p in pieces)
 
 
 def _banned(look: Lookup, spans: dict[int, tuple[str, ...]], ok: tuple[str, ...]) -> list[int]:
