@@ -34,12 +34,24 @@ class Lookup:
     """One open text's candidate pieces and the answers checked so far (spans each completes,
     empty when none); `open` holds those not yet checked."""
 
-    __slots__ = ("line", "candidates", "spans", "open")
+    __slots__ = ("line", "candidates", "spans", "open", "ids", "known")
 
     def __init__(self, line: str, candidates: list[int]) -> None:
         self.line, self.candidates = line, candidates
         self.spans: dict[int, tuple[str, ...]] = {}
         self.open = set(candidates)
+        self.ids = torch.tensor(candidates, dtype=torch.long)
+        # By allowed spans: (answers checked then, the banned pieces as a tensor), so a row
+        # ending met again at a later step costs no new tensor until more are checked.
+        self.known: dict[tuple[str, ...], tuple[int, torch.Tensor]] = {}
+
+    def banned(self, ok: tuple[str, ...]) -> torch.Tensor:
+        """The pieces checked so far that complete a span not `ok`."""
+        n, ids = self.known.get(ok, (-1, None))
+        if n != len(self.spans) or ids is None:
+            ids = torch.tensor(_banned(self, self.spans, ok), dtype=torch.long)
+            self.known[ok] = (len(self.spans), ids)
+        return ids
 
 
 def lazy_bans(
@@ -62,7 +74,7 @@ def lazy_bans(
         look = index.lookups[line] = Lookup(line, candidates)
     if not look.open:
         return index.bans(state, ok), None
-    return torch.tensor(_banned(look, look.spans, ok), dtype=torch.long), look
+    return look.banned(ok), look
 
 
 def confirm(index: PieceIndex, look: Lookup, ids: list[int], ok: tuple[str, ...]) -> list[int]:
@@ -118,14 +130,24 @@ class Unconfirmed:
     ) -> None:
         """Make `top`, `tok` (N, k) of the masked `logits` (N, V), rows `start` to `start + N`
         of the step, what they are with every ban masked: each row's unchecked candidates
-        among its best k are checked, the banned ones masked in `logits`, and the row
-        ranked again by `rank` (`row_topk` with k), until its best k hold none unchecked."""
-        for r, (look, ok, checked) in self.rows.items():
-            i = r - start
-            if not 0 <= i < len(logits):
+        that score at least its k-th best are checked, the banned ones masked in `logits`,
+        and the row ranked again by `rank` (`row_topk` with k), until none is left."""
+        inside = [(r - start, x) for r, x in self.rows.items() if 0 <= r - start < len(logits)]
+        if not inside:
+            return
+        # One pass over every pending row's candidates: the rows with an unchecked candidate
+        # scoring at least their k-th best (most rows have none: their text is written on).
+        rows = torch.cat([torch.full((len(x[0].candidates),), i) for i, x in inside])
+        cols = torch.cat([x[0].ids for _, x in inside])
+        near = (logits[rows, cols] >= top[rows, -1]).nonzero().squeeze(1)
+        if not len(near):
+            return
+        hit = set(rows[near].tolist())
+        for i, (look, ok, checked) in inside:
+            if i not in hit:
                 continue
             while True:
-                ids = [v for v in tok[i].tolist() if v in look.open or v in look.spans]
+                ids = look.ids[logits[i, look.ids] >= top[i, -1]].tolist()
                 ids = [v for v in ids if v not in checked]
                 if not ids:
                     break
