@@ -69,7 +69,7 @@ def greedy_search(
     t = 0
     while active.numel():
         force = limit[active] <= t  # at the length limit only EOS may come
-        rules = step_rules(prefix, active, t, history, no_repeat_ngram, bans, lazy=sampling is None)
+        rules = step_rules(prefix, active, t, history, no_repeat_ngram, bans)
         if sampling is not None:
             tok, lp, eos_lp, align = sample_tokens(
                 model, prev, state, sampling, rules, alignment=alignment
@@ -275,7 +275,7 @@ def beam_search(
         n, width = beams.scores.shape
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
         rules = step_rules(
-            prefix, sent.repeat_interleave(width), t, history, cfg.no_repeat_ngram, bans, True
+            prefix, sent.repeat_interleave(width), t, history, cfg.no_repeat_ngram, bans
         )
         row_lp, row_tok, eos_lp, align = top_tokens(
             model, beams.prev, beams.state, 2 * K, rules, alignment=alignment

@@ -13,7 +13,6 @@ import torch
 
 from mt.model import DecoderState, Transformer
 from mt.spans.bans import Bans, apply_mask, step_bans
-from mt.spans.lazy import Unconfirmed
 from mt.spans.masks import RowMask
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -122,14 +121,11 @@ class StepRules:
     `forced` (N,): the token a row must write (a target prefix; -1 where free), None when no
     row must. `banned` (N, W): token ids a row may not write (no-repeat-ngram; PAD entries ban
     nothing new). `mask` (`mt.spans.masks.RowMask`, `mt.spans.bans.step_bans`): tokens banned too.
-    `pending` (`mt.spans.lazy`): rows whose span bans `mask` holds in part, the rest checked
-    among the tokens a row ranks best (`top_tokens` only).
     """
 
     forced: torch.Tensor | None = None
     banned: torch.Tensor | None = None
     mask: RowMask | None = None
-    pending: Unconfirmed | None = None
 
 
 def step_rules(
@@ -139,19 +135,13 @@ def step_rules(
     history: torch.Tensor,
     no_repeat_ngram: int,
     bans: Bans | None,
-    lazy: bool = False,
 ) -> StepRules:
     """The rules of step `t` for decoder rows whose sentences are `rows` (indices into
-    `prefix` and the spans of `bans`), each row having written `history` so far. `lazy`:
-    the rows go to `top_tokens`, which checks the span bans of new open texts only among
-    each row's best tokens (`mt.spans.lazy`); sampling needs every ban."""
-    spans = bans.spans if bans is not None else None
-    pending = Unconfirmed(spans.index) if lazy and spans is not None else None
+    `prefix` and the spans of `bans`), each row having written `history` so far."""
     return StepRules(
         forced=forced_at(prefix, rows, t),
         banned=repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None,
-        mask=step_bans(bans, history, rows, pending),
-        pending=pending if pending is not None and pending.rows else None,
+        mask=step_bans(bans, history, rows),
     )
 
 
@@ -170,10 +160,8 @@ def top_tokens(
     most-attended source position if `alignment`. Without `normalise` the two log-probability
     results are None and the log-softmax pass (an exp per row and vocabulary entry) is skipped.
 
-    Tokens `rules` bans are excluded (those of `rules.pending` checked among each row's best
-    `k`, then the row ranked again if one was banned: `mt.spans.lazy`). A row with a forced
-    token (a target prefix) gets that token as its only candidate, with its real
-    log-probability, whatever the bans say.
+    Tokens `rules` bans are excluded. A row with a forced token (a target prefix) gets that
+    token as its only candidate, with its real log-probability, whatever the bans say.
 
     Projecting a chunk of rows at a time keeps each chunk's logits in cache for the passes over
     them: log_softmax (one fused kernel, where logsumexp takes four passes)
@@ -197,10 +185,7 @@ def top_tokens(
         apply_mask(logits, mask, start)
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
-        width = min(k, logits.size(-1))
-        top, tok = row_topk(logits, width)
-        if rules.pending is not None:
-            rules.pending.settle(logits, top, tok, start, lambda x, w=width: row_topk(x, w))
+        top, tok = row_topk(logits, min(k, logits.size(-1)))
         if force is not None and force_lp is not None:
             on = force.ge(0)
             top[on] = float("-inf")

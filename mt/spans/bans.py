@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from mt.spans.index import PieceIndex, index_for, may
-from mt.spans.lazy import Unconfirmed, lazy_bans
 from mt.spans.masks import RowMask
 from mt.spans.open import open_starts
 from mt.spans.rows import read
@@ -82,16 +81,10 @@ class SpanRule:
         return self.rows_mask(history, sent, allowed).dense(len(history))
 
     def rows_mask(
-        self,
-        history: torch.Tensor,
-        sent: torch.Tensor,
-        allowed: list[tuple[str, ...]] | None,
-        pending: Unconfirmed | None = None,
+        self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
     ) -> RowMask:
         """`mask` as the search applies it (`mt.spans.masks`): `alone` for every row but
-        those whose sentence is allowed one of its pieces' spans or that hold an open span.
-        With `pending`, a row whose open text is new is masked with the bans checked so far
-        and put in `pending`, for the search to check the rest it ranks (`mt.spans.lazy`)."""
+        those whose sentence is allowed one of its pieces' spans or that hold an open span."""
         R, t = history.shape
         base, differs = self._alone(allowed) if allowed and any(allowed) else (None, set())
         sents = sent.tolist()
@@ -113,13 +106,7 @@ class SpanRule:
                     state = self.open_texts.of(text, last, was)
                     if state is not None:
                         ok = allowed[sents[r]] if allowed else ()
-                        if pending is None:
-                            ids = self.index.bans(state, ok)
-                        else:
-                            ids, look = lazy_bans(self.index, state, ok)
-                            if look is not None:
-                                pending.rows[r] = (look, ok, set(ids.tolist()))
-                        if len(ids):
+                        if len(ids := self.index.bans(state, ok)):
                             extra.setdefault(r, []).append(ids)
         if not extra:
             return self._shared
@@ -177,21 +164,11 @@ def step_mask(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> t
     return None if out is None else out.dense(len(history))
 
 
-def step_bans(
-    bans: Bans | None,
-    history: torch.Tensor,
-    sent: torch.Tensor,
-    pending: Unconfirmed | None = None,
-) -> RowMask | None:
-    """`step_mask` as the search applies it (`mt.spans.masks`); with `pending`, the span
-    rule's bans checked so far for rows whose open text is new (`SpanRule.rows_mask`)."""
+def step_bans(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> RowMask | None:
+    """`step_mask` as the search applies it (`mt.spans.masks`)."""
     if bans is None:
         return None
-    rule = (
-        bans.spans.rows_mask(history, sent, bans.allowed, pending)
-        if bans.spans is not None
-        else None
-    )
+    rule = bans.spans.rows_mask(history, sent, bans.allowed) if bans.spans is not None else None
     vocab = bans.vocab
     if vocab is None:
         return rule

@@ -82,7 +82,6 @@ class PieceIndex:
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
         self._found: dict[str, list[tuple[int, tuple[str, ...]]]] = {}  # `completing`'s
         self._bans: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # `bans` by open text
-        self.lookups: dict = {}  # open texts checked in part (`mt.spans.lazy.Lookup`), by text
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
         self.lock = threading.Lock()
@@ -109,24 +108,14 @@ class PieceIndex:
         self, head: str, end: str, starts: list[int]
     ) -> list[tuple[int, tuple[str, ...]]]:
         """(piece, the spans it completes) for the pieces that complete a span after `end`,
-        whose spans under way start at `starts`: the candidates (`candidates`), each
-        checked by `find_spans` itself (after `head`, the line's closing tags)."""
+        whose spans under way start at `starts`: for each start, the trie of pieces is
+        walked with the partial matches of the patterns alive there (`mt.spans.open`), a
+        branch dropped as soon as none can still match along it, and each piece on a branch
+        where one was completed is checked by `find_spans` itself (after `head`, the line's
+        closing tags)."""
         line = head + end
         if line in self._found:
             return self._found[line]
-        candidates = self.candidates(head, end, starts)
-        pieces = [self.texts[v] for v in candidates]
-        # Tuples of strings, which the collector stops tracking: the kept answers of a
-        # thousand open texts are not walked again by every collection of the process.
-        out = [(v, tuple(x)) for v, x in zip(candidates, _completed_each(line, pieces)) if x]
-        self._keep_found(line, out)
-        return out
-
-    def candidates(self, head: str, end: str, starts: list[int]) -> list[int]:
-        """The pieces that may complete a span after `end` (`completing` checks each): for
-        each start, the trie of pieces is walked with the partial matches of the patterns
-        alive there (`mt.spans.open`), a branch dropped as soon as none can still match
-        along it; the pieces on a branch where one was completed."""
         candidates: list[int] = []
         for s in starts:
             among = alive_patterns(end, s)
@@ -141,12 +130,15 @@ class PieceIndex:
                     self._walks.pop(next(iter(self._walks)))
                 self._walks[key] = _walk(trie, *key)
             candidates += self._walks[key]
-        return list(dict.fromkeys(candidates))
-
-    def _keep_found(self, line: str, out: list[tuple[int, tuple[str, ...]]]) -> None:
+        candidates = list(dict.fromkeys(candidates))
+        pieces = [self.texts[v] for v in candidates]
+        # Tuples of strings, which the collector stops tracking: the kept answers of a
+        # thousand open texts are not walked again by every collection of the process.
+        out = [(v, tuple(x)) for v, x in zip(candidates, _completed_each(line, pieces)) if x]
         if len(self._found) >= CACHE:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
+        return out
 
     def _trie(self, among: frozenset[int]) -> tuple[dict[int, str], Trie]:
         """For spans of the patterns `among`: their character classes

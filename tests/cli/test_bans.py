@@ -28,7 +28,7 @@ from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Sampling
 from mt.spans import WIDEST, find_spans
 from mt.spans.bans import Bans, SpanRule, step_mask
-from mt.spans.index import PieceIndex, piece_texts
+from mt.spans.index import piece_texts
 from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
 from scripts.processes import start_server
@@ -340,31 +340,6 @@ def test_every_search_path_keeps_the_ban(spanful_run, rule, path) -> None:
 
     check()
     assert sum(free_spans) >= len(free_spans), free_spans  # unbanned, the model writes spans
-
-
-class _WholeBan(SpanRule):
-    """The span rule that never checks in part: every row gets its whole ban up front."""
-
-    def rows_mask(self, history, sent, allowed, pending=None):
-        return super().rows_mask(history, sent, allowed)
-
-
-@pytest.mark.parametrize("path", ["greedy", "beam", "prefix"])
-def test_bans_checked_as_ranked_search_as_the_whole_ban_does(spanful_run, path) -> None:
-    """Greedy, beam (n-best) and prefixed search on a model made to want spans, each with an
-    index of its own (every open text new, as in a fresh `mt translate`): checking a new
-    open text's candidates only as a row ranks them (`mt.spans.lazy`) gives the same
-    hypotheses, token for token and score for score, as banning them all up front."""
-    srcs = ["ka lo mi", "nu pe", "ri so tu va", "ze ka"] * 2
-    allowed = [(), ("%s",), ("<b>", "$HOME"), ()] * 2
-    for seed, strength in [(0, 6.0), (1, 9.0), (2, 12.0)]:
-        model, tok = _eager(spanful_run, strength, seed)
-        out = []
-        for kind in (SpanRule, _WholeBan):
-            rule = kind(tok, torch.device("cpu"), index=PieceIndex(piece_texts(tok)))
-            hyps = _search(model, tok, path, srcs, seed, Bans(spans=rule, allowed=allowed), None)
-            out.append([(h.tokens, h.score) for h in hyps])
-        assert out[0] == out[1], (path, seed)
 
 
 def test_no_pattern_needs_a_longer_run_than_the_walk_keeps() -> None:
