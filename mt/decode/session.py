@@ -133,13 +133,12 @@ class Session:
             raise MtError(f"int8 decoding ({n('decode.int8')}) runs on CPU only; use the CPU")
         precision = resolve_decode_dtype(dcfg.dtype, self.device, dcfg.int8, n("decode.dtype"))
         if dcfg.gemm == "onednn" and not uses_onednn("onednn", precision, self.device, dcfg.int8):
-            here = (
-                f"{n('decode.int8')} is on"
-                if dcfg.int8
-                else f"this decode is {precision.name} on {self.device.type}"
-                if precision.name != "fp32" or self.device.type != "cpu"
-                else f"torch {torch.__version__} lacks the oneDNN op"
-            )
+            if dcfg.int8:
+                here = f"{n('decode.int8')} is on"
+            elif precision.name != "fp32" or self.device.type != "cpu":
+                here = f"this decode is {precision.name} on {self.device.type}"
+            else:
+                here = f"torch {torch.__version__} lacks the oneDNN op"
             raise MtError(f"{n('decode.gemm')} onednn decodes fp32 on a CPU, but {here}")
         return dcfg
 
