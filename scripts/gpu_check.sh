@@ -28,6 +28,7 @@ WHEELS=build/wheels # git-ignored, so `carry` can take it
 DATA=data/multi30k  # git-ignored; the configs' default data root
 STEPS=setup,tests,bench_train,recipe,eval,bench_decode,bench_cpu
 QUICK=0 CPU=0 PREPARE=0 RECIPE_MINUTES=10 RECIPE_TIMEOUT=520 TESTS_K="" TESTS_TIMEOUT=540
+GIVEN_MINUTES=0 GIVEN_TIMEOUT=0
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
@@ -35,8 +36,8 @@ while [ $# -gt 0 ]; do
     --prepare) PREPARE=1 ;;
     --steps) STEPS=setup,$2 && shift ;;
     --wheels) WHEELS=$2 && shift ;;
-    --recipe-minutes) RECIPE_MINUTES=$2 && shift ;;
-    --recipe-timeout) RECIPE_TIMEOUT=$2 && shift ;;
+    --recipe-minutes) RECIPE_MINUTES=$2 GIVEN_MINUTES=1 && shift ;;
+    --recipe-timeout) RECIPE_TIMEOUT=$2 GIVEN_TIMEOUT=1 && shift ;;
     --tests-k) TESTS_K=$2 && shift ;; # pytest -k: the tests in two calls when one is too short
     --tests-timeout) TESTS_TIMEOUT=$2 && shift ;;
     *) echo "gpu_check: unknown option $1 (see the top of $0)" >&2 && exit 2 ;;
@@ -66,7 +67,10 @@ SUMMARY=$OUTDIR/summary.txt
 TABLE=${TMPDIR:-/tmp}/mt_gpu_check_table.$$ # the table rows, appended to summary.txt last
 : >"$TABLE"
 RUN=runs/gpu_check
-[ $QUICK = 1 ] && RUN=runs/gpu_check_quick RECIPE_MINUTES=1 RECIPE_TIMEOUT=150
+# --quick shortens the recipe unless --recipe-minutes / --recipe-timeout say otherwise
+[ $QUICK = 1 ] && RUN=runs/gpu_check_quick
+[ $QUICK = 1 ] && [ $GIVEN_MINUTES = 0 ] && RECIPE_MINUTES=1
+[ $QUICK = 1 ] && [ $GIVEN_TIMEOUT = 0 ] && RECIPE_TIMEOUT=150
 export MT_DATA=$REPO/$DATA PYTHONUNBUFFERED=1
 SRC=$DATA/test_2016_flickr.de.gz REF=$DATA/test_2016_flickr.en.gz
 FAILED=0
@@ -170,7 +174,7 @@ if wanted bench_train; then
     if [ $DEVICE = none ]; then skip bench_train; else
         real=()
         [ -f "$RUN/config.yaml" ] && real=(--run-dir "$RUN" --max-tokens 8192)
-        run bench_train 300 python -m scripts.bench.train "${BENCH_TRAIN[@]}" "${real[@]}"
+        run bench_train 300 python3 -m scripts.bench.train "${BENCH_TRAIN[@]}" "${real[@]}"
         key=$(py '
 import json, sys
 rows = [json.loads(x) for x in open(sys.argv[1]) if x.startswith("{") and "mt_mfu" in x]
@@ -268,7 +272,7 @@ if wanted bench_decode; then
                 engines=mt,hf why="; ct2 left out: no libcublas.so.12, and no cuBLAS 13 to stand in"
             fi
         fi
-        run bench_decode 420 python -m scripts.bench.decode "$ckpt" --src "$SRC" --ref "$REF" \
+        run bench_decode 420 python3 -m scripts.bench.decode "$ckpt" --src "$SRC" --ref "$REF" \
             --engines "$engines" "${BENCH_DECODE[@]}"
         key=$(grep -E '^mt(-early)? / ' "$OUTDIR/bench_decode.log" | paste -sd ';' | sed 's/;/; /g')
         [ $RC = 0 ] && note bench_decode ok $SECS "$key$why" || { note bench_decode failed $SECS "rc $RC$why" && FAILED=1; }
@@ -285,7 +289,7 @@ if wanted bench_cpu; then
         [ -f "$ckpt" ] || ckpt=$RUN/best.pt
         decode=(--skip-decode)
         [ -f "$ckpt" ] && decode=(--checkpoint "$ckpt")
-        run bench_cpu 420 python -m scripts.bench.bf16 "${decode[@]}" "${BENCH_CPU[@]}"
+        run bench_cpu 420 python3 -m scripts.bench.bf16 "${decode[@]}" "${BENCH_CPU[@]}"
         key=$(grep -E '^(train|decode) ' "$OUTDIR/bench_cpu.log" | sed -E 's/ +/ /g' | paste -sd ';' | sed 's/;/; /g')
         [ $RC = 0 ] && note bench_cpu ok $SECS "$key" || { note bench_cpu failed $SECS "rc $RC" && FAILED=1; }
     fi

@@ -80,13 +80,6 @@ def serve(
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
     (mt.decode.numbers) on every translation."""
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn
-    except ImportError as err:
-        raise MtError(f"mt serve needs {err.name}: pip install 'mt[serve]'") from None
-    from mt.serve.app import ServeConfig, create_app
-
     limits = limits or Limits()
     try:
         limits.check()
@@ -102,6 +95,14 @@ def serve(
         from mt.device import resolve_decode_dtype, resolve_device
 
         resolve_decode_dtype(dtype, resolve_device(device), option="--dtype")
+    # The options are checked first: a wrong one is the same line with the extra or without it.
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as err:
+        raise MtError(f"mt serve needs {err.name}: pip install 'mt[serve]'") from None
+    from mt.serve.app import ServeConfig, create_app
+
     keys = read_keys(api_key_file) if api_key_file is not None else None
     config = ServeConfig(
         parse_models(checkpoints), device, limits, keys, cors_origins or [], dtype, keep_numbers

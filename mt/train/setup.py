@@ -163,12 +163,13 @@ def continued(
     ema: Ema | None,
 ) -> TrainState:
     """A fresh state, or the one `last.pt` holds put back in place (model, optimizer, scaler,
-    EMA, RNG)."""
+    skipped-update counts, EMA, RNG)."""
     state = TrainState()
     if not start.resumed:
         return state
     data = read_last(p.dist, start.last, p.device)
     state = restore(data, start.last, m, net, update.optimizer, update.scaler, p.device)
+    update.restore_counts(data["train_state"].get("skipped"))
     if ema is not None:
         ema.load_state_dict(data["train_state"].get("ema"))
     del data

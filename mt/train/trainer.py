@@ -107,6 +107,7 @@ class Trainer:
     def _save_last(self) -> None:
         """`last.pt` with everything `--resume` needs."""
         train_state = training_state(self.optimizer, self.scaler, self.device, self.state)
+        train_state["skipped"] = self.update.counts()
         if self.ema is not None:
             train_state["ema"] = self.ema.state_dict()
         self.log.flush()  # every record up to this step is on disk before the checkpoint

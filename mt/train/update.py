@@ -5,7 +5,8 @@ The loss is scaled to the gradient per target token of the whole global batch (a
 the group on all ranks), so the update does not depend on how the batch was split. An update
 whose loss or gradient is not finite is skipped without a host sync (fused Adam reads
 `found_inf`); `bad_run` counts such updates in a row for the divergence rule, `bad_total` all of
-them for the log.
+them for the log. Both travel in `last.pt` (`counts`), so a resumed run logs the run's total and
+its divergence rule counts across the resume.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ class Update:
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         self.bad_run = torch.zeros((), dtype=torch.long, device=device)
         self.bad_total = torch.zeros((), dtype=torch.long, device=device)
+
+    def counts(self) -> dict[str, int]:
+        """The skipped-update counts for `last.pt` (a host sync: at checkpoints only)."""
+        return {"in_a_row": int(self.bad_run), "total": int(self.bad_total)}
+
+    def restore_counts(self, saved: dict[str, int] | None) -> None:
+        """Put back `counts()` from `last.pt`; a checkpoint written without them starts at 0."""
+        if saved:
+            self.bad_run = torch.tensor(saved["in_a_row"], dtype=torch.long, device=self.device)
+            self.bad_total = torch.tensor(saved["total"], dtype=torch.long, device=self.device)
 
     def __call__(
         self, group: list[Batch], step: int, used: float = 0.0

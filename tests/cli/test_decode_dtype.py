@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -138,6 +139,18 @@ def test_dtype_flag_on_the_decoding_commands(command, tiny_run, tmp_path, capsys
     )
     rc, _, err = run_in_process([*args, "--dtype", "bf16", "--int8"], capsys, monkeypatch)
     assert rc == 2 and "--dtype bf16 cannot be combined with int8" in err
+
+
+def test_serve_checks_its_options_before_it_needs_its_extra(tiny_run, capsys, monkeypatch):
+    """Without the serve extra (fastapi not importable) a wrong option is still its own line;
+    with right options the line names the extra to install."""
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` raises ImportError
+    args = ["serve", tiny_run / "best.pt", "--device", "cpu"]
+    rc, _, err = run_in_process([*args, "--dtype", "fp16"], capsys, monkeypatch)
+    assert rc == 2 and "--dtype fp16 decodes on CUDA only" in err
+    rc, _, err = run_in_process(args, capsys, monkeypatch)
+    assert rc == 2 and "mt serve needs fastapi: pip install 'mt[serve]'" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_serve_takes_the_dtype_for_every_decode(tiny_run, capsys, monkeypatch):

@@ -70,3 +70,25 @@ def test_resumed_run_matches_uninterrupted_run(config, tmp_path, mt_cli):
     assert len(ema_a) == len(ema_b) > 0
     for x, y in zip(ema_a, ema_b, strict=True):
         torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)
+
+
+def test_skipped_update_counts_survive_a_resume(tmp_path, mt_cli):
+    """Updates skipped for a non-finite gradient are counted for the run, not per process:
+    the resumed run logs the run's total, and `max_bad_updates` in a row counts the updates
+    skipped before the resume too, so both runs stop at the same step. lr_scale 1e9 makes the
+    first update blow the weights up; every later one is then non-finite and skipped.
+    """
+    config = reverse_task_config(tmp_path, max_steps=40, eval_every=40, log_every=2)
+    bad = ("--set", "train.lr_scale=1e9", "--set", "train.max_bad_updates=8")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    first = mt_cli("train", config, "--run-dir", straight, *bad)
+    assert first.rc == 3 and "8 updates in a row" in first.err
+    half = mt_cli("train", config, "--run-dir", resumed, *bad, "--set", "train.max_steps=4")
+    assert half.rc == 0, half.err
+    more = mt_cli("train", config, "--run-dir", resumed, *bad, "--resume")
+    assert more.rc == 3 and "8 updates in a row" in more.err
+    a = [(r["step"], r.get("skipped_updates")) for r in logged(straight) if "loss" in r]
+    b = [(r["step"], r.get("skipped_updates")) for r in logged(resumed) if "loss" in r]
+    assert a == b and all(skipped == step - 1 for step, skipped in a), (a, b)
+    steps = [torch.load(d / "last.pt", weights_only=True)["step"] for d in (straight, resumed)]
+    assert steps[0] == steps[1] < 40
