@@ -4,7 +4,8 @@
 # gpu_check (the CUDA tests on 4 pytest-xdist workers, bench_train, a short recipe, eval,
 # bench_decode); the other half run scripts/bench/bf16.py on the host CPU at the same time,
 # on a CPU recipe checkpoint carried in fp16 (a lent GPU's host may have AMX or avx512_bf16,
-# which the project's own machines may lack). Files in $OUT: gpu_check's 7 and bench_cpu.log.
+# which the project's own machines may lack). Files in $OUT: gpu_check's 7 and bench_cpu.log;
+# scripts/bench/decode_profile.py's tables of a GPU decode end bench_decode.log.
 #
 #   bash scripts/gpu_check.sh --prepare                       # here: wheels and Multi30k
 #   bash scripts/gpu_lease.sh --prepare runs/multi30k_de_en/best.pt   # here ($PYTHON: one with
@@ -40,7 +41,7 @@ pin() { if command -v taskset >/dev/null && taskset -c "$1" true 2>/dev/null; th
 PA=$(pin 0-$((H - 1))) PB=$(pin $H-$((N - 1)))
 echo "gpu_check on ${PA:-all cores}; bench_cpu on ${PB:-all cores}"
 python3 -c "import xdist" 2>/dev/null && export PYTEST_ADDOPTS="-n 4"
-(OUT=$OUT OMP_NUM_THREADS=$H timeout -k 5 560 $PA bash scripts/gpu_check.sh --quick \
+(OUT=$OUT OMP_NUM_THREADS=$H timeout -k 5 480 $PA bash scripts/gpu_check.sh --quick \
     --steps tests,bench_train,recipe,eval,bench_decode --tests-k "cuda or not cuda" \
     --tests-timeout 200 --recipe-minutes "$MINUTES" --recipe-timeout $((60 * MINUTES + 50)) \
     >"${TMPDIR:-/tmp}/gpu_lease_a.out" 2>&1) &
@@ -57,6 +58,10 @@ else
     echo "no $CKPT: bench_cpu left out (gpu_lease.sh --prepare CHECKPOINT makes it)"
 fi
 wait
+if [ -f "$CKPT" ]; then # where GPU decoding's time goes (greedy, fp16), after the timed runs
+    PYTHONPATH=$PWD MT_DATA=$PWD/data/multi30k timeout -k 5 80 python3 -m scripts.bench.decode_profile \
+        "$CKPT" --device cuda --dtype fp16 --limit 300 >>"$OUT/bench_decode.log" 2>&1
+fi
 tail -n 12 "${TMPDIR:-/tmp}/gpu_lease_a.out"
 grep -h FAILED "$OUT/tests.log" 2>/dev/null | sort -u | head
 grep -E '^(train|decode) |rc ' "$OUT/bench_cpu.log" 2>/dev/null
