@@ -63,9 +63,14 @@ def greedy_search(
     active = torch.arange(B, device=dev)  # original row of each active row
     prev = torch.full((B,), BOS, dtype=torch.long, device=dev)
     history = torch.empty(B, 0, dtype=torch.long, device=dev)
-    tokens: list[list[int]] = [[] for _ in range(B)]
-    aligns: list[list[int]] = [[] for _ in range(B)]
-    scores = [0.0] * B
+    # The output stays on the device until the end: position t of each row's tokens (and
+    # alignments), its length so far and its summed score (float64: a sum of Python floats).
+    # A step then reads one number back (how many rows finished), not every row's token.
+    width = int(limit.max()) + 1 if B else 0  # at the limit only EOS may come
+    tokens = torch.zeros(B, width, dtype=torch.long, device=dev)
+    aligns = torch.zeros(B, width, dtype=torch.long, device=dev) if alignment else None
+    lengths = torch.zeros(B, dtype=torch.long, device=dev)
+    scores = torch.zeros(B, dtype=torch.float64, device=dev)
     t = 0
     while active.numel():
         force = limit[active] <= t  # at the length limit only EOS may come
@@ -85,29 +90,29 @@ def greedy_search(
         else:
             best_lp = torch.where(force, eos_lp, top_lp[:, 0])
         done = best.eq(EOS)
-        rows = active.tolist()
-        for r, tok, lp, d, a in zip(
-            rows,
-            best.tolist(),
-            best_lp.tolist(),
-            done.tolist(),
-            align.tolist() if align is not None else [0] * len(rows),
-        ):
-            scores[r] += lp
-            if not d:
-                tokens[r].append(tok)
-                aligns[r].append(a)
-        if done.all():
+        tokens[active, t] = best  # a finished row's EOS lies past its length
+        if aligns is not None and align is not None:
+            aligns[active, t] = align
+        lengths[active] = t + (~done).long()
+        scores.index_add_(0, active, best_lp.double())
+        finished = int(done.sum())  # the step's one read from the device
+        if finished == done.numel():
             break
         if no_repeat_ngram or bans is not None:
             history = torch.cat([history, best[:, None]], dim=1)
-        if done.any():
+        if finished:
             keep = (~done).nonzero().squeeze(1)
             state = state.select(keep)
             active, best, history = active[keep], best[keep], history[keep]
         prev = best
         t += 1
-    return [Hypothesis(tokens[i], scores[i], aligns[i] if alignment else []) for i in range(B)]
+    ends, sums = lengths.tolist(), scores.tolist()
+    rows = tokens.tolist()
+    where = aligns.tolist() if aligns is not None else None
+    return [
+        Hypothesis(rows[i][: ends[i]], sums[i], where[i][: ends[i]] if where else [])
+        for i in range(B)
+    ]
 
 
 class Beams:
@@ -160,12 +165,14 @@ class Beams:
             return []
         lp = length_penalty(self.step + 1 + offset, alpha, penalty)
         sent = self.sent.tolist()
+        # Whole (n, K) blocks in one read each: an element read is a device round trip on CUDA.
+        row_of, score_of = rows[:, :K].tolist(), top_s[:, :K].tolist()
         room = {sent[i]: K - (0 if keep_best else len(finished[sent[i]])) for i, _ in ends}
         out = []
         for i, j in ends:
             if room[sent[i]] > 0:
                 room[sent[i]] -= 1
-                out.append((sent[i], int(rows[i, j]), float(top_s[i, j]) / lp))
+                out.append((sent[i], row_of[i][j], score_of[i][j] / lp))
         return out
 
     def advance(
@@ -292,8 +299,12 @@ def beam_search(
         ended = beams.endings(
             top_s, rows, tok, K, alpha, finished, penalty, cfg.hf_stopping, offset
         )
-        for s, row, score in ended:
-            finished[s].append(Hypothesis(history[row].tolist(), score, align_hist[row].tolist()))
+        if ended:  # the ended rows' tokens in one read
+            at = [row for _, row, _ in ended]
+            for (s, _, score), toks, where in zip(
+                ended, history[at].tolist(), align_hist[at].tolist()
+            ):
+                finished[s].append(Hypothesis(toks, score, where))
         pick = continuing(tok, K)
         need = [K] * n
         if cfg.stop_early:  # sentences whose best candidate just ended need only nbest
