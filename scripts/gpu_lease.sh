@@ -59,7 +59,7 @@ else
 fi
 wait
 if [ -f "$CKPT" ]; then # where GPU decoding's time goes (greedy, fp16), after the timed runs
-    PYTHONPATH=$PWD MT_DATA=$PWD/data/multi30k timeout -k 5 80 python3 -m scripts.bench.decode_profile \
+    PYTHONPATH=$PWD:$SITE MT_DATA=$PWD/data/multi30k timeout -k 5 80 python3 -m scripts.bench.decode_profile \
         "$CKPT" --device cuda --dtype fp16 --limit 300 >>"$OUT/bench_decode.log" 2>&1
 fi
 tail -n 12 "${TMPDIR:-/tmp}/gpu_lease_a.out"
