@@ -69,7 +69,7 @@ def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict
     # train.device cpu: the config's `auto` would take a GPU where there is one (gpu_check's
     # bench_cpu runs on a GPU machine's host CPU), and this measures the CPU.
     sets = [f"data.root={args.data}", f"train.threads={args.threads}", "train.loader_workers=0"]
-    sets += ["train.device=cpu"]
+    sets.append("train.device=cpu")
     if args.train_examples:
         sets.append(f"data.max_train_examples={args.train_examples}")
     cfg = load_config(args.config, sets)

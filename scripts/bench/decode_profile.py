@@ -17,6 +17,7 @@ import argparse
 import collections
 import cProfile
 import io
+import os
 import pstats
 import time
 import warnings
@@ -35,8 +36,6 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=300, help="lines translated per pass")
     p.add_argument("--rows", type=int, default=30, help="rows of each table")
     args = p.parse_args()
-
-    import os
 
     import torch
 
