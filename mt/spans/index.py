@@ -24,9 +24,9 @@ from typing import NamedTuple
 
 import torch
 
-from mt.spans import WIDEST, find_spans
+from mt.spans import WIDEST, find_spans_each
 from mt.spans.open import alive_patterns, class_map, final_test, growth, open_starts
-from mt.spans.rows import CACHE, SEPARATOR, Open, OpenTexts
+from mt.spans.rows import CACHE, Open, OpenTexts
 from mt.tokenizer import Tokenizer
 
 # What a row's text may end with before a piece, for a span to start inside the piece: the
@@ -60,10 +60,11 @@ class PieceIndex:
         # Every span holds a mark (`%<{$&@:.`...): a piece of words and spaces completes none.
         marked = {v for v, t in enumerate(texts) if t and not _PLAIN.fullmatch(t)}
         self.marked = sorted(marked)
-        self.alone_spans = {
-            v: found for v in self.marked
-            if (found := {x for c in CONTEXTS for x in _completed(c, texts[v])})
-        }  # fmt: skip
+        alone: dict[int, set[str]] = {}
+        for c in CONTEXTS:
+            for v, spans in zip(self.marked, _completed_each(c, [texts[v] for v in self.marked])):
+                alone.setdefault(v, set()).update(spans)
+        self.alone_spans = {v: found for v, found in alone.items() if found}
         # A piece that can hold the start of a span under way (`%`, ` w`, `@`, `<a`): a row
         # without one has no open text. Open text is prefix-closed (what could still grow into
         # a span could before its last character too), so the piece holding a span's first
@@ -275,22 +276,6 @@ _RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
 
 def _completed_each(line: str, pieces: list[str]) -> list[list[str]]:
     """For each piece, the spans of `line + piece` that reach into the piece: one pass of
-    the patterns over all the lines at once (no span crosses `SEPARATOR`)."""
-    lines = [line + p for p in pieces]
-    starts, pos = [], 0
-    for x in lines:
-        starts.append(pos)
-        pos += len(x) + len(SEPARATOR)
-    out: list[list[str]] = [[] for _ in pieces]
-    for s in find_spans(SEPARATOR.join(lines), WIDEST):
-        k = bisect.bisect_right(starts, s.start) - 1
-        if s.end > starts[k] + len(line):
-            out[k].append(s.text)
-    return out
-
-
-def _completed(text: str, piece: str) -> list[str]:
-    """The spans, of any syntax, of `text + piece` that reach into `piece`."""
-    if not piece:
-        return []
-    return [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text)]
+    the patterns over all the lines at once (`mt.spans.find_spans_each`)."""
+    found = find_spans_each([line + p for p in pieces], WIDEST)
+    return [[s.text for s in spans if s.end > len(line)] for spans in found]

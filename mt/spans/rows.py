@@ -15,10 +15,10 @@ text is prefix-closed). Only a row whose first start dies, or one ending in a pi
 
 from __future__ import annotations
 
-from mt.spans import CLOSING_TAG, WIDEST, find_spans
+from mt.spans import CLOSING_TAG, LINE_BREAK, WIDEST, find_spans
 from mt.spans.open import WINDOW_CHARS, growth, open_starts
 
-SEPARATOR = "\n<\n"  # ends every span: a line break, and a `<` no tag can hold
+SEPARATOR = LINE_BREAK  # ends every span: what a row's closing tags are kept apart by
 CACHE = 4096  # rows, and steps of open text, kept (the oldest dropped first)
 
 # A row's open text: (head, end, starts in `end`); None where no span is under way.

@@ -209,3 +209,20 @@ def test_every_span_ends_on_a_character_its_pattern_can_end_on() -> None:
 def test_the_starts_of_the_allowed_spans_are_what_may_lets_through(span, ok) -> None:
     """`starts_of` (a set lookup per span) lets through exactly the spans `may` does."""
     assert (span in starts_of(tuple(ok))) == may(span, tuple(ok))
+
+
+def test_a_piece_that_closes_an_icu_argument_is_banned_whatever_the_other_pieces() -> None:
+    """Each candidate piece is checked as if alone after the open text: a piece that ends the
+    tag around an ICU argument and leaves the argument open (`>`) must not hide the piece
+    that completes the argument (`}}`), checked in the same scan after it."""
+    texts = ["", "}", " x", "}}", "s", ">", " other", "}>"]
+    index = PieceIndex(texts)
+    line = ' <a title="{n, plural, one {# file} other {# files'
+    state = read(line, open_starts(line))
+    assert state is not None and len(state[2]) == 2  # the tag and the argument under way
+    found = dict(index.completing(*state[:2], list(state[2])))
+    assert found == {
+        5: (line[1:] + ">",),
+        7: (line[1:] + "}>",),
+        3: (line[line.index("{") :] + "}}",),
+    }

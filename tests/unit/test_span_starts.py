@@ -1,6 +1,7 @@
 """`find_spans` tries its patterns only where a span can start (`mt.spans.STARTS` or a word
 boundary): every pattern must begin there, and the guarded scan finds what the bare union of
-the patterns finds."""
+the patterns finds; and one scan of many lines (`find_spans_each`) finds what a scan of each
+line alone finds."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from re import _parser as parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mt.spans import DEFAULT, PATTERNS, STARTS, WIDEST, _compiled
+from mt.spans import DEFAULT, PATTERNS, STARTS, WIDEST, _compiled, find_spans, find_spans_each
 
 BOUNDARY = "\\b"
 
@@ -56,3 +57,33 @@ def test_the_guarded_scan_finds_what_the_bare_union_finds(text: str) -> None:
         want = [(m.span(), m.lastgroup) for m in bare.finditer(text)]
         got = [(m.span(), m.lastgroup) for m in _compiled(families).finditer(text)]
         assert got == want, (text, families)
+
+
+# Characters and whole tokens that make every kind of span, ICU arguments and meta-variables
+# (`<Pfad>`, markup only where the line closes it) among them.
+LINE_TOKENS = st.sampled_from(
+    list("<%&{$}>/;:.@#_- \nasw05")
+    + ["{n, plural, ", "one {#} ", "other {# x}", "}", "</b>", "<b>", "<Pfad>", "</Pfad>", "%s"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.lists(LINE_TOKENS, max_size=12).map("".join), max_size=8))
+def test_one_scan_of_many_lines_finds_what_a_scan_of_each_finds(texts: list[str]) -> None:
+    """`find_spans_each` scans the lines joined: it must find in each line exactly the spans
+    `find_spans` finds in that line alone, whatever the other lines hold (an ICU argument left
+    open, a closing tag that would make another line's `<Pfad>` markup)."""
+    for families in (WIDEST, DEFAULT, frozenset({"printf"})):
+        assert find_spans_each(texts, families) == [find_spans(t, families) for t in texts]
+
+
+def test_a_line_is_read_apart_from_the_lines_scanned_with_it() -> None:
+    """The cases a joined scan gets wrong when it reads the joined text as one line: an ICU
+    argument left open in one line hid the arguments of every line after it, and one line's
+    `</Pfad>` made another's `<Pfad>` markup."""
+    icu = " {n, plural, one {# file} other {# files"
+    got = find_spans_each([icu + "}", icu + "}}", "<Pfad>", "</Pfad>"])
+    assert got[0] == []
+    assert [s.text for s in got[1]] == [icu[1:] + "}}"]
+    assert got[2] == []  # a meta-variable: no line of its own closes it
+    assert [s.text for s in got[3]] == ["</Pfad>"]
