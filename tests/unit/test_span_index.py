@@ -226,3 +226,35 @@ def test_a_piece_that_closes_an_icu_argument_is_banned_whatever_the_other_pieces
         7: (line[1:] + "}>",),
         3: (line[line.index("{") :] + "}}",),
     }
+
+
+# A small vocabulary dense in the pieces of every syntax, ICU arguments and meta-variables among
+# them, so random rows nest spans in each other (an argument in a tag's attribute, a printf in
+# an argument) as a real vocabulary's rows rarely do within a few examples.
+DENSE = ["", "}", "}}", "{", "{n, plural, ", "one {#", " other {# x", ">", "}>", "<a", ' title="',
+         "%", "s", "d", "0", ".", "2", "<", "b", "/", "$", "HOME", " ", "x", "&", "amp", ";",
+         "@", "ex", ".de", "www", "http", "://", "</b>", "<Pfad", "</Pfad>", "{0", "{{", "name",
+         "<%", "%>", "=", "1", "$", "(", ")",
+         ' <a title="{n, plural, one {#} other {#']  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    row=st.lists(st.sampled_from(range(1, len(DENSE))), max_size=12),
+    ok=st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "&amp;"]), max_size=2),
+)
+def test_nested_spans_are_banned_as_a_scan_of_the_vocabulary_finds(row, ok) -> None:
+    """On a vocabulary whose rows nest spans, the index bans after a row's open text exactly
+    the pieces that `find_spans` finds completing a span not allowed, one piece at a time (the
+    rest of them are banned after any row: `alone_spans`)."""
+    index = PieceIndex(DENSE)
+    text = "".join(DENSE[v] for v in row)
+    state = read(text, open_starts(text))
+    own = set() if state is None else set(index.bans(state, tuple(ok)).tolist())
+    scan = set()
+    for v, piece in enumerate(DENSE):
+        new = [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text) and piece]
+        if any(not may(x, tuple(ok)) for x in new):
+            scan.add(v)
+    assert own <= scan, (text, sorted(DENSE[v] for v in own - scan))
+    assert scan <= own | set(index.alone_spans), (text, sorted(DENSE[v] for v in scan - own))
