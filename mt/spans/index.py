@@ -259,16 +259,17 @@ def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
     walk. No pattern needs a longer run (`RUN`), and a shorter run only stays within more
     patterns' bounds (`\d?`, `{1,7}`), so a cut run keeps alive every branch the whole run
     does (and perhaps more, which the exact check then drops)."""
-    out, moved, pos = [], list(starts), 0
+    out, cuts, pos = [], [], 0
     for m in _RUNS.finditer(text):
         if any(m.start() < s < m.end() for s in starts):
             continue
         out.append(text[pos : m.start() + RUN])
         pos = m.end()
-        removed = m.end() - m.start() - RUN
-        moved = [s - removed if s >= m.end() else s for s in moved]
+        cuts.append((m.end(), m.end() - m.start() - RUN))
     out.append(text[pos:])
-    return "".join(out), tuple(moved)
+    # A start moves by what the runs before it lost, each run's end read in `text` itself.
+    moved = tuple(s - sum(lost for end, lost in cuts if end <= s) for s in starts)
+    return "".join(out), moved
 
 
 _RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)

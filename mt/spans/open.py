@@ -52,13 +52,13 @@ def _union(among: frozenset[int]) -> regex.Pattern[str] | None:
 
 def alive_patterns(text: str, i: int) -> frozenset[int]:
     """The patterns (indices of `GROWING`) that match `text[i:]` up to its end, partly or
-    wholly: those that appended text could still complete or extend from `i`."""
+    wholly (by any way through the pattern, not only the one a match takes: `www.x.` may
+    grow into `www.x.de`): those that appended text could still complete or extend from `i`."""
     out = []
     for k, pattern in enumerate(_each()):
         if k == EMAIL and "@" not in text[i:]:
             continue
-        m = pattern.match(text, i, partial=True)
-        if m is not None and m.end() == len(text):
+        if pattern.fullmatch(text, i, partial=True) is not None:
             out.append(k)
     return frozenset(out)
 
@@ -80,7 +80,9 @@ def growth(text: str, i: int, done: int, among: frozenset[int] = ALL) -> tuple[b
         m = pattern.match(text, i, partial=True)
         if m is None:
             continue
-        alive |= m.end() == len(text)
+        # The match `find_spans` would take may end before the end (`www.x` in `www.x.`), where
+        # a longer one appended text completes may still run through it (`www.x.de`).
+        alive |= m.end() == len(text) or pattern.fullmatch(text, i, partial=True) is not None
         if not m.partial and m.end() > done:
             at_end |= m.end() == len(text)
             final |= m.end() < len(text)

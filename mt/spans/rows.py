@@ -99,7 +99,8 @@ def read(text: str, starts: list[int]) -> Open | None:
     cut = context(text, starts[0])
     closes = sorted(set(CLOSING_TAG.findall(text, 0, cut)))
     head = "".join(f"</{n}>" for n in closes) + SEPARATOR if closes else ""
-    end = kind(text[cut]) + text[cut + 1 :] if cut == starts[0] - 1 else text[cut:]
+    as_kind = cut == starts[0] - 1 or (cut == starts[0] - 2 and text[cut + 1] == "%")
+    end = kind(text[cut]) + text[cut + 1 :] if as_kind else text[cut:]
     return head, end, tuple(s - cut for s in starts)
 
 
@@ -115,6 +116,10 @@ def context(text: str, start: int) -> int:
     for span in find_spans(text[lo:start], WIDEST):
         if span.start < start - 1 - lo < span.end and span.end == start - lo:
             return lo + span.start
+    if text[start - 1] == "%" and start >= 2:
+        # `%` starts spans of its own (`%<`, `%www`) where its own lookbehind lets it (not
+        # after a digit or `%`): it is kept as it is, after the character before it as a kind.
+        return start - 2
     return start - 1
 
 

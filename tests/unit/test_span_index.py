@@ -238,23 +238,57 @@ DENSE = ["", "}", "}}", "{", "{n, plural, ", "one {#", " other {# x", ">", "}>",
          ' <a title="{n, plural, one {#} other {#']  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    row=st.lists(st.sampled_from(range(1, len(DENSE))), max_size=12),
-    ok=st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "&amp;"]), max_size=2),
-)
-def test_nested_spans_are_banned_as_a_scan_of_the_vocabulary_finds(row, ok) -> None:
-    """On a vocabulary whose rows nest spans, the index bans after a row's open text exactly
-    the pieces that `find_spans` finds completing a span not allowed, one piece at a time (the
-    rest of them are banned after any row: `alone_spans`)."""
-    index = PieceIndex(DENSE)
-    text = "".join(DENSE[v] for v in row)
-    state = read(text, open_starts(text))
-    own = set() if state is None else set(index.bans(state, tuple(ok)).tolist())
-    scan = set()
+def _scan(text: str, ok: tuple[str, ...]) -> set[int]:
+    """The pieces of `DENSE` that complete a span not allowed after `text`, found piece by piece
+    with `find_spans`."""
+    out = set()
     for v, piece in enumerate(DENSE):
         new = [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text) and piece]
-        if any(not may(x, tuple(ok)) for x in new):
-            scan.add(v)
-    assert own <= scan, (text, sorted(DENSE[v] for v in own - scan))
-    assert scan <= own | set(index.alone_spans), (text, sorted(DENSE[v] for v in scan - own))
+        if any(not may(x, ok) for x in new):
+            out.add(v)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    picks=st.lists(st.integers(0, 10**6), max_size=12),
+    ok=st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "&amp;", "www.de"]), max_size=2),
+)
+def test_nested_spans_are_banned_as_a_scan_of_the_vocabulary_finds(picks, ok) -> None:
+    """On a vocabulary whose rows nest spans, at every step of a row that search could write
+    (each piece one the scan allows), the index bans exactly the pieces that `find_spans`
+    finds completing a span not allowed, one piece at a time (the rest of them are banned
+    after any row: `alone_spans`). Row endings with two runs of a character before a span
+    under way, a `%` after a digit, and an address that can grow past its punctuation are
+    among them."""
+    index = PieceIndex(DENSE)
+    alone = set(index.alone_spans)
+    allowed, text = tuple(ok), ""
+    for pick in [*picks, None]:
+        state = read(text, open_starts(text))
+        own = set() if state is None else set(index.bans(state, allowed).tolist())
+        scan = _scan(text, allowed)
+        assert own <= scan, (text, sorted(DENSE[v] for v in own - scan))
+        assert scan <= own | alone, (text, sorted(DENSE[v] for v in scan - own - alone))
+        free = [v for v in range(1, len(DENSE)) if v not in scan]
+        if pick is None or not free:
+            break
+        text += DENSE[free[pick % len(free)]]
+
+
+@pytest.mark.parametrize(
+    ("text", "piece", "span"),
+    [
+        ('x aaaa bbbb <a title="aaaa bbbb $', "HOME", "$HOME"),  # two runs before `$`
+        ("1%www", ".de", "www.de"),  # `%` after a digit starts no printf
+        ("see www.x.", "de", "www.x.de"),  # an address grows past its full stop
+    ],
+)
+def test_each_piece_that_completes_a_span_is_banned(text, piece, span) -> None:
+    """Row endings whose span under way the index once missed, each with the piece that
+    completes it."""
+    index = PieceIndex(DENSE + [piece])
+    state = read(text, open_starts(text))
+    assert state is not None
+    found = dict(index.completing(*state[:2], list(state[2])))
+    assert found.get(len(DENSE)) == (span,)
