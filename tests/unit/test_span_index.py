@@ -21,6 +21,7 @@ from mt.spans.open import GROWING, alive_patterns, class_map, final_test, growth
 from mt.spans.rows import read
 from mt.tokenizer import Tokenizer, train_tokenizer
 from scripts.bench.protect import SPANS, inject_text
+from scripts.tools.ban_hunt import ALLOWED, DENSE, scan, wrong
 
 CPU = torch.device("cpu")
 SPAN_CHARS = set("%<>{}&;$@/:.#()")
@@ -228,49 +229,24 @@ def test_a_piece_that_closes_an_icu_argument_is_banned_whatever_the_other_pieces
     }
 
 
-# A small vocabulary dense in the pieces of every syntax, ICU arguments and meta-variables among
-# them, so random rows nest spans in each other (an argument in a tag's attribute, a printf in
-# an argument) as a real vocabulary's rows rarely do within a few examples.
-DENSE = ["", "}", "}}", "{", "{n, plural, ", "one {#", " other {# x", ">", "}>", "<a", ' title="',
-         "%", "s", "d", "0", ".", "2", "<", "b", "/", "$", "HOME", " ", "x", "&", "amp", ";",
-         "@", "ex", ".de", "www", "http", "://", "</b>", "<Pfad", "</Pfad>", "{0", "{{", "name",
-         "<%", "%>", "=", "1", "$", "(", ")",
-         ' <a title="{n, plural, one {#} other {#']  # fmt: skip
-
-
-def _scan(text: str, ok: tuple[str, ...]) -> set[int]:
-    """The pieces of `DENSE` that complete a span not allowed after `text`, found piece by piece
-    with `find_spans`."""
-    out = set()
-    for v, piece in enumerate(DENSE):
-        new = [s.text for s in find_spans(text + piece, WIDEST) if s.end > len(text) and piece]
-        if any(not may(x, ok) for x in new):
-            out.add(v)
-    return out
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     picks=st.lists(st.integers(0, 10**6), max_size=12),
-    ok=st.lists(st.sampled_from(["%s", "<b>", "$HOME", "{0}", "&amp;", "www.de"]), max_size=2),
+    ok=st.lists(st.sampled_from(ALLOWED), max_size=2),
 )
 def test_nested_spans_are_banned_as_a_scan_of_the_vocabulary_finds(picks, ok) -> None:
-    """On a vocabulary whose rows nest spans, at every step of a row that search could write
-    (each piece one the scan allows), the index bans exactly the pieces that `find_spans`
-    finds completing a span not allowed, one piece at a time (the rest of them are banned
-    after any row: `alone_spans`). Row endings with two runs of a character before a span
-    under way, a `%` after a digit, and an address that can grow past its punctuation are
-    among them."""
+    """On a vocabulary whose rows nest spans (`scripts.tools.ban_hunt.DENSE`), at every step of
+    a row that search could write (each piece one the scan allows), the index bans exactly the
+    pieces that `find_spans` finds completing a span not allowed, one piece at a time (the
+    rest of them are banned after any row: `alone_spans`). Row endings with two runs of a
+    character before a span under way, a `%` after a digit, and an address that can grow past
+    its punctuation are among them."""
     index = PieceIndex(DENSE)
-    alone = set(index.alone_spans)
     allowed, text = tuple(ok), ""
     for pick in [*picks, None]:
-        state = read(text, open_starts(text))
-        own = set() if state is None else set(index.bans(state, allowed).tolist())
-        scan = _scan(text, allowed)
-        assert own <= scan, (text, sorted(DENSE[v] for v in own - scan))
-        assert scan <= own | alone, (text, sorted(DENSE[v] for v in scan - own - alone))
-        free = [v for v in range(1, len(DENSE)) if v not in scan]
+        banned = scan(DENSE, text, allowed)
+        assert wrong(index, text, allowed, banned) is None
+        free = [v for v, t in enumerate(DENSE) if t and v not in banned]
         if pick is None or not free:
             break
         text += DENSE[free[pick % len(free)]]

@@ -1,0 +1,107 @@
+"""Hunt the span ban for rows it judges wrongly: random rows that search could write, each step
+checked against a piece-by-piece scan of the vocabulary with `find_spans`.
+
+    python -m scripts.tools.ban_hunt [--rows 3000] [--seed 1] [--checkpoint CHECKPOINT]
+
+A row grows one piece at a time, each piece one that the scan allows after the row so far (what
+search may write: no span the sentence is not allowed). At every step the index
+(`mt.spans.index.PieceIndex`) must ban, after the row's open text, exactly the pieces the scan
+finds completing a span not allowed, but those banned after any row (`alone_spans`). The
+vocabulary is `DENSE` (pieces of every syntax, made to nest: an ICU argument inside a tag's
+attribute, a printf after a digit, runs of one character before a span under way) or a
+checkpoint's target pieces. Each wrong step is printed with its row; the exit code is their
+number (capped at 100). tests/unit/test_span_index.py drives the same check with hypothesis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+# Pieces of every syntax and the words around them, some whole spans under way.
+DENSE = ["", "}", "}}", "{", "{n, plural, ", "one {#", " other {# x", ">", "}>", "<a", ' title="',
+         "%", "s", "d", "0", ".", "2", "<", "b", "/", "$", "HOME", " ", "x", "&", "amp", ";",
+         "@", "ex", ".de", "www", "http", "://", "</b>", "<Pfad", "</Pfad>", "{0", "{{", "name",
+         "<%", "%>", "=", "1", "(", ")", ' <a title="{n, plural, one {#} other {#', "%<",
+         "<%=", "&#", "x1", "ftp", "{{ ", " }}", "-", "5", "%1$", "%L", "hh", "ll", "%(", "%{",
+         "#x", "A9", "https", '"', "'", "/>", "</", "!r", ":>8", "[0]", "%%", "%-5.2", "q",
+         "E", "+", "select", ",", ", ", "{d, date, short}", "<br", "a@b", "ex.com"]  # fmt: skip
+ALLOWED = ["%s", "<b>", "$HOME", "{0}", "&amp;", "www.de"]  # spans a sentence may be allowed
+
+
+def scan(texts: list[str], row: str, ok: tuple[str, ...]) -> set[int]:
+    """The pieces that complete a span not `ok` after `row`, each checked with `find_spans`."""
+    from mt.spans import WIDEST, find_spans
+    from mt.spans.index import may
+
+    out = set()
+    for v, piece in enumerate(texts):
+        new = [s.text for s in find_spans(row + piece, WIDEST) if s.end > len(row) and piece]
+        if any(not may(x, ok) for x in new):
+            out.add(v)
+    return out
+
+
+def wrong(index, row: str, ok: tuple[str, ...], banned: set[int]) -> str | None:
+    """What the index gets wrong after `row` (`banned`: the scan's pieces), or None."""
+    from mt.spans.open import open_starts
+    from mt.spans.rows import read
+
+    state = read(row, open_starts(row))
+    own = set() if state is None else set(index.bans(state, ok).tolist())
+    extra = own - banned
+    missing = banned - own - set(index.alone_spans)
+    if not extra and not missing:
+        return None
+    names = [index.texts[v] for v in sorted(extra)], [index.texts[v] for v in sorted(missing)]
+    return f"{row!r} allowed {ok}: banned wrongly {names[0]}, not banned {names[1]}"
+
+
+def hunt(texts: list[str], rows: int, seed: int, max_len: int = 15) -> tuple[int, list[str]]:
+    """(steps checked, what was wrong) over `rows` random rows of `texts`."""
+    from mt.spans.index import PieceIndex
+
+    index = PieceIndex(texts)
+    rng = random.Random(seed)
+    steps, bad = 0, []
+    for _ in range(rows):
+        ok = tuple(rng.sample(ALLOWED, rng.randrange(0, 3)))
+        row = ""
+        for _ in range(rng.randrange(1, max_len + 1)):
+            banned = scan(texts, row, ok)
+            steps += 1
+            if (msg := wrong(index, row, ok, banned)) is not None:
+                bad.append(msg)
+            free = [v for v, t in enumerate(texts) if t and v not in banned]
+            if not free:
+                break
+            row += texts[rng.choice(free)]
+    return steps, bad
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=3000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--checkpoint", type=Path, help="its target pieces instead of DENSE")
+    args = p.parse_args()
+    texts = DENSE
+    if args.checkpoint:
+        from mt.checkpoint import load_model
+        from mt.spans.index import piece_texts
+
+        texts = piece_texts(load_model(args.checkpoint).tokenizer)
+    start = time.perf_counter()
+    steps, bad = hunt(texts, args.rows, args.seed)
+    for b in bad[:50]:
+        print(b)
+    print(f"{args.rows} rows, {steps} steps over {len(texts)} pieces: {len(bad)} wrong, "
+          f"{time.perf_counter() - start:.0f} s")  # fmt: skip
+    sys.exit(min(len(bad), 100))
+
+
+if __name__ == "__main__":
+    main()
