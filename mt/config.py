@@ -263,9 +263,9 @@ class DecodeConfig:
     )
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = setting(
         "auto",
-        "what decoding computes in: auto is bf16 where the device computes it natively (a GPU "
-        "with bf16, a CPU with avx512_bf16 or amx_bf16), else fp32; fp16: CUDA only; not with "
-        "int8. On CUDA: a half copy of the weights; on a CPU: bf16 autocast (norms, sums, "
+        "what decoding computes in: auto is bf16 on a GPU with bf16 (else fp16) and fp32 on "
+        "every CPU (bf16 decoded no faster even on CPUs with native bf16); fp16: CUDA only; "
+        "not with int8. On CUDA: a half copy of the weights; on a CPU: bf16 autocast (norms, sums, "
         "log-softmax stay fp32). The checkpoint's value applies on CUDA; a CPU decodes as "
         "`--dtype` says (default auto).",
     )

@@ -5,7 +5,8 @@ that pays on each device.
 - CPU, bf16: bf16 autocast around the whole call. Matmuls run in bf16 while the residual sums,
   layer norms and the log-softmax stay fp32, which keeps the scores closer to fp32 than bf16
   weights do; autocast casts each weight once per call and keeps the cast until the call ends.
-  Only a CPU with native bf16 (avx512_bf16, amx_bf16) gains speed from it (docs/benchmarks.md).
+  Only asked for: even a CPU with native bf16 (AMX) decoded no faster in it than in fp32
+  (docs/benchmarks.md), so `auto` is fp32 on a CPU.
 - int8 (CPU): a copy whose Linear layers are dynamically quantised; they take fp32 inputs, so
   int8 decodes in fp32 around them.
 - fp32 on a CPU, `decode.gemm` onednn (auto's choice there): a copy, sharing the weights, whose
