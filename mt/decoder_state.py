@@ -12,13 +12,27 @@ import torch
 
 
 def step_layout(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Encoder keys and values (B, H, S, D/H) as the decoding steps read them: k stored
-    transposed (`k.transpose(-2, -1)` is contiguous) and v contiguous, so each step's
-    `q @ k^T` and `weights @ v` read them in place. The projection's views of one fused
-    (B, S, 2, H, D/H) tensor were copied into that same layout by every step of every layer
-    (6% of a greedy decode at OPUS-MT's base shape); now once per sentence. Same values, same
-    arithmetic."""
-    return k.transpose(-2, -1).contiguous().transpose(-2, -1), v.contiguous()
+    """Encoder keys and values (B, H, S, D/H) as the decoding steps read them, made once per
+    sentence instead of by every step of every layer (the projection's views of one fused
+    (B, S, 2, H, D/H) tensor were copied so each step: 6% of a greedy decode at OPUS-MT's base
+    shape). Same values, same arithmetic.
+
+    On a CPU, steps take `attend`'s spelled-out path, so k is stored transposed
+    (`k.transpose(-2, -1)` is contiguous) and `q @ k^T` reads it in place. On a GPU, steps go
+    through SDPA, whose fused kernels (flash, memory-efficient, cuDNN) need each row's last
+    dimension contiguous. Given the transposed k, SDPA fell back to its unfused math kernel
+    (a quarter of a GPU decode's host time on an H100, docs/studies/on-a-gpu.md), so there
+    both stay plainly contiguous. v is contiguous everywhere."""
+    if k.device.type == "cpu":
+        return k.transpose(-2, -1).contiguous().transpose(-2, -1), v.contiguous()
+    return k.contiguous(), v.contiguous()
+
+
+def select_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` of a (B, H, S, D/H) tensor, in the layout `x` has (`step_layout`)."""
+    if x.is_contiguous():
+        return x.index_select(0, index)
+    return x.transpose(-2, -1).index_select(0, index).transpose(-2, -1)
 
 
 @dataclass
@@ -123,10 +137,7 @@ class DecoderState:
             self.reorder_caches(index, group),
             memory_mask=self.memory_mask.index_select(0, memory_index),
             memory_kv=[
-                (
-                    k.transpose(-2, -1).index_select(0, memory_index).transpose(-2, -1),
-                    v.index_select(0, memory_index),
-                )
+                (select_rows(k, memory_index), v.index_select(0, memory_index))
                 for k, v in self.memory_kv
             ],  # in `step_layout` still
         )

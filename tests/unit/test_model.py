@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig
-from mt.decoder_state import SelfCache
+from mt.decoder_state import SelfCache, step_layout
 from mt.model import PAD_ID, DecoderState, Transformer, attend, sinusoids
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -235,6 +235,23 @@ def test_step_layout_holds_the_projection_and_gives_the_same_logits():
             assert torch.equal(k, k0) and torch.equal(v, v0)
             assert k.transpose(-2, -1).is_contiguous() and v.is_contiguous()
         assert torch.equal(model.step(tok[keep], state)[0], model.step(tok[keep], plain)[0])
+
+
+def test_off_the_cpu_the_step_layout_keeps_k_contiguous_for_sdpa():
+    """Off the CPU the steps run SDPA, whose fused kernels need k's last dimension contiguous:
+    the layout there is plain contiguous, and rows selected later keep it. Meta tensors carry
+    the strides a GPU's would, with no GPU."""
+    model = tiny().to("meta")
+    with torch.inference_mode():
+        memory = torch.empty(3, 7, 32, device="meta")
+        mask = torch.ones(3, 1, 1, 7, dtype=torch.bool, device="meta")
+        k0, v0 = model.decoder[0].cross_attn.project_memory(memory)
+        assert not k0.is_contiguous()  # the projection's view: else nothing is tested
+        k, v = step_layout(k0, v0)
+        assert k.is_contiguous() and v.is_contiguous() and k.stride(-1) == 1
+        state = model.start_state(memory, mask).select(torch.tensor([2, 0], device="meta"))
+        for k, v in state.memory_kv:
+            assert k.shape == (2, 2, 7, 16) and k.is_contiguous() and v.is_contiguous()
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
