@@ -172,6 +172,12 @@ def compare(
         "marian": (marian, marian_logits, hf_batches),
     }
     row: dict = {"batches": label, "precision": precision}
+    # One untimed pass over every batch first: each new batch shape has a one-time set-up
+    # (kernel choice, cuDNN attention plans, oneDNN primitives) that a long run pays once. Real
+    # batches are all different shapes, and on an H100 in bf16, the first pass over them ran at
+    # a tenth of the speed of the second (docs/studies/on-a-gpu.md).
+    for k, (model, forward, batches) in engines.items():
+        time_training(k, model, forward, batches, device, precision, len(batches))
     # Alternate the two, round by round, so that drift on a shared machine hits both alike.
     secs = {k: 0.0 for k in engines}
     for _ in range(rounds):
