@@ -66,7 +66,7 @@ class SpanRule:
         self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
         self.alone[list(self.index.alone_spans)] = True
         self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
-        self.opener = torch.tensor(self.index.opener, dtype=torch.bool, device=device)
+        self.opener_host = torch.tensor(self.index.opener, dtype=torch.bool)  # read on the host
         self.open_texts = self.index.open_texts  # each row's, by text
         self._last_alone: tuple[tuple, tuple[torch.Tensor, set[int]]] = (
             (),
@@ -87,10 +87,13 @@ class SpanRule:
         those whose sentence is allowed one of its pieces' spans or that hold an open span."""
         R, t = history.shape
         base, differs = self._alone(allowed) if allowed and any(allowed) else (None, set())
-        sents = sent.tolist()
+        # The rows are read as text on the host: one copy of sentences and tokens together,
+        # where reading them off a GPU piece by piece waited for the device four times a step.
+        host = torch.cat([sent[:, None].to(history.dtype), history], 1).cpu()
+        sents, history = host[:, 0].tolist(), host[:, 1:]
         extra: dict[int, list[torch.Tensor]] = {r: [] for r, s in enumerate(sents) if s in differs}
         if t:
-            opens = self.opener[history]
+            opens = self.opener_host[history]
             read = opens.any(1)
             before = opens[:, :-1].any(1)  # the row before its last piece could be open
             rows = read.nonzero().squeeze(1).tolist()
@@ -112,7 +115,10 @@ class SpanRule:
             return self._shared
         rows = sorted(extra)
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        own = base[sent[index]] if base is not None else self.alone.expand(len(rows), -1).clone()
+        if base is not None:
+            own = base[torch.tensor([sents[r] for r in rows], device=self.device)]
+        else:
+            own = self.alone.expand(len(rows), -1).clone()
         for k, r in enumerate(rows):
             for ids in extra[r]:
                 own[k].index_fill_(0, ids.to(self.device), True)

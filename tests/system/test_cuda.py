@@ -60,7 +60,12 @@ def records(run_dir: Path, key: str) -> list[dict]:
 
 
 def translate(
-    checkpoint: Path, device: str, lines: list[str], beam: int, dtype: str = "fp32"
+    checkpoint: Path,
+    device: str,
+    lines: list[str],
+    beam: int,
+    dtype: str = "fp32",
+    protect: bool = False,
 ) -> tuple[list[Translation], Translator]:
     loaded = load_model(checkpoint, device)
     cfg = loaded.cfg.decode
@@ -71,7 +76,8 @@ def translate(
         # CUDA decodes with runs the same search on the CPU here.
         model, cfg.dtype = copy.deepcopy(model).to(HALF[dtype]), "fp32"
     translator = Translator(model, loaded.tokenizer, cfg, torch.device(device))
-    out = translator.translate([Request(x, plan=Plan(protect=False, recase=False)) for x in lines])
+    plan = Plan(protect=protect, recase=False)
+    out = translator.translate([Request(x, plan=plan) for x in lines])
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())  # caller's, untouched
     return out, translator
 
@@ -266,6 +272,19 @@ def test_cuda_decoding_steps_need_no_unfused_attention(dtype, tiny_run, multi30k
     with sdpa_kernel(fused):
         out, _ = translate(tiny_run / "best.pt", "cuda", lines, beam=4, dtype=dtype)
     assert [o.text for o in out] == [r.text for r in ref]
+
+
+@pytest.mark.parametrize("device", [on_cuda("cuda")])
+def test_protected_greedy_on_cuda_matches_cpu(device, tiny_run, multi30k_dir):
+    """The span ban reads the rows on the host, in one copy per step off the GPU: protected
+    outputs on CUDA, spans and all, equal the CPU's."""
+    spans = ["%s", "<b>", "{0}", "$HOME", "https://example.org/a", "&amp;"]
+    base = read_lines(multi30k_dir / "test_2016_flickr.de.gz")[:60]
+    lines = [f"{x} {spans[i % len(spans)]}" if i % 2 else x for i, x in enumerate(base)]
+    cpu, _ = translate(tiny_run / "best.pt", "cpu", lines, beam=1, protect=True)
+    gpu, _ = translate(tiny_run / "best.pt", device, lines, beam=1, protect=True)
+    same = sum(a.text == b.text for a, b in zip(cpu, gpu))
+    assert same >= len(lines) - 2, f"{same}/{len(lines)} identical"
 
 
 # Calibrated on the CPU with the 60-step tiny model (flat distributions, so many near-ties):
