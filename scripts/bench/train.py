@@ -14,6 +14,7 @@ told to group by length; target tokens/s there counts real (non-pad) tokens only
     pip install -e '.[bench]'
     python -m scripts.bench.train                      # synthetic 64 x 16-token batches
     python -m scripts.bench.train --run-dir runs/multi30k_de_en   # + real token-budget batches
+    python -m scripts.bench.train --device cuda --compile         # + rows with torch.compile
 """
 
 from __future__ import annotations
@@ -154,8 +155,10 @@ def compare(
     warmup: int,
     rounds: int,
     label: str,
+    compile_: bool = False,
 ) -> dict:
-    """Both engines' training speed, each on its own list of batches (usually the same list)."""
+    """Both engines' training speed, each on its own list of batches (usually the same list);
+    with `compile_`, both models wrapped in `torch.compile` as `train.compile` wraps mt's."""
     from transformers import MarianMTModel
 
     torch.manual_seed(0)
@@ -167,11 +170,13 @@ def compare(
         joint = True
 
     marian = MarianMTModel(marian_config(cfg, _Tok())).to(device)
+    if compile_:  # the untimed pass below compiles, and recompiles once shapes change
+        mt_model, marian = torch.compile(mt_model), torch.compile(marian)
     engines = {
         "mt": (mt_model, lambda m, b: m(b.src, b.tgt_in), mt_batches),
         "marian": (marian, marian_logits, hf_batches),
     }
-    row: dict = {"batches": label, "precision": precision}
+    row: dict = {"batches": label, "precision": precision, "compile": compile_}
     # One untimed pass over every batch first: each new batch shape has a one-time set-up
     # (kernel choice, cuDNN attention plans, oneDNN primitives) that a long run pays once. Real
     # batches are all different shapes, and on an H100 in bf16, the first pass over them ran at
@@ -213,6 +218,9 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=3, help="alternating timed rounds per engine")
     p.add_argument("--bf16", action="store_true", help="also bf16 (default where it is native)")
+    p.add_argument(
+        "--compile", action="store_true", help="also every row with both models torch.compile'd"
+    )
     args = p.parse_args()
     keep_freed_memory()  # as `mt train` does; both engines share the process and the allocator
     if args.threads:
@@ -241,19 +249,23 @@ def main() -> None:
         hf_n = hf_real[0].src.size(0)
         sets.append((mt_real, hf_real, vocab, f"Multi30k own: mt tokens, HF {hf_n} random"))
     for precision in precisions:
-        for mt_b, hf_b, vocab, label in sets:
-            row = compare(mt_b, hf_b, vocab, device, precision, args.warmup, args.rounds, label)
-            row["mt_mfu"] = round(row["mt_model_gflops"] / peaks[precision], 3)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        for compile_ in [False, True] if args.compile else [False]:
+            for mt_b, hf_b, vocab, label in sets:
+                row = compare(
+                    mt_b, hf_b, vocab, device, precision, args.warmup, args.rounds, label, compile_
+                )
+                row["mt_mfu"] = round(row["mt_model_gflops"] / peaks[precision], 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     print()
     print(
         f"{'batches':40} {'prec':5} {'mt tgt tok/s':>13} {'HF tgt tok/s':>13} "
         f"{'ratio':>6} {'mt MFU':>7} {'mt pad':>7} {'HF pad':>7}"
     )
     for r in rows:
+        name = r["batches"] + (", compiled" if r["compile"] else "")
         print(
-            f"{r['batches']:40} {r['precision']:5} {r['mt_tgt_tok_s']:13.0f} "
+            f"{name:40} {r['precision']:5} {r['mt_tgt_tok_s']:13.0f} "
             f"{r['marian_tgt_tok_s']:13.0f} {r['ratio_mt_over_marian']:6.2f} "
             f"{r['mt_mfu']:7.1%} {r['mt_pad_share']:7.1%} {r['marian_pad_share']:7.1%}"
         )
