@@ -39,7 +39,13 @@ def cpu_report() -> dict:
     """The machine and what decides bf16 speed on it."""
     import torch
 
-    from mt.device import NATIVE_BF16, cpu_flags, native_bf16, resolve_precision
+    from mt.device import (
+        NATIVE_BF16,
+        cpu_flags,
+        native_bf16,
+        resolve_decode_dtype,
+        resolve_precision,
+    )
 
     flags = cpu_flags()
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16")
@@ -51,6 +57,7 @@ def cpu_report() -> dict:
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "auto": resolve_precision("auto", torch.device("cpu")).describe(),
+        "decode_auto": resolve_decode_dtype("auto", torch.device("cpu")).describe(),
     }
 
 
@@ -284,7 +291,8 @@ def main() -> None:
     flags = ", ".join(f for f, have in info["flags"].items() if have)
     print(
         f"machine: {info['cpu']}, {info['threads']} threads ({flags}; torch "
-        f"{info['torch_cpu_capability']}), load {info['loadavg']}; auto: {info['auto']}"
+        f"{info['torch_cpu_capability']}), load {info['loadavg']}; training's auto: "
+        f"{info['auto']}; decoding's auto: {info['decode_auto']}"
     )
     if args.json:
         from scripts.common import write_text
