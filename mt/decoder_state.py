@@ -14,7 +14,7 @@ import torch
 def step_layout(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Encoder keys and values (B, H, S, D/H) as the decoding steps read them, made once per
     sentence instead of by every step of every layer (the projection's views of one fused
-    (B, S, 2, H, D/H) tensor were copied so each step: 6% of a greedy decode at OPUS-MT's base
+    (B, S, 2, H, D/H) tensor were copied by each step: 6% of a greedy decode at OPUS-MT's base
     shape). Same values, same arithmetic.
 
     On a CPU, steps take `attend`'s spelled-out path, so k is stored transposed

@@ -129,9 +129,9 @@ def choose_decode_dtype(
     CPU, and fp32 under int8, whose Linear layers compute in int8 and take fp32 inputs only (so
     bf16 and int8 do not combine).
 
-    Unlike training, decoding's `auto` keeps fp32 even on a CPU with native bf16. On the one
-    such CPU measured (AMX Xeons, 8 threads), bf16 autocast decoded greedy at 0.72-0.81x fp32
-    and beam 5 at 0.94-1.15x (docs/benchmarks.md). Decoding's small per-step products gain
+    Unlike training, decoding's `auto` keeps fp32 even on a CPU with native bf16. On the two
+    such CPUs measured (AMX Xeons, 8 threads each), bf16 autocast decoded greedy at 0.72-0.81x
+    fp32 and beam 5 at 0.94-1.15x (docs/benchmarks.md). Decoding's small per-step products gain
     less from bf16 than they lose to the casts. `bf16` asked for still runs."""
     if name not in ("auto", "fp32", "bf16", "fp16"):
         raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")
