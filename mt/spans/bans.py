@@ -87,10 +87,12 @@ class SpanRule:
         those whose sentence is allowed one of its pieces' spans or that hold an open span."""
         R, t = history.shape
         base, differs = self._alone(allowed) if allowed and any(allowed) else (None, set())
-        # The rows are read as text on the host: one copy of sentences and tokens together,
-        # where reading them off a GPU piece by piece waited for the device four times a step.
-        host = torch.cat([sent[:, None].to(history.dtype), history], 1).cpu()
-        sents, history = host[:, 0].tolist(), host[:, 1:]
+        if history.device.type != "cpu":
+            # The rows are read as text on the host: one copy of sentences and tokens together,
+            # where reading them off a GPU piece by piece waited for the device four times a step.
+            host = torch.cat([sent[:, None].to(history.dtype), history], 1).cpu()
+            sent, history = host[:, 0], host[:, 1:]
+        sents = sent.tolist()
         extra: dict[int, list[torch.Tensor]] = {r: [] for r, s in enumerate(sents) if s in differs}
         if t:
             opens = self.opener_host[history]
