@@ -230,7 +230,11 @@ def test_output_language_is_identified_with_the_guard(multi_run, multi30k_dir):
 
     guarded, free = french_share(True), french_share(False)
     assert guarded >= 0.9, guarded
-    assert guarded >= free
+    # The guard must not cost French output. One line of 40 is the noise floor: a 120-step
+    # model's zero-shot lines are partly degenerate ("à uneee à unee."), and which of them
+    # lingua calls French flips with the CPU's float rounding (an AVX-512 Xeon gave 37
+    # guarded against 38 free, the two differing in one line's tail).
+    assert guarded >= free - 1 / 40, (guarded, free)
 
 
 def test_pair_weights_follow_the_temperature():
