@@ -222,19 +222,19 @@ def test_output_language_is_identified_with_the_guard(multi_run, multi30k_dir):
         *[lingua.IsoCode639_1.from_str(c) for c in ("de", "en", "fr")]
     ).build()
 
-    def french_share(guard: bool) -> float:
+    def french_lines(guard: bool) -> int:
         tr = session.translator(targets=session.targets("fr", "de", guard))
         texts = [t.text for t in tr.translate([Request(x, plan=Plan(recase=False)) for x in de])]
         found = detector.detect_languages_in_parallel_of(texts)
-        return sum(1 for f in found if f is not None and f.iso_code_639_1.name == "FR") / 40
+        return sum(1 for f in found if f is not None and f.iso_code_639_1.name == "FR")
 
-    guarded, free = french_share(True), french_share(False)
-    assert guarded >= 0.9, guarded
+    guarded, free = french_lines(True), french_lines(False)
+    assert guarded >= 36, guarded  # 90%
     # The guard must not cost French output. One line of 40 is the noise floor: a 120-step
     # model's zero-shot lines are partly degenerate ("à uneee à unee."), and which of them
     # lingua calls French flips with the CPU's float rounding (an AVX-512 Xeon gave 37
     # guarded against 38 free, the two differing in one line's tail).
-    assert guarded >= free - 1 / 40, (guarded, free)
+    assert guarded >= free - 1, (guarded, free)
 
 
 def test_pair_weights_follow_the_temperature():
