@@ -205,15 +205,16 @@ def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
             )  # fmt: skip
 
 
-def fresh(checkpoint: Path, src: Path, rounds: int) -> str:
-    """`mt translate` of `src` in a fresh process per run, protected and not taking turns,
+def fresh(checkpoint: Path, lines: list[str], rounds: int) -> str:
+    """`mt translate` of `lines` in a fresh process per run, protected and not taking turns,
     one thread each: CPU seconds of each child (user + system), and whether every protected
     run wrote the same output."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     secs: dict[str, list[float]] = {"--protect": [], "--no-protect": []}
     outs: dict[str, set[bytes]] = {k: set() for k in secs}
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.txt"
+        out, src = Path(tmp) / "out.txt", Path(tmp) / "src.txt"
+        src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         for _ in range(rounds):
             for flag in secs:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -232,7 +233,7 @@ def fresh(checkpoint: Path, src: Path, rounds: int) -> str:
     header = ("mt translate", "best CPU s", "median CPU s", "best / best", "median / median",
               "rounds (CPU s)")  # fmt: skip
     same = len(outs["--protect"]) == 1
-    return (f"### a fresh `mt translate` per run: {src}, {rounds} rounds\n\n"
+    return (f"### a fresh `mt translate` per run: {len(lines)} lines, {rounds} rounds\n\n"
             + markdown_table(header, rows)
             + f"\n\nevery protected run wrote the same output: {'yes' if same else 'no'}"
             )  # fmt: skip
@@ -294,7 +295,7 @@ def main() -> None:
         if args.strings_warm:
             both["this tree, index warmed"] = WarmedIndex(read_lines(args.strings_warm))
         if args.fresh:
-            print(fresh(args.strings, args.strings_src, args.rounds), "\n")
+            print(fresh(args.strings, lines, args.rounds), "\n")
         elif args.replay:
             print(replay(loaded, lines, rules["baseline"], args.rounds), "\n")
         else:
