@@ -19,6 +19,10 @@ hold (`mt.spans.bans`). `protect_stage` sends each request down one of four path
   the output is replaced by its span. A model without reserved pieces gets placeholders spelled
   from ordinary pieces (`Z00`, `Z01`, ...).
 
+On every path search may also write the spans its text holds that the request's formats read as
+text (`%qD` without gettext's flags, `{0}` in a `c-format` string): the ban is for spans a
+model invents, and copying the source's own text is translating it.
+
 On every path each span comes back exactly as written, as often as in the source, for any
 model: restoring enforces it (a placeholder emitted twice keeps its first occurrence, one never
 emitted, as with greedy search or a prefix, is appended at the end). A line whose only content
@@ -35,7 +39,7 @@ from dataclasses import dataclass, replace
 from mt.decode.requests import Request, Translation
 from mt.decode.stages import Ask, Rounds, Stage
 from mt.decode.steps import Hypothesis
-from mt.spans import find_spans
+from mt.spans import WIDEST, find_spans
 from mt.spans.markup import text_unit
 from mt.spans.place import Unit, fold_wordless, lift, place
 from mt.spans.placeholders import Masked, exact, mask, placeholders_for, restore, writable
@@ -55,7 +59,18 @@ def masked_request(r: Request, m: Masked, constrain: bool) -> Request:
     """The request search sees: placeholders as constraints (unless a prefix is given, which
     constrained search refuses; restoring still keeps every span)."""
     constraints = r.constraints + (m.placeholders if constrain and not r.prefix else [])
-    return replace(r, src=m.text, constraints=constraints)
+    return _writing(replace(r, src=m.text, constraints=constraints), m.text)
+
+
+def _writing(r: Request, text: str, spans: tuple[str, ...] = ()) -> Request:
+    """`r` with the spans search may write: `spans` (the protected spans of a line
+    translated as it is) and the text `text` search reads holds verbatim though the
+    request's formats do not count it a span (`%qD` in a line without gettext's flags, where
+    it is text). The ban forbids the spans a model would invent; text the source holds is
+    the model's to copy, and banning it cost the line its words (`%qD sollte initialisiert
+    werden` came out as `initialized uninitialized ...`)."""
+    found = spans + tuple(x.text for x in find_spans(text, WIDEST) if x.text not in spans)
+    return replace(r, keep=tuple(dict.fromkeys(found))) if found else r
 
 
 def protect_stage(s: Search) -> Stage:
@@ -79,7 +94,7 @@ def _protected(s: Search, requests: list[Request]) -> Rounds:
     keep = {i: tuple({x.text for x in spans[i]}) for i in in_text}
     first = sorted(plain + in_text)
     if first:
-        reqs = [replace(requests[i], keep=keep[i]) if i in keep else requests[i] for i in first]
+        reqs = [_writing(requests[i], srcs[i], keep.get(i, ())) for i in first]
         done = yield Ask(reqs)
         for i, t in zip(first, done):
             if i not in keep:
@@ -129,7 +144,8 @@ def units_rounds(s: Search, units: list[Unit]) -> Rounds:
         else:
             todo.append(i)
             lifts.append(lifted)
-    results = (yield Ask([Request(x.text) for x in lifts], alignment=True)) if todo else []
+    asks = [_writing(Request(x.text), x.text) for x in lifts]
+    results = (yield Ask(asks, alignment=True)) if todo else []
     for i, lifted, t in zip(todo, lifts, results):
         texts = [place(s.tokenizer, units[i], lifted, h.tokens, h.alignment) for h in t.hypotheses]
         out[i] = Translation(texts[0], t.hypotheses, texts, t.pieces)

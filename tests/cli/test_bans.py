@@ -24,8 +24,12 @@ from mt.checkpoint import load_model
 from mt.config import DecodeConfig
 from mt.decode.constrained import constrained_beam_search
 from mt.decode.ensemble import Ensemble
+from mt.decode.protect import Search as ProtectSearch
+from mt.decode.protect import protect_stage
+from mt.decode.requests import Request, Translation
 from mt.decode.search import beam_search, greedy_search
-from mt.decode.steps import Sampling
+from mt.decode.stages import run
+from mt.decode.steps import Hypothesis, Sampling
 from mt.spans import WIDEST, find_spans
 from mt.spans.bans import Bans, SpanRule, step_mask
 from mt.spans.index import piece_texts
@@ -100,6 +104,43 @@ def test_protected_paths_write_only_the_sources_spans(spanful_run, mt_cli, flags
     r = mt_cli("translate", spanful_run / "best.pt", *flags, stdin="".join(x + "\n" for x in LINES))
     assert r.rc == 0, r.err
     _check(LINES, r.out.splitlines())
+
+
+def test_text_the_source_holds_stays_writable(spanful_run) -> None:
+    """Every search the protection stage asks for may write the spans its source text holds
+    (`keep`), though the request's formats read some as text (`{0}` under `c-format`, `%qD`
+    without gettext's flags): the ban forbids spans a model invents, not text it copies.
+    Without it the strings model's `%qD sollte initialisiert werden` lost its `%qD` and its
+    words. The spans a source lacks stay banned."""
+    tok = load_model(spanful_run / "best.pt").tokenizer
+    asked: list[Request] = []
+
+    def search(requests: list[Request], alignment: bool) -> list[Translation]:
+        asked.extend(requests)
+        return [Translation(r.src, [Hypothesis([], 0.0)], [r.src]) for r in requests]
+
+    requests = [
+        Request("ka {0} lo", formats=("c-format",)),  # text for C: the plain path
+        Request("%qD mi nu"),  # gcc's, text without its flag
+        Request("ka %s lo {0}", formats=("c-format",)),  # `%s` a span, `{0}` text
+        Request("ri <i>tu</i> {0} va", formats=("c-format",)),  # a tag pair: lifted, placed
+        Request("ka lo mi"),
+    ]
+    run([protect_stage(ProtectSearch(tok, 1, True))], requests, search)
+    keep = {r.src: set(r.keep) for r in asked}
+    assert keep["ka {0} lo"] == {"{0}"}
+    assert keep["%qD mi nu"] == {"%qD"}
+    assert keep["ka %s lo {0}"] == {"%s", "{0}"}
+    assert keep["ka lo mi"] == set()
+    lifted = [k for k in keep if "{0}" in k and "<i>" not in k and k.startswith("ri")]
+    assert lifted and keep[lifted[0]] == {"{0}"}, keep
+    rule = SpanRule(tok, torch.device("cpu"))
+    ids = torch.tensor([tok.encode_tgt(["ka {0"])[0]])
+    close = [v for v, t in enumerate(rule.texts) if t.startswith("}")]
+    banned = rule.mask(ids, torch.zeros(1, dtype=torch.long), None).view(-1, len(rule.texts))[0]
+    allowed = rule.mask(ids, torch.zeros(1, dtype=torch.long), [("{0}",)])
+    allowed = allowed.view(-1, len(rule.texts))[0]
+    assert close and all(banned[v] for v in close) and not any(allowed[v] for v in close)
 
 
 @pytest.mark.slow  # ~10-30 s; each feature's own default test covers it alone
