@@ -20,7 +20,7 @@ from functools import cache, lru_cache
 
 import regex
 
-from mt.spans import _ICU, PATTERNS
+from mt.spans import _ICU, PATTERNS, WIDEST, _compiled
 from mt.spans.regex_facts import character_tests, last_tests
 
 _KEYWORDS = r"plural|select|selectordinal|number|date|time|spellout|ordinal|duration"
@@ -169,3 +169,23 @@ _WORD_START = re.compile(r"(?<!\w)\w")
 def _starts_re(starters: str, address: str) -> re.Pattern[str]:
     """The characters that start spans other than addresses, as one character class."""
     return re.compile("[" + re.escape("".join(c for c in starters if c not in address)) + "]")
+
+
+def reached(text: str, starts: list[int]) -> list[int]:
+    """Those of `starts` (open starts of `text`, ascending) that `find_spans`'s scan of `text`
+    plus any appended text can reach. The scan takes a span where it finds one and goes on
+    after it, so a start inside a span it takes whatever is appended is never tried: in
+    `%%%%%` the scan takes `%%` twice, so the fourth `%` is inside a span and only the fifth
+    can start one (`%%` with a `%` appended). Every position before the first start is
+    decided (none is open), so the spans the scan finds there now are those it finds with
+    any text appended; past a start that it reaches, nothing is decided. A line that may
+    hold an ICU argument keeps its starts: its braces are counted apart from the scan."""
+    if not starts or "{" in text:
+        return starts
+    scan, pos = _compiled(WIDEST), 0
+    for n, t in enumerate(starts):
+        while pos <= t and (m := scan.search(text, pos)) is not None and m.start() < t:
+            pos = m.end()
+        if pos <= t:
+            return starts[n:]
+    return []

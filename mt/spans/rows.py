@@ -16,7 +16,7 @@ text is prefix-closed). Only a row whose first start dies, or one ending in a pi
 from __future__ import annotations
 
 from mt.spans import CLOSING_TAG, LINE_BREAK, WIDEST, find_spans
-from mt.spans.open import WINDOW_CHARS, growth, open_starts
+from mt.spans.open import WINDOW_CHARS, growth, open_starts, reached
 
 SEPARATOR = LINE_BREAK  # ends every span: what a row's closing tags are kept apart by
 CACHE = 4096  # rows, and steps of open text, kept (the oldest dropped first)
@@ -93,7 +93,8 @@ def read(text: str, starts: list[int]) -> Open | None:
     """The open text of `text`, whose open starts are `starts`: from just before the first
     (`context`), the line's closing tags before that as `head` (a lone `<Name>` is markup when
     the line closes it, `mt.spans`: they go with it, apart from it: `SEPARATOR` ends any
-    span)."""
+    span). A start the line's scan cannot reach (`reached`) opens nothing."""
+    starts = reached(text, starts)
     if not starts:
         return None
     cut = context(text, starts[0])

@@ -258,6 +258,8 @@ def test_nested_spans_are_banned_as_a_scan_of_the_vocabulary_finds(picks, ok) ->
         ('x aaaa bbbb <a title="aaaa bbbb $', "HOME", "$HOME"),  # two runs before `$`
         ("1%www", ".de", "www.de"),  # `%` after a digit starts no printf
         ("see www.x.", "de", "www.x.de"),  # an address grows past its full stop
+        ("a %%%%%", "%", "%%"),  # the scan pairs a run of `%` from its start
+        ("a %%%%%", "(name)s", "%(name)s"),
     ],
 )
 def test_each_piece_that_completes_a_span_is_banned(text, piece, span) -> None:
