@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -168,7 +169,9 @@ def test_nbest_ensemble_html_constraints_prefixes(spanful_run, mt_cli) -> None:
     assert r.rc == 0, r.err
     outs = r.out.splitlines()
     _check([x["src"] for x in items], outs)
-    assert "mi" in outs[0].split() and outs[1].startswith("nu")
+    # The constraint `mi` is the piece `▁mi`: written where a word starts (the next piece may
+    # follow without a space, as `0}` does on some CPUs' models).
+    assert re.search(r"(^|\s)mi", outs[0]) and outs[1].startswith("nu"), outs
 
 
 def test_serve_writes_only_the_sources_spans(spanful_run, tmp_path) -> None:
