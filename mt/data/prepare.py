@@ -232,7 +232,8 @@ def prepare(
         if loaded is None:
             raise MtError(f"{run_dir}: no tokenizer (the preparing process did not write it)")
         tok = loaded
-    tok.text_stats = prepare_text_stats(d, run_dir, build, log)
+    if tokenizer is None:  # a given tokenizer brings global rank 0's (mt/train/nodes.py)
+        tok.text_stats = prepare_text_stats(d, run_dir, build, log)
     cache = cache_dir(d, run_dir)
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)

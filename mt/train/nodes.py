@@ -1,12 +1,13 @@
 """Before the first step, on every node: the run directory, the tokenizer and the token stores.
 
 Nodes of a multi-node job need not share a filesystem. Global rank 0 alone takes the run
-directory (its lock, the tokenizer, later the checkpoints and logs) and sends the tokenizer to
-every other process over the process group, as the serialized sentencepiece models; no process
-reads rank 0's files. Each node's local rank 0 then builds or checks that node's token stores in
-the node's cache folder (`data.cache_dir`, else env MT_CACHE, else `{run_dir}/cache`) while the
-node's other ranks wait, then map what it built. On one node this is the single-node order:
-rank 0 prepares, the others map.
+directory (its lock, the tokenizer and the text statistics, later the checkpoints and logs) and
+sends the tokenizer to every other process over the process group, as the serialized
+sentencepiece models with the statistics; no process reads rank 0's files. Each node's local
+rank 0 then builds or checks that node's token stores in the node's cache folder
+(`data.cache_dir`, else env MT_CACHE, else `{run_dir}/cache`) while the node's other ranks wait,
+then map what it built. On one node this is the single-node order: rank 0 prepares, the others
+map.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 import torch
 
 from mt.config import DataConfig, TokenizerConfig
-from mt.data.prepare import Prepared, prepare, prepare_tokenizer
+from mt.data.prepare import Prepared, prepare, prepare_text_stats, prepare_tokenizer
+from mt.textstats import TextStats
 from mt.tokenizer import Tokenizer
 from mt.train import distributed, finetune
 from mt.train.distributed import Dist
@@ -28,25 +30,35 @@ _LENGTH = 8  # bytes of the source model's length in `pack`
 
 
 def pack(tok: Tokenizer) -> bytes:
-    """The tokenizer's models as one byte string: source length, source, target length,
-    target (empty when joint), then an imported model's piece tables as JSON (or nothing)."""
+    """The tokenizer as one byte string: source length, source, target length, target (empty
+    when joint), then one JSON object with an imported model's piece tables and the training
+    text's statistics (mt/textstats.py), where it has them. The statistics travel with it
+    because they are counted and kept in the run directory, which is global rank 0's alone:
+    another node has none to read or write them in."""
     target = b"" if tok.joint else tok.tgt_proto
-    tables = json.dumps(tok.pieces).encode("utf-8") if tok.pieces is not None else b""
+    extra: dict = {}
+    if tok.pieces is not None:
+        extra["pieces"] = tok.pieces
+    if tok.text_stats is not None:
+        extra["text_stats"] = tok.text_stats.to_dict()
     parts = b""
     for blob in (tok.src_proto, target):
         parts += len(blob).to_bytes(_LENGTH, "little") + blob
-    return parts + tables
+    return parts + json.dumps(extra, ensure_ascii=False).encode("utf-8")
 
 
 def unpack(data: bytes) -> Tokenizer:
+    """`pack`'s tokenizer, statistics and all."""
     blobs, i = [], 0
     for _ in range(2):
         n = int.from_bytes(data[i : i + _LENGTH], "little")
         blobs.append(data[i + _LENGTH : i + _LENGTH + n])
         i += _LENGTH + n
-    tables = json.loads(data[i:]) if data[i:] else None
+    extra = json.loads(data[i:])
+    tables = extra.get("pieces")
     pieces = (tables[0], tables[1]) if tables is not None else None
-    return Tokenizer(blobs[0], blobs[1] or None, None, pieces)
+    stats = TextStats.from_dict(extra["text_stats"]) if "text_stats" in extra else None
+    return Tokenizer(blobs[0], blobs[1] or None, None, pieces, stats)
 
 
 def prepare_run(
@@ -67,7 +79,9 @@ def prepare_run(
         refuse_finished_run(run_dir, resume)
         record_job(run_dir)
         finetune.write_tokenizer(init, run_dir)
-        packed = pack(prepare_tokenizer(data, tok, seed, run_dir))
+        tokenizer = prepare_tokenizer(data, tok, seed, run_dir)
+        tokenizer.text_stats = prepare_text_stats(data, run_dir, True, True)
+        packed = pack(tokenizer)
     packed = distributed.broadcast_bytes(d, packed, device)
     assert packed is not None
     tokenizer = unpack(packed)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from mt.checkpoint import load, load_model, save
+from mt.config import TokenizerConfig
 from mt.data.corpus import read_lines
 from mt.decode.casing import case_back, usual_case
 from mt.decode.doubt import DoubtCount, flags
@@ -26,6 +27,8 @@ from mt.textstats import (
     count_spellings,
     count_stats,
 )
+from mt.tokenizer import train_tokenizer
+from mt.train.nodes import pack, unpack
 
 LANGS = ("de", "en", "fr", "cs")
 
@@ -97,6 +100,20 @@ def test_bounds_lookup_and_round_trip(stats):
     assert back == stats
     assert back.spellings("de")["mann"] == "Mann" and back.spellings("en")["man"] == "man"
     assert back.spellings(None)["mann"] == "Mann"  # no source language: every table
+
+
+def test_the_statistics_travel_with_the_tokenizer_rank_0_sends(stats, slices):
+    """Under torchrun, global rank 0 alone holds the run directory, where the statistics are
+    counted and kept; the other nodes get them with the tokenizer it sends (mt.train.nodes),
+    as an imported model's piece tables, and write nothing."""
+    train = slices["train"]
+    tok = train_tokenizer(train["de"][:2000], train["en"][:2000], TokenizerConfig(vocab_size=300))
+    tok.text_stats = stats
+    back = unpack(pack(tok))
+    assert back.text_stats == stats and back.src_proto == tok.src_proto and back.joint
+    tok.text_stats, tok.pieces = None, (["<pad>", "a"], ["<pad>", "b"])
+    back = unpack(pack(tok))
+    assert back.text_stats is None and back.pieces == tok.pieces
 
 
 def test_recasing_with_a_table_on_real_lines(stats, multi30k_dir):
