@@ -69,7 +69,7 @@ def _writing(r: Request, text: str, spans: tuple[str, ...] = ()) -> Request:
     it is text). The ban forbids the spans a model would invent; text the source holds is
     the model's to copy, and banning it cost the line its words (`%qD sollte initialisiert
     werden` came out as `initialized uninitialized ...`)."""
-    found = spans + tuple(x.text for x in find_spans(text, WIDEST) if x.text not in spans)
+    found = spans + tuple(x.text for x in find_spans(text, WIDEST))
     return replace(r, keep=tuple(dict.fromkeys(found))) if found else r
 
 
