@@ -111,7 +111,7 @@ class SpanRule:
                     state = self.open_texts.of(text, last, was)
                     if state is not None:
                         ok = allowed[sents[r]] if allowed else ()
-                        if len(ids := self.index.bans(state, ok)):
+                        if len(ids := self.index.bans(state, ok, len(texts[last]))):
                             extra.setdefault(r, []).append(ids)
         if not extra:
             return self._shared

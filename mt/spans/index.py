@@ -7,7 +7,10 @@ span by themselves after any row (`alone_spans`), and which can hold the start o
 way (`opener`): both read once, piece by piece, when the index is built. And, for each open
 text a row can end with (`mt.spans.rows`), which pieces would complete a span there
 (`completing`): found by walking a trie of the piece texts with the patterns' partial matches,
-and kept by open text, as are the row readings and each open text's bans. All of it is a
+and kept by open text, as are the row readings and each open text's bans. An open text met
+first shares the bans of one met before where the scan stands alike after both
+(`mt.spans.alike`: a tag's attributes, whatever their words), so a search that stays inside a
+span for many steps walks and checks once. All of it is a
 function of the piece texts alone, so one index serves every search, device and sentence; what
 a sentence is allowed to write filters its answers (`bans`).
 """
@@ -25,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from mt.spans import WIDEST, find_spans_each
+from mt.spans.alike import Alike
 from mt.spans.open import alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import CACHE, Open, OpenTexts
 from mt.tokenizer import Tokenizer
@@ -83,26 +87,40 @@ class PieceIndex:
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
         self._found: dict[str, list[tuple[int, tuple[str, ...]]]] = {}  # `completing`'s
         self._bans: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # `bans` by open text
+        # `bans` by what its answer depends on (`mt.spans.alike`), for open texts met first.
+        self.alike = Alike(texts)
+        self._shared: dict[tuple, torch.Tensor] = {}
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
         self.lock = threading.Lock()
 
-    def bans(self, state: Open, ok: tuple[str, ...]) -> torch.Tensor:
+    def bans(self, state: Open, ok: tuple[str, ...], grown: int = 0) -> torch.Tensor:
         """(K,) long, on the CPU: the pieces that would complete a span not `ok` after the open
         text `state` (`mt.spans.rows`), kept by open text as the tensor a mask is filled from
-        (making one from a list of a thousand ids costs more than the rest of a step's ban)."""
+        (making one from a list of a thousand ids costs more than the rest of a step's ban).
+        An open text first met shares the answer of one met before where the scan stands
+        alike after both (`mt.spans.alike`); `grown` > 0 says its last `grown` characters
+        extend the open text of the row before."""
         head, end, starts = state
         key = (head + end, ok)
         if key not in self._bans:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
-            found = self.completing(head, end, list(starts))
-            if ok:
-                free = starts_of(ok)
-                ids = [v for v, spans in found if not free.issuperset(spans)]
-            else:
-                ids = [v for v, _ in found]
-            self._bans[key] = torch.tensor(ids, dtype=torch.long)
+            alike = self.alike.key(head, end, starts, ok, grown)
+            out = self._shared.get(alike) if alike is not None else None
+            if out is None:
+                found = self.completing(head, end, list(starts))
+                if ok:
+                    free = starts_of(ok)
+                    ids = [v for v, spans in found if not free.issuperset(spans)]
+                else:
+                    ids = [v for v, _ in found]
+                out = torch.tensor(ids, dtype=torch.long)
+                if alike is not None:
+                    if len(self._shared) >= CACHE:
+                        self._shared.pop(next(iter(self._shared)))
+                    self._shared[alike] = out
+            self._bans[key] = out
         return self._bans[key]
 
     def completing(

@@ -1,0 +1,162 @@
+"""Open texts that share a key share the span ban's answer (`mt.spans.alike`), and the scan's
+automaton (`mt.spans.automaton`) follows `re` where it reads the patterns."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from mt.spans import WIDEST, _compiled
+from mt.spans.alike import Alike
+from mt.spans.automaton import Automaton, advance, scan, start_state
+from mt.spans.index import PieceIndex, may, starts_of
+from mt.spans.open import open_starts
+from mt.spans.rows import read
+from scripts.tools.ban_hunt import ALLOWED, DENSE
+
+# Words that keep a span under way (a tag's attributes) and pieces of GCC's quotes.
+WORDS = [" ARG1", " is", " smaller", " than", " ARG2", "<ARG2", " x", "a", " /", "</a",
+         ' href="', "http://", "x.de", '"', "%<", "INT_MAX", "__builtin", "_call", "%>", " <sec",
+         ">"]  # fmt: skip
+PIECES = DENSE + WORDS
+
+
+def _answer(index: PieceIndex, state, ok: tuple[str, ...]) -> set[int]:
+    """The pieces banned after open text `state`, read from its own text (no key shared), with
+    those banned after any row (`alone_spans`, less those `ok` frees): the row's mask. The
+    open text's own answer may or may not name a piece that completes a span by itself, as
+    its walks propose it or not; the mask holds it either way."""
+    head, end, starts = state
+    found = index.completing(head, end, list(starts))
+    free = starts_of(ok)
+    own = {v for v, spans in found if not ok or not free.issuperset(spans)}
+    alone = {v for v, spans in index.alone_spans.items() if not all(may(x, ok) for x in spans)}
+    return own | alone
+
+
+def test_open_texts_with_one_key_are_banned_alike() -> None:
+    """Rows grown piece by piece, as a search grows them, each read to its open text: every
+    two open texts with the same key get the same mask, read from their own texts. The
+    rows stay inside tags, GCC quotes and printf runs for many steps, so texts share keys."""
+    rng = random.Random(1)
+    index, alike = PieceIndex(PIECES), Alike(PIECES)
+    by_key: dict[tuple, tuple[str, set[int]]] = {}
+    shared = 0
+    for _ in range(400):
+        ok = tuple(rng.sample(ALLOWED, rng.randrange(0, 3)))
+        row, last = "", None
+        for _ in range(rng.randrange(1, 30)):
+            piece = rng.choice(WORDS) if rng.random() < 0.6 else rng.choice(DENSE)
+            row += piece
+            state = read(row, open_starts(row))
+            if state is None:
+                continue
+            key = alike.key(*state, ok, len(piece) if last is not None else 0)
+            last = state
+            if key is None:
+                continue
+            got = _answer(index, state, ok)
+            if key in by_key:
+                shared += 1
+                first, want = by_key[key]
+                assert got == want, (first, state[1], ok)
+            else:
+                by_key[key] = (state[1], got)
+    assert shared > 1000 and len(by_key) > 50  # the keys are shared, and not all alike
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (" <ARG2 ARG1 is", " <ARG2 ARG1 is smaller than", True),  # inside a tag's attributes
+        (" <ARG2 ARG1", " <Pfad a1", True),  # whatever the name, once attributes start
+        (" <ARG2 ARG1", " <ARG2 x", False),  # `\b` and lookbehinds tell a digit from a letter
+        (" %<INT_MAX", " %<__builtin_call", True),  # GCC's `%<` is decided: nothing under way
+        (" <b", " <x", False),  # `<b` may be an element's name (`<br>`), `<x` no known one
+        (" <ARG2 ARG1", " <ARG2 ARG1 /", False),  # `/>` would close a tag that is markup
+        (" %s", " %", False),
+    ],
+)
+def test_keys_tell_apart_what_a_piece_can_tell_apart(a: str, b: str, same: bool) -> None:
+    """Texts whose continuations complete the same spans share a key; those where some piece
+    tells them apart do not."""
+    alike = Alike(PIECES)
+    keys = []
+    for text in (a, b):
+        state = read(text, open_starts(text))
+        assert state is not None
+        keys.append(alike.key(*state, (), 0))
+    assert keys[0] is not None and keys[1] is not None
+    assert (keys[0] == keys[1]) == same
+
+
+def test_a_state_grown_from_its_parent_is_the_state_read_whole() -> None:
+    """`advance` from a kept state, a piece at a time, lands where reading the text whole does:
+    the key of a row does not depend on how its open text was reached."""
+    rng = random.Random(2)
+    for _ in range(300):
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randrange(1, 12)))
+        state = start_state(" ")
+        for k in range(len(text)):
+            state = advance(state, text[k])
+        assert state == advance(start_state(" "), text), text
+
+
+def test_the_automaton_matches_where_re_does() -> None:
+    """Over random texts of span characters, the automaton finds a match at a start exactly
+    where `re` does (the scan's expression, lookarounds and all), and no thread is left where
+    `re` can no longer match, by appending any of the test characters."""
+    auto = scan()
+    assert auto is not None
+    pattern = _compiled(WIDEST)
+    chars = "%<>/$&;#@.:-_ \"'=aAsdq0159wxh{}()"
+    rng = random.Random(3)
+    for _ in range(3000):
+        text = "".join(rng.choice(chars) for _ in range(rng.randrange(1, 9)))
+        prev = rng.choice([None, " ", "a", "5", "%"])
+        threads, matched = (auto.start,), False
+        last = prev
+        for c in text:
+            if not threads:
+                break
+            threads, hit = auto.step(threads, last, c)
+            matched |= hit
+            last = c
+        if threads:  # the end of the text: what is left matches where it needs nothing more
+            end = _finish(auto, threads, text[-1])
+            matched |= end
+        full = (prev or "") + text
+        want = pattern.match(full, len(prev or "")) is not None
+        assert matched == want, (prev, text)
+
+
+def _finish(auto: Automaton, threads: tuple[int, ...], prev: str) -> bool:
+    """Whether the threads match at the end of the text (a lookahead sees no character)."""
+    from mt.spans import automaton as A
+
+    kind, out = auto.nodes.kind, auto.nodes.out
+    seen: set[int] = set()
+    for t in threads:
+        stack = [t]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node == auto.match:
+                return True
+            if kind[node] == A.SPLIT:
+                stack.extend(reversed(out[node]))
+            elif kind[node] == A.ASSERT and auto._holds(node, prev, None):
+                stack.append(out[node][0])
+    return False
+
+
+def test_an_expression_the_automaton_cannot_follow_is_refused() -> None:
+    """A backreference is refused, so a pattern that needs one leaves the ban without keys
+    (each open text answered from its own text) rather than with wrong ones."""
+    with pytest.raises(ValueError):
+        Automaton(r"(a)\1")
+    assert re.compile(r"(a)\1")  # `re` itself takes it
