@@ -67,7 +67,7 @@ class SpanRule:
         self.alone[list(self.index.alone_spans)] = True
         self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
         self.opener_host = torch.tensor(self.index.opener, dtype=torch.bool)  # read on the host
-        self.open_texts = self.index.open_texts  # each row's, by text
+        self.open_texts = self.index.open_texts  # each row's, by its tokens
         self._last_alone: tuple[tuple, tuple[torch.Tensor, set[int]]] = (
             (),
             (self.alone[None], set()),
@@ -99,16 +99,20 @@ class SpanRule:
             read = opens.any(1)
             before = opens[:, :-1].any(1)  # the row before its last piece could be open
             rows = read.nonzero().squeeze(1).tolist()
-            texts, opener, known = self.texts, self.open_texts.opener, self.open_texts.known
+            texts, rows_open = self.texts, self.open_texts
+            opener = rows_open.opener
+            tokens = history.numpy()  # each row kept by its tokens' bytes (`OpenTexts`)
+            lasts = history[:, -1].tolist()
             with self.index.lock:
-                for r, toks, was in zip(rows, history[rows].tolist(), before[rows].tolist()):
-                    text, last = "".join(map(texts.__getitem__, toks)), toks[-1]
+                for r, was in zip(rows, before[rows].tolist()):
+                    row, last = tokens[r], lasts[r]
+                    key = row.tobytes()
+                    parent = rows_open.parent(row, key, last, was)
                     # Most rows: no open text before a piece that opens none (`OpenTexts.of`).
-                    if was and not opener[last] and (piece := texts[last]) and "@" not in piece:
-                        if known(text[: len(text) - len(piece)]) is None:
-                            self.open_texts.keep(text, None)
-                            continue
-                    state = self.open_texts.of(text, last, was)
+                    if parent is None and not opener[last] and "@" not in texts[last]:
+                        rows_open.keep(key, None)
+                        continue
+                    state = rows_open.of(row, key, last, parent)
                     if state is not None:
                         ok = allowed[sents[r]] if allowed else ()
                         if len(ids := self.index.bans(state, ok, len(texts[last]))):

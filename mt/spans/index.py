@@ -82,11 +82,11 @@ class PieceIndex:
             for v, t in enumerate(texts)
         ]
         self.chars = set("".join(texts)) | set(" a5%.")  # what a row's text holds
-        self.open_texts = OpenTexts(texts, self.opener)  # each row's, by text
+        self.open_texts = OpenTexts(texts, self.opener)  # each row's, by its tokens
         self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
         self._found: dict[str, list[tuple[int, tuple[str, ...]]]] = {}  # `completing`'s
-        self._bans: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}  # `bans` by open text
+        self._bans: dict[tuple[str, str, tuple[str, ...]], torch.Tensor] = {}  # by open text
         # `bans` by what its answer depends on (`mt.spans.alike`), for open texts met first.
         self.alike = Alike(texts)
         self._shared: dict[tuple, torch.Tensor] = {}
@@ -102,8 +102,9 @@ class PieceIndex:
         alike after both (`mt.spans.alike`); `grown` > 0 says its last `grown` characters
         extend the open text of the row before."""
         head, end, starts = state
-        key = (head + end, ok)
-        if key not in self._bans:
+        key = (head, end, ok)  # strings a row's open text shares with its parent's: hashed once
+        out = self._bans.get(key)
+        if out is None:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
             alike = self.alike.key(head, end, starts, ok, grown)
@@ -121,7 +122,7 @@ class PieceIndex:
                         self._shared.pop(next(iter(self._shared)))
                     self._shared[alike] = out
             self._bans[key] = out
-        return self._bans[key]
+        return out
 
     def completing(
         self, head: str, end: str, starts: list[int]

@@ -15,9 +15,14 @@ text is prefix-closed). Only a row whose first start dies, or one ending in a pi
 
 from __future__ import annotations
 
+import re
+
+import numpy as np
+
 from mt.spans import CLOSING_TAG, LINE_BREAK, WIDEST, find_spans
 from mt.spans.open import WINDOW_CHARS, growth, open_starts, reached
 
+_WORD = re.compile(r"\w+")
 SEPARATOR = LINE_BREAK  # ends every span: what a row's closing tags are kept apart by
 CACHE = 4096  # rows, and steps of open text, kept (the oldest dropped first)
 
@@ -31,27 +36,44 @@ class OpenTexts:
 
     def __init__(self, texts: list[str], opener: list[bool]) -> None:
         self.texts, self.opener = texts, opener
-        # By row text, the rows of the last steps: two generations, the older dropped whole
-        # when the newer is full (dropping the oldest entry of one dict costs a scan).
-        self._rows: dict[str, Open | None] = {}
-        self._older: dict[str, Open | None] = {}
+        # A piece of word characters only, and a piece ending in one: after such an ending the
+        # first continues a word, where no span starts (`_continues`).
+        self._wordy = [bool(t) and _WORD.fullmatch(t) is not None for t in texts]
+        self._word_end = [bool(t) and _WORD.fullmatch(t[-1]) is not None for t in texts]
+        # By row (its tokens' bytes), the rows of the last steps: two generations, the older
+        # dropped whole when the newer is full (dropping the oldest entry of one dict costs a
+        # scan). The tokens rather than the text: a row's text is only put together where its
+        # open text must be read from it, not at every step of every row.
+        self._rows: dict[bytes, Open | None] = {}
+        self._older: dict[bytes, Open | None] = {}
         self._steps: dict[tuple[str, int], tuple[str, tuple[int, ...]]] = {}  # `_grow`'s
 
-    def of(self, text: str, last: int, parent_open: bool = True) -> Open | None:
-        """The open text of the row `text`, whose last piece is `last`; `parent_open` False
-        says the row before it held no piece that can open a span (so no open text)."""
-        piece = self.texts[last]
-        lo = len(text) - len(piece)
+    def parent(
+        self, row: np.ndarray, key: bytes, last: int, parent_open: bool
+    ) -> Open | None | bool:
+        """The open text of the row before `row` (tokens; `key`: their bytes), whose last
+        piece is `last`: None where it has none (`parent_open` False: it holds no piece that
+        can open a span), False where it is not known (or nothing to grow from)."""
         if not parent_open:
-            parent: Open | None | bool = None
-        elif not piece or lo <= 0:
-            parent = False  # nothing to grow from: read the row whole
-        else:
-            parent = self.known(text[:lo])
+            return None
+        if not self.texts[last] or len(row) < 2:
+            return False  # nothing to grow from: read the row whole
+        return self.known(key[: len(key) - row.itemsize])
+
+    def of(self, row: np.ndarray, key: bytes, last: int, parent: Open | None | bool) -> Open | None:
+        """The open text of the row of tokens `row` (`key`: its bytes), whose last piece is
+        `last`, from the open text of the row before it (`parent`, as `parent` gives it)."""
+        piece = self.texts[last]
+        text = None
         if "@" in piece or parent is False:
+            text = self.text(row)
             out = read(text, open_starts(text))
         elif parent is None:
-            out = read(text, open_starts(text, lo)) if self.opener[last] else None
+            if self.opener[last] and not self._continues(row, last):
+                text = self.text(row)
+                out = read(text, open_starts(text, len(text) - len(piece)))
+            else:
+                out = None
         else:
             head, end, starts = parent
             grown, now = self._grow(end, starts, last)
@@ -60,21 +82,38 @@ class OpenTexts:
             elif now[0] == starts[0]:  # the same first start: the same context and head
                 out = (head, grown, now)
             else:
+                text = self.text(row)
                 cut = len(text) - len(grown)
                 out = read(text, [cut + s for s in now])
-        self.keep(text, out)
+        self.keep(key, out)
         return out
 
-    def known(self, text: str) -> Open | None | bool:
-        """The open text of a row read before; False when it was not (or is forgotten)."""
-        out = self._rows.get(text, False)
-        return self._older.get(text, False) if out is False else out
+    def _continues(self, row: np.ndarray, last: int) -> bool:
+        """Whether the last piece, of word characters only, continues a word of the row: then
+        the only spans a word piece can start (addresses, at a word's start) start before it,
+        in a row whose open text is known to be none, and open text is prefix-closed."""
+        if not self._wordy[last]:
+            return False
+        for v in row[-2::-1].tolist():
+            if self.texts[v]:
+                return self._word_end[v]
+        return False
 
-    def keep(self, text: str, state: Open | None) -> None:
-        """Remember the open text of row `text`."""
+    def text(self, row: np.ndarray) -> str:
+        """The text of a row of tokens."""
+        return "".join(map(self.texts.__getitem__, row.tolist()))
+
+    def known(self, key: bytes) -> Open | None | bool:
+        """The open text of a row read before (`key`: its tokens' bytes); False when it was
+        not (or is forgotten)."""
+        out = self._rows.get(key, False)
+        return self._older.get(key, False) if out is False else out
+
+    def keep(self, key: bytes, state: Open | None) -> None:
+        """Remember the open text of the row whose tokens' bytes are `key`."""
         if len(self._rows) >= CACHE:
             self._older, self._rows = self._rows, {}
-        self._rows[text] = state
+        self._rows[key] = state
 
     def _grow(self, end: str, starts: tuple[int, ...], v: int) -> tuple[str, tuple[int, ...]]:
         """`end` with piece `v` appended, and the open starts in it: those of `starts` still
