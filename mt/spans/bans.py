@@ -68,10 +68,9 @@ class SpanRule:
         self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
         self.opener_host = torch.tensor(self.index.opener, dtype=torch.bool)  # read on the host
         self.open_texts = self.index.open_texts  # each row's, by its tokens
-        self._last_alone: tuple[tuple, tuple[torch.Tensor, set[int]]] = (
-            (),
-            (self.alone[None], set()),
-        )
+        self._last_alone: tuple[tuple, dict[int, list[int]]] = ((), {})
+        self._none = torch.zeros(0, dtype=torch.long, device=device)  # no row of its own
+        self._none_own = self.alone[None][:0]
 
     def mask(
         self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
@@ -83,17 +82,18 @@ class SpanRule:
     def rows_mask(
         self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
     ) -> RowMask:
-        """`mask` as the search applies it (`mt.spans.masks`): `alone` for every row but
-        those whose sentence is allowed one of its pieces' spans or that hold an open span."""
+        """`mask` as the search applies it (`mt.spans.masks`): `alone` for every row, less,
+        as (row, token) pairs, the pieces a row's sentence is allowed the spans of, and plus
+        those that would complete the span a row holds under way."""
         R, t = history.shape
-        base, differs = self._alone(allowed) if allowed and any(allowed) else (None, set())
+        differs = self._alone(allowed) if allowed and any(allowed) else {}
         if history.device.type != "cpu":
             # The rows are read as text on the host: one copy of sentences and tokens together,
             # where reading them off a GPU piece by piece waited for the device four times a step.
             host = torch.cat([sent[:, None].to(history.dtype), history], 1).cpu()
             sent, history = host[:, 0], host[:, 1:]
         sents = sent.tolist()
-        extra: dict[int, list[torch.Tensor]] = {r: [] for r, s in enumerate(sents) if s in differs}
+        extra: dict[int, list[torch.Tensor]] = {}
         if t:
             opens = self.opener_host[history]
             read = opens.any(1)
@@ -117,26 +117,27 @@ class SpanRule:
                         ok = allowed[sents[r]] if allowed else ()
                         if len(ids := self.index.bans(state, ok, len(texts[last]))):
                             extra.setdefault(r, []).append(ids)
-        if not extra:
+        freed = [(r, v) for r, s in enumerate(sents) if s in differs for v in differs[s]]
+        if not extra and not freed:
             return self._shared
-        rows = sorted(extra)
-        index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        if base is not None:
-            own = base[torch.tensor([sents[r] for r in rows], device=self.device)]
-        else:
-            own = self.alone.expand(len(rows), -1).clone()
-        for k, r in enumerate(rows):
-            for ids in extra[r]:
-                own[k].index_fill_(0, ids.to(self.device), True)
-        return RowMask(self.alone, index, own)
+        reach = 1 + max([r for r, _ in freed[-1:]] + list(extra))
+        pairs = None
+        if freed:
+            pairs = torch.tensor(freed, dtype=torch.long).T.to(self.device)
+        added = None
+        if extra:
+            rows = list(extra)
+            ids = [torch.cat(extra[r]) if len(extra[r]) > 1 else extra[r][0] for r in rows]
+            at = torch.repeat_interleave(torch.tensor(rows), torch.tensor([len(x) for x in ids]))
+            added = torch.stack([at, torch.cat(ids)]).to(self.device)
+        return RowMask(self.alone, self._none, self._none_own, pairs, added, reach)
 
-    def _alone(self, allowed: list[tuple[str, ...]]) -> tuple[torch.Tensor, set[int]]:
-        """(B, V) `alone`, less per sentence the pieces whose spans it is allowed, and the
-        sentences where that leaves a piece of `alone` free; kept for the steps of one batch."""
+    def _alone(self, allowed: list[tuple[str, ...]]) -> dict[int, list[int]]:
+        """The pieces of `alone` each sentence may write (those whose spans it is allowed),
+        for the sentences that may write any; kept for the steps of one batch."""
         key = tuple(allowed)
         if self._last_alone[0] != key:
-            out = self.alone.expand(len(allowed), -1).clone()
-            differs = set()
+            differs = {}
             for b, ok in enumerate(allowed):
                 free = [
                     v
@@ -144,9 +145,8 @@ class SpanRule:
                     if all(may(x, ok) for x in found)
                 ]
                 if free:
-                    out[b, free] = False
-                    differs.add(b)
-            self._last_alone = (key, (out, differs))
+                    differs[b] = free
+            self._last_alone = (key, differs)
         return self._last_alone[1]
 
     def row_bans(self, text: str, ok: tuple[str, ...] = ()) -> torch.Tensor | None:
@@ -185,7 +185,12 @@ def step_bans(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> R
     if vocab is None:
         return rule
     if vocab.dim() == 1 and rule is not None:
-        return RowMask(rule.common | vocab, rule.rows, rule.own | vocab)
+        freed = rule.freed
+        if freed is not None:  # a token the vocabulary bans stays banned
+            freed = freed[:, ~vocab[freed[1]]]
+        return RowMask(
+            rule.common | vocab, rule.rows, rule.own | vocab, freed, rule.added, rule.reach
+        )
     fixed = vocab if vocab.dim() == 1 else vocab[sent]
     return RowMask.of(fixed if rule is None else fixed | rule.dense(len(history)))
 

@@ -18,11 +18,17 @@ import torch
 @dataclass(frozen=True)
 class RowMask:
     """True where a token is banned: `common` (V,) for every row but `rows` (K,), ascending,
-    whose masks are `own` (K, V)."""
+    whose masks are `own` (K, V); and, as (row, token) pairs, `freed` (2, F) tokens of
+    `common` a row may write after all (its sentence may write their spans) and `added`
+    (2, A) tokens it may not (those that would complete its span under way). The span ban
+    gives pairs (a few tokens a row), a per-sentence mask gives rows."""
 
     common: torch.Tensor
     rows: torch.Tensor
     own: torch.Tensor
+    freed: torch.Tensor | None = None
+    added: torch.Tensor | None = None
+    reach: int = 0  # the rows the pairs name are below this
     cols: torch.Tensor = field(init=False)  # the banned columns of `common`
 
     def __post_init__(self) -> None:
@@ -38,27 +44,58 @@ class RowMask:
 
     def dense(self, n: int) -> torch.Tensor:
         """(V,) when every row shares `common`, else (n, V)."""
-        if not len(self.rows):
+        if not len(self.rows) and self.freed is None and self.added is None:
             return self.common
         out = self.common.expand(n, -1).clone()
-        out[self.rows] = self.own
+        if self.freed is not None:
+            out[self.freed[0], self.freed[1]] = False
+        if self.added is not None:
+            out[self.added[0], self.added[1]] = True
+        if len(self.rows):
+            out[self.rows] = self.own
         return out
 
     def apply(self, logits: torch.Tensor, start: int = 0) -> None:
         """Set the banned entries of `logits` (N, V), the rows `start` to `start + N` of the
         step, to -inf, in place."""
         n = len(logits)
+        inf = float("-inf")
+        whole = start == 0 and self.reach <= n  # the pairs' rows as they are
+        freed, added = _within(self.freed, start, n, whole), _within(self.added, start, n, whole)
         if not len(self.rows):
+            saved = logits[freed[0], freed[1]] if freed is not None else None
             if len(self.cols):
-                logits.index_fill_(1, self.cols, float("-inf"))
+                logits.index_fill_(1, self.cols, inf)
+            if freed is not None:
+                logits[freed[0], freed[1]] = saved
+            if added is not None:
+                logits[added[0], added[1]] = inf
             return
         inside = (self.rows >= start) & (self.rows < start + n)
         rows, own = self.rows[inside] - start, self.own[inside]
-        if len(rows) == n:  # every row its own
-            logits.masked_fill_(own, float("-inf"))
+        if len(rows) == n and freed is None and added is None:  # every row its own
+            logits.masked_fill_(own, inf)
             return
-        saved = logits[rows] if len(rows) else None
+        kept = logits[rows] if len(rows) else None
+        saved = logits[freed[0], freed[1]] if freed is not None else None
         if len(self.cols):
-            logits.index_fill_(1, self.cols, float("-inf"))
-        if saved is not None:
-            logits[rows] = saved.masked_fill_(own, float("-inf"))
+            logits.index_fill_(1, self.cols, inf)
+        if freed is not None:
+            logits[freed[0], freed[1]] = saved
+        if added is not None:
+            logits[added[0], added[1]] = inf
+        if kept is not None:
+            logits[rows] = kept.masked_fill_(own, inf)
+
+
+def _within(pairs: torch.Tensor | None, start: int, n: int, whole: bool) -> torch.Tensor | None:
+    """The (row, token) `pairs` of rows `start` to `start + n`, their rows counted from
+    `start` (`whole`: all of them, as they are); None where there are none."""
+    if pairs is None or not pairs.shape[1]:
+        return None
+    if whole:
+        return pairs
+    pairs = pairs[:, (pairs[0] >= start) & (pairs[0] < start + n)]
+    if not pairs.shape[1]:
+        return None
+    return torch.stack([pairs[0] - start, pairs[1]])
