@@ -1,5 +1,7 @@
-"""What the span ban costs: protected decoding with this tree's `SpanRule` against an earlier
-commit's, and against no protection, in the same process, taking turns over rounds.
+"""What the span ban costs: protected decoding with this tree's `SpanRule` against no protection
+(in the same process, taking turns over rounds) and against an earlier commit's (`--baseline`,
+run from that commit's own worktree in a child process: the ban is a package whose parts change
+together, so an older rule cannot be loaded beside this tree's).
 
 Two workloads, each optional:
 
@@ -11,10 +13,11 @@ Two workloads, each optional:
   `scripts/tools/software_strings.py`) on its test part, beam search: real strings whose `%s`,
   `<%s>` and tags the model writes itself, so rows hold open spans.
   With `--replay`, the steps of one protected run are replayed through each rule alone
-  instead (the ban's CPU seconds without the model's, so little of the machine's noise).
+  instead (the ban's CPU seconds without the model's, so little of the machine's noise; this
+  tree's and the baseline's new index each in a child process).
   With `--fresh`, `mt translate` runs as a user runs it instead, a fresh process each time
-  (interpreter, loading, the index built, every open text new), `--protect` and
-  `--no-protect` taking turns, each child's CPU seconds.
+  (interpreter, loading, the index built, every open text new), `--protect`,
+  `--no-protect` and the baseline's `--protect` taking turns, each child's CPU seconds.
 - `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
   sampled on its own source lines: the ban works at every step, which is where reading each
   row's open span and finding its completing pieces costs.
@@ -34,15 +37,17 @@ thread each.
 
     python -m scripts.bench.bans --injected runs/demo/best.pt --spanful runs/spanful/best.pt \\
         --strings runs/strings/best.pt --strings-src data/strings/test.de --limit 610 \\
-        --strings-warm data/strings/val.de --baseline c8628a7 --rounds 3
+        --strings-warm data/strings/val.de --rounds 3
+    python -m scripts.bench.bans --strings runs/strings/best.pt \\
+        --strings-src data/strings/test.de --limit 1687 --fresh --baseline fc6a7e2 --rounds 6
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
+import pickle
 import random
 import resource
 import statistics
@@ -61,31 +66,40 @@ from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
 from scripts.bench.protect import inject_text
 from scripts.common import (
+    REPO,
     alternate,
     describe_machine,
-    git,
     load_checkpoint,
     markdown_table,
     read_lines,
+    worktree,
 )
 
+# The ban replayed in a child process of another tree (`--baseline`): the recorded calls, one
+# rule built fresh (its index too, as a fresh process builds it), its CPU seconds printed.
+_CHILD_REPLAY = """
+import pickle, sys, time, torch
+from mt.checkpoint import load_model
+try:
+    from mt.spans.bans import SpanRule
+except ImportError:  # an older commit: the module's earlier place
+    from mt.decode.bans import SpanRule
+calls = pickle.load(open(sys.argv[1], "rb"))
+tok = load_model(sys.argv[2]).tokenizer
+start = time.process_time()
+rule = SpanRule(tok, torch.device("cpu"))
+for call in calls:
+    rule.rows_mask(*call) if hasattr(rule, "rows_mask") else rule.mask(*call)
+print(time.process_time() - start)
+"""
 
-def baseline_rule(commit: str) -> type:
-    """`SpanRule` of `mt/spans/bans.py` (before the spans package: `mt/decode/bans.py`) at
-    `commit`, loaded as a module of its own."""
-    try:
-        source = git("show", f"{commit}:mt/spans/bans.py")
-    except subprocess.CalledProcessError:  # an older commit: the module's earlier place
-        source = git("show", f"{commit}:mt/decode/bans.py")
-    folder = Path(tempfile.mkdtemp(prefix="mt-bans-"))
-    path = folder / "bans_baseline.py"
-    path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("bans_baseline", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bans_baseline"] = module
-    spec.loader.exec_module(module)
-    return module.SpanRule
+
+def child_replay(tree: Path, calls: Path, checkpoint: Path) -> float:
+    """CPU seconds of the ban of `tree` replaying the pickled `calls`, in a child process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, "-c", _CHILD_REPLAY, str(calls), str(checkpoint)]
+    done = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
+    return float(done.stdout.split()[-1])
 
 
 def new_index_rule(tokenizer, device: torch.device) -> SpanRule:
@@ -169,10 +183,12 @@ class Recorder:
         return self.rule.rows_mask(history, sent, allowed)
 
 
-def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
+def replay(loaded, checkpoint: Path, lines: list[str], baseline: Path, rounds: int) -> str:
     """The ban alone: the steps of one protected run of `lines` replayed through each rule,
     taking turns, in CPU seconds (no model runs, so the figures hold the ban's own work and
-    little of the machine's noise), beside an unprotected run's CPU seconds."""
+    little of the machine's noise), beside an unprotected run's CPU seconds. A new index is
+    what a fresh process pays (its patterns compiled too): this tree's and the `baseline`
+    tree's are each replayed in a child process."""
     dev = torch.device("cpu")
     tok = loaded.tokenizer
     tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
@@ -184,19 +200,20 @@ def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
     list(translate_stream(tr, lines, Plan(protect=False, recase=False)))
     unprotected = time.process_time() - start
     kept = PieceIndex(piece_texts(tok))  # built in the first round, kept for the others
-    makers = {
-        "this tree, index kept": lambda: SpanRule(tok, dev, kept),
-        "this tree, new index": lambda: new_index_rule(tok, dev),
-        "baseline": lambda: baseline(tok, dev),
-    }
-    secs: dict[str, list[float]] = {k: [] for k in makers}
-    for _ in range(rounds):
-        for k, make in makers.items():
+    secs: dict[str, list[float]] = {
+        "this tree, index kept": [], "this tree, new index": [], "baseline, new index": []
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        calls = Path(tmp) / "calls.pkl"
+        calls.write_bytes(pickle.dumps(recorder.calls))
+        for _ in range(rounds):
             start = time.process_time()
-            rule = make()
+            rule = SpanRule(tok, dev, kept)
             for call in recorder.calls:
                 rule.rows_mask(*call)
-            secs[k].append(time.process_time() - start)
+            secs["this tree, index kept"].append(time.process_time() - start)
+            secs["this tree, new index"].append(child_replay(REPO, calls, checkpoint))
+            secs["baseline, new index"].append(child_replay(baseline, calls, checkpoint))
     rows = [[k, f"{min(v):.3f}", f"{statistics.median(v):.3f}", f"{min(v) / unprotected:.1%}",
              " ".join(f"{x:.3f}" for x in v)] for k, v in secs.items()]  # fmt: skip
     header = ("rule", "best CPU s", "median CPU s", "best / unprotected run", "rounds")
@@ -205,37 +222,38 @@ def replay(loaded, lines: list[str], baseline: type, rounds: int) -> str:
             )  # fmt: skip
 
 
-def fresh(checkpoint: Path, lines: list[str], rounds: int) -> str:
-    """`mt translate` of `lines` in a fresh process per run, protected and not taking turns,
-    one thread each: CPU seconds of each child (user + system), and whether every protected
-    run wrote the same output."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    secs: dict[str, list[float]] = {"--protect": [], "--no-protect": []}
-    outs: dict[str, set[bytes]] = {k: set() for k in secs}
+def fresh(checkpoint: Path, lines: list[str], rounds: int, baseline: Path) -> str:
+    """`mt translate` of `lines` in a fresh process per run, protected and not, and protected by
+    the `baseline` tree, taking turns, one thread each: CPU seconds of each child (user +
+    system), and whether the protected runs wrote the same output."""
+    runs = {"--protect": (REPO, "--protect"), "--no-protect": (REPO, "--no-protect"),
+            "--protect, baseline": (baseline, "--protect")}  # fmt: skip
+    secs: dict[str, list[float]] = {k: [] for k in runs}
+    outs: dict[str, set[bytes]] = {k: set() for k in runs}
     with tempfile.TemporaryDirectory() as tmp:
         out, src = Path(tmp) / "out.txt", Path(tmp) / "src.txt"
         src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         for _ in range(rounds):
-            for flag in secs:
+            for k, (tree, flag) in runs.items():
+                env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint), flag,
+                cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint.resolve()), flag,
                        "-i", str(src), "-o", str(out)]  # fmt: skip
-                subprocess.run(cmd, env=env, check=True, capture_output=True)
+                subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                secs[flag].append(
-                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-                )
-                outs[flag].add(out.read_bytes())
+                secs[k].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                outs[k].add(out.read_bytes())
     base, base_median = min(secs["--no-protect"]), statistics.median(secs["--no-protect"])
     rows = [[k, f"{min(v):.2f}", f"{statistics.median(v):.2f}", f"{min(v) / base:.3f}x",
              f"{statistics.median(v) / base_median:.3f}x", " ".join(f"{x:.2f}" for x in v)]
             for k, v in secs.items()]  # fmt: skip
     header = ("mt translate", "best CPU s", "median CPU s", "best / best", "median / median",
               "rounds (CPU s)")  # fmt: skip
-    same = len(outs["--protect"]) == 1
+    same = len(outs["--protect"] | outs["--protect, baseline"]) == 1
     return (f"### a fresh `mt translate` per run: {len(lines)} lines, {rounds} rounds\n\n"
             + markdown_table(header, rows)
-            + f"\n\nevery protected run wrote the same output: {'yes' if same else 'no'}"
+            + "\n\nevery protected run, this tree's and the baseline's, wrote the same output: "
+            + ("yes" if same else "no")
             )  # fmt: skip
 
 
@@ -251,11 +269,11 @@ def workload(name: str, loaded, lines: list[str], rules: dict, rounds: int, samp
              f"{min(cpu[k]):.2f}", f"{min(cpu[k]) / base_cpu:.2f}x",
              f"{statistics.median(cpu[k]) / statistics.median(cpu['no protection']):.2f}x"]
             for k in runs]  # fmt: skip
-    same = outs["this tree"] == outs["baseline"]
+    same = outs["this tree"] == outs["this tree, new index"]
     header = ("rule", "best s", "vs unprotected", "in the ban (s)", "rounds (s)", "best CPU s",
               "CPU vs unprotected", "median CPU vs unprotected")  # fmt: skip
     return (f"### {name}: {len(lines)} lines\n\n" + markdown_table(header, rows)
-            + f"\n\nprotected outputs identical between the two rules: {'yes' if same else 'no'}"
+            + f"\n\nprotected outputs identical, index kept or new: {'yes' if same else 'no'}"
             )  # fmt: skip
 
 
@@ -270,17 +288,14 @@ def main() -> None:
     data = Path(os.environ.get("MT_DATA", "data/multi30k"))
     p.add_argument("--src", type=Path, default=data / "test_2016_flickr.de.gz")
     p.add_argument("--limit", type=int, default=300)
-    p.add_argument("--baseline", default="c8628a7", help="the commit whose SpanRule to compare")
+    p.add_argument(
+        "--baseline", default="fc6a7e2", help="the commit to compare (--fresh, --replay)"
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--replay", action="store_true", help="the strings workload: the ban alone")
     p.add_argument("--fresh", action="store_true", help="the strings workload: mt translate")
     args = p.parse_args()
-    rules = {
-        "this tree": SpanRule,
-        "this tree, new index": new_index_rule,
-        "baseline": baseline_rule(args.baseline),
-        "no protection": None,
-    }
+    rules = {"this tree": SpanRule, "this tree, new index": new_index_rule, "no protection": None}
     print(f"machine: {describe_machine()}; torch threads 1; baseline {args.baseline}\n")
     if args.injected:
         loaded = load_checkpoint(args.injected, 1)
@@ -294,10 +309,12 @@ def main() -> None:
         both = dict(rules)
         if args.strings_warm:
             both["this tree, index warmed"] = WarmedIndex(read_lines(args.strings_warm))
-        if args.fresh:
-            print(fresh(args.strings, lines, args.rounds), "\n")
-        elif args.replay:
-            print(replay(loaded, lines, rules["baseline"], args.rounds), "\n")
+        if args.fresh or args.replay:
+            with worktree(args.baseline) as tree:
+                if args.fresh:
+                    print(fresh(args.strings, lines, args.rounds, tree), "\n")
+                else:
+                    print(replay(loaded, args.strings, lines, tree, args.rounds), "\n")
         else:
             print(workload("software strings, beam", loaded, lines, both, args.rounds, False), "\n")
     if args.spanful:
