@@ -117,10 +117,10 @@ class Automaton:
         self._tests: dict[tuple[int, str], bool] = {}
         # The tests a character before a position meets: lookbehinds and `\b`.
         n = self.nodes
-        self._behind = [
+        self._behind_tests = [
             node
             for a in range(len(n.kind))
-            if n.kind[a] == ASSERT and n.arg[a][0] == "look" and n.arg[a][2] < 0  # type: ignore[index]
+            if n.kind[a] == ASSERT and _behind(n.arg[a])
             for node in range(len(n.kind))
             if n.kind[node] == CHAR and self._in_body(n.arg[a][3], node)  # type: ignore[index]
         ]
@@ -132,7 +132,7 @@ class Automaton:
         characters of one signature read alike to what follows."""
         out = self._signatures.get(c)
         if out is None:
-            tests = tuple(c is not None and self._test(node, c) for node in self._behind)
+            tests = tuple(c is not None and self._test(node, c) for node in self._behind_tests)
             out = self._signatures[c] = (_is_word(c), tests)
         return out
 
@@ -293,32 +293,9 @@ class Automaton:
         preference), and whether a match ended before `c`: a thread that reaches the end of
         the expression there wins over every thread behind it, which is dropped (as `re`,
         taking the first way that matches, never tries them)."""
-        kind, out = self.nodes.kind, self.nodes.out
-        nxt: list[int] = []
-        seen: set[int] = set()
-        matched = False
-        for t in threads:
-            stack = [t]
-            while stack:
-                node = stack.pop()
-                if node in seen:
-                    continue
-                seen.add(node)
-                k = kind[node]
-                if k == CHAR:
-                    if self._test(node, c):
-                        nxt.append(out[node][0])
-                elif k == SPLIT:
-                    stack.extend(reversed(out[node]))
-                elif k == ASSERT:
-                    if self._holds(node, prev, c):
-                        stack.append(out[node][0])
-                elif node == self.match:
-                    matched = True
-                    break
-            if matched:
-                break
-        return tuple(dict.fromkeys(nxt)), matched
+        leaves, matched = self.closure(threads, prev, c)
+        out = self.nodes.out
+        return tuple(dict.fromkeys(out[n][0] for n in leaves if self._test(n, c))), matched
 
     def settle(self, threads: tuple[int, ...], prev: str | None) -> tuple[tuple[int, ...], bool]:
         """The same threads taken as far as they go before the next character: to the tests
@@ -327,6 +304,16 @@ class Automaton:
         the Ruby `%<name>s` behind it is never tried). Each step reads on from these exactly
         as from the threads they came from, and threads that differ only in the way they
         got there settle alike: the key is the same for more texts."""
+        return self.closure(threads, prev, None, ahead=False)
+
+    def closure(
+        self, threads: tuple[int, ...], prev: str | None, nxt: str | None, ahead: bool = True
+    ) -> tuple[tuple[int, ...], bool]:
+        """The threads followed, in order, through every split and every assertion decided
+        between `prev` and `nxt` (None: the text's edge; with `ahead` False the next character
+        is not known yet, and the assertions that read it are kept as they are) to the nodes
+        that read a character, and whether a match is reached first: the threads behind it
+        are dropped."""
         kind, out, arg = self.nodes.kind, self.nodes.out, self.nodes.arg
         leaves: list[int] = []
         seen: set[int] = set()
@@ -340,14 +327,19 @@ class Automaton:
                 k = kind[node]
                 if k == SPLIT:
                     stack.extend(reversed(out[node]))
-                elif k == ASSERT and arg[node][0] == "look" and arg[node][2] < 0:  # type: ignore[index]
-                    if self._holds(node, prev, None):
+                elif k == ASSERT and (ahead or _behind(arg[node])):
+                    if self._holds(node, prev, nxt):
                         stack.append(out[node][0])
                 elif node == self.match:
                     return tuple(leaves), True
                 else:
                     leaves.append(node)
         return tuple(leaves), False
+
+
+def _behind(arg: object) -> bool:
+    """Whether an assertion's `arg` is a lookbehind (decided by the character before)."""
+    return arg[0] == "look" and arg[2] < 0  # type: ignore[index]
 
 
 def _is_word(c: str | None) -> bool:

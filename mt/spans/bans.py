@@ -85,7 +85,7 @@ class SpanRule:
         """`mask` as the search applies it (`mt.spans.masks`): `alone` for every row, less,
         as (row, token) pairs, the pieces a row's sentence is allowed the spans of, and plus
         those that would complete the span a row holds under way."""
-        R, t = history.shape
+        t = history.shape[1]
         differs = self._alone(allowed) if allowed and any(allowed) else {}
         if history.device.type != "cpu":
             # The rows are read as text on the host: one copy of sentences and tokens together,

@@ -125,33 +125,10 @@ def test_the_automaton_matches_where_re_does() -> None:
             matched |= hit
             last = c
         if threads:  # the end of the text: what is left matches where it needs nothing more
-            end = _finish(auto, threads, text[-1])
-            matched |= end
+            matched |= auto.closure(threads, text[-1], None)[1]  # no character follows
         full = (prev or "") + text
         want = pattern.match(full, len(prev or "")) is not None
         assert matched == want, (prev, text)
-
-
-def _finish(auto: Automaton, threads: tuple[int, ...], prev: str) -> bool:
-    """Whether the threads match at the end of the text (a lookahead sees no character)."""
-    from mt.spans import automaton as A
-
-    kind, out = auto.nodes.kind, auto.nodes.out
-    seen: set[int] = set()
-    for t in threads:
-        stack = [t]
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if node == auto.match:
-                return True
-            if kind[node] == A.SPLIT:
-                stack.extend(reversed(out[node]))
-            elif kind[node] == A.ASSERT and auto._holds(node, prev, None):
-                stack.append(out[node][0])
-    return False
 
 
 def test_an_expression_the_automaton_cannot_follow_is_refused() -> None:
