@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex, index_for, may
 from mt.spans.masks import RowMask
 from mt.spans.open import open_starts
@@ -43,15 +45,16 @@ class SpanRule:
       once per vocabulary over each kind of character the row may end with;
     - in the row's text, where a span is under way (`%`, `<a href=`, `$HO`, `{n, plural, `):
       the row's open text is read off the patterns (`mt.spans.open.open_starts`), once, and
-      carried from each row to the row that extends it by a piece (`mt.spans.rows`); the
+      carried from each row to the row that extends it by a piece, as an integer
+      (`mt.spans.rows`, `mt.spans.carry`); the
       pieces that would complete a span after it are found by walking the trie of piece
       texts with the patterns' partial matches (`mt.spans.index.PieceIndex.completing`). So a
       row ending is a dictionary lookup once its open text was seen by any translator of
-      the vocabulary (the index is kept with it: `mt.spans.index.index_for`), and a row
-      that holds no open text costs the lookup of its parent's.
+      the vocabulary (the index is kept with it: `mt.spans.index.index_for`), and the rows
+      that hold no open text cost a few array operations for the step together.
 
-    Only rows holding a piece that can open a span (`opener`) are read as text, and only the
-    rows with a ban of their own get a mask row of their own (`mt.spans.masks`). A sentence
+    Only the rows with a ban of their own get pairs of their own in the mask
+    (`mt.spans.masks`). A sentence
     may be `allowed` spans (its source's own, when the model writes them itself): a span
     that is one of them, or the start of one (`$HO` on the way to `$HOME`), may be
     completed; how many times is the caller's to enforce.
@@ -66,8 +69,8 @@ class SpanRule:
         self.alone = torch.zeros(len(self.texts), dtype=torch.bool, device=device)
         self.alone[list(self.index.alone_spans)] = True
         self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
-        self.opener_host = torch.tensor(self.index.opener, dtype=torch.bool)  # read on the host
-        self.open_texts = self.index.open_texts  # each row's, by its tokens
+        self.open_texts = self.index.open_texts  # the rows' open texts, by id
+        self.row_states = RowStates(self.open_texts)  # this rule's rows, carried step to step
         self._last_alone: tuple[tuple, dict[int, list[int]]] = ((), {})
         self._none = torch.zeros(0, dtype=torch.long, device=device)  # no row of its own
         self._none_own = self.alone[None][:0]
@@ -93,30 +96,21 @@ class SpanRule:
             host = torch.cat([sent[:, None].to(history.dtype), history], 1).cpu()
             sent, history = host[:, 0], host[:, 1:]
         sents = sent.tolist()
-        extra: dict[int, list[torch.Tensor]] = {}
+        extra: dict[int, torch.Tensor] = {}  # by row: the pieces that would complete its span
         if t:
-            opens = self.opener_host[history]
-            read = opens.any(1)
-            before = opens[:, :-1].any(1)  # the row before its last piece could be open
-            rows = read.nonzero().squeeze(1).tolist()
-            texts, rows_open = self.texts, self.open_texts
-            opener = rows_open.opener
-            tokens = history.numpy()  # each row kept by its tokens' bytes (`OpenTexts`)
-            lasts = history[:, -1].tolist()
+            tokens = history.numpy().astype(np.int64, copy=False)
+            lasts = tokens[:, -1]
+            texts, bans = self.texts, self.index.bans
             with self.index.lock:
-                for r, was in zip(rows, before[rows].tolist()):
-                    row, last = tokens[r], lasts[r]
-                    key = row.tobytes()
-                    parent = rows_open.parent(row, key, last, was)
-                    # Most rows: no open text before a piece that opens none (`OpenTexts.of`).
-                    if parent is None and not opener[last] and "@" not in texts[last]:
-                        rows_open.keep(key, None)
-                        continue
-                    state = rows_open.of(row, key, last, parent)
-                    if state is not None:
-                        ok = allowed[sents[r]] if allowed else ()
-                        if len(ids := self.index.bans(state, ok, len(texts[last]))):
-                            extra.setdefault(r, []).append(ids)
+                ids = self.row_states.ids(tokens)  # most rows: no span under way (id 0)
+                states = self.open_texts.states
+                under_way = np.flatnonzero(ids)
+                for r, i, last in zip(
+                    under_way.tolist(), ids[under_way].tolist(), lasts[under_way].tolist()
+                ):
+                    ok = allowed[sents[r]] if allowed else ()
+                    if len(found := bans(states[i], ok, len(texts[last]))):  # type: ignore[arg-type]
+                        extra[r] = found
         freed = [(r, v) for r, s in enumerate(sents) if s in differs for v in differs[s]]
         if not extra and not freed:
             return self._shared
@@ -126,10 +120,10 @@ class SpanRule:
             pairs = torch.tensor(freed, dtype=torch.long).T.to(self.device)
         added = None
         if extra:
-            rows = list(extra)
-            ids = [torch.cat(extra[r]) if len(extra[r]) > 1 else extra[r][0] for r in rows]
-            at = torch.repeat_interleave(torch.tensor(rows), torch.tensor([len(x) for x in ids]))
-            added = torch.stack([at, torch.cat(ids)]).to(self.device)
+            found = list(extra.values())
+            sizes = torch.tensor(list(map(len, found)))
+            at = torch.repeat_interleave(torch.tensor(list(extra)), sizes)
+            added = torch.stack([at, torch.cat(found)]).to(self.device)
         return RowMask(self.alone, self._none, self._none_own, pairs, added, reach)
 
     def _alone(self, allowed: list[tuple[str, ...]]) -> dict[int, list[int]]:

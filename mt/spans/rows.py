@@ -7,10 +7,11 @@ the starts, relative to it. Search extends each row by one piece a step, so the 
 row is the open text of its parent row grown by that piece, as long as the first start
 survives: which starts survive and which open inside the piece is read off the open text and
 the piece alone (the patterns look back one character, which the open text keeps as its
-kind: `kind`), so that step is kept by (open text, piece) and a row ending is a lookup. A row
-whose parent held no open span and whose last piece cannot open one holds none either (open
-text is prefix-closed). Only a row whose first start dies, or one ending in a piece that holds
-`@` (an address may start before it), is read again as text.
+kind: `kind`), so each open text gets an id and the step is kept by (id, piece): a row
+ending is a lookup, carried as an integer from row to row (`mt.spans.carry`). A row whose
+parent held no open span and whose last piece cannot open one holds none either (open text is
+prefix-closed). Only a row whose first start dies, a piece that can open a span after a row
+that held none, or one that holds `@` (an address may start before it), is read as text.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from mt.spans.open import WINDOW_CHARS, growth, open_starts, reached
 
 _WORD = re.compile(r"\w+")
 SEPARATOR = LINE_BREAK  # ends every span: what a row's closing tags are kept apart by
-CACHE = 4096  # rows, and steps of open text, kept (the oldest dropped first)
+CACHE = 4096  # steps of open text kept (the oldest dropped first)
+STATES = 1 << 16  # open texts given ids before the ids start again
 
 # A row's open text: (head, end, starts in `end`); None where no span is under way.
 Open = tuple[str, str, tuple[int, ...]]
@@ -32,7 +34,11 @@ Open = tuple[str, str, tuple[int, ...]]
 
 class OpenTexts:
     """The open text of rows over the pieces `texts`; `opener[v]`: piece v can hold the start
-    of a span under way (`mt.spans.index.PieceIndex.opener`)."""
+    of a span under way (`mt.spans.index.PieceIndex.opener`).
+
+    Each open text met has an id (`states`, 0 for none), and the id a state moves to when a
+    piece is written is kept (`step`) where it follows from the state and the piece alone, so
+    a row's state is carried from its parent's as an integer (`mt.spans.carry`)."""
 
     def __init__(self, texts: list[str], opener: list[bool]) -> None:
         self.texts, self.opener = texts, opener
@@ -40,53 +46,77 @@ class OpenTexts:
         # first continues a word, where no span starts (`_continues`).
         self._wordy = [bool(t) and _WORD.fullmatch(t) is not None for t in texts]
         self._word_end = [bool(t) and _WORD.fullmatch(t[-1]) is not None for t in texts]
-        # By row (its tokens' bytes), the rows of the last steps: two generations, the older
-        # dropped whole when the newer is full (dropping the oldest entry of one dict costs a
-        # scan). The tokens rather than the text: a row's text is only put together where its
-        # open text must be read from it, not at every step of every row.
-        self._rows: dict[bytes, Open | None] = {}
-        self._older: dict[bytes, Open | None] = {}
+        self._opener = np.array(opener, dtype=bool)
         self._steps: dict[tuple[str, int], tuple[str, tuple[int, ...]]] = {}  # `_grow`'s
+        self.generation = 0  # bumped when the ids start again (`bound`)
+        self.states: list[Open | None] = [None]
+        self._ids: dict[Open | None, int] = {None: 0}
+        self._next: dict[int, int] = {}  # state * len(texts) + piece -> state
 
-    def parent(
-        self, row: np.ndarray, key: bytes, last: int, parent_open: bool
-    ) -> Open | None | bool:
-        """The open text of the row before `row` (tokens; `key`: their bytes), whose last
-        piece is `last`: None where it has none (`parent_open` False: it holds no piece that
-        can open a span), False where it is not known (or nothing to grow from)."""
-        if not parent_open:
+    def intern(self, state: Open | None) -> int:
+        """The id of the open text `state` (0: None)."""
+        out = self._ids.get(state)
+        if out is None:
+            out = self._ids[state] = len(self.states)
+            self.states.append(state)
+        return out
+
+    def bound(self) -> None:
+        """Start the ids again once `STATES` are kept (a server translates without end): rows
+        carried from before see the generation change and are read again."""
+        if len(self.states) > STATES:
+            self.states, self._ids, self._next = [None], {None: 0}, {}
+            self.generation += 1
+
+    def step(self, state: int, v: int) -> int | None:
+        """The id of the open text `state` (an id, not 0) grown by piece `v`, where it follows
+        from the two alone: its first start survives, or every start dies. None where the row
+        must be read as text (`of`): a new first start needs the text before it, and a piece
+        holding `@` may complete an address that began before the open text."""
+        key = state * len(self.texts) + v
+        out = self._next.get(key)
+        if out is not None:
+            return out
+        piece = self.texts[v]
+        if not piece or "@" in piece:
             return None
-        if not self.texts[last] or len(row) < 2:
-            return False  # nothing to grow from: read the row whole
-        return self.known(key[: len(key) - row.itemsize])
+        head, end, starts = self.states[state]  # type: ignore[misc]
+        grown, now = self._grow(end, starts, v)
+        if now and now[0] != starts[0]:
+            return None
+        out = self._next[key] = self.intern((head, grown, now) if now else None)
+        return out
 
-    def of(self, row: np.ndarray, key: bytes, last: int, parent: Open | None | bool) -> Open | None:
-        """The open text of the row of tokens `row` (`key`: its bytes), whose last piece is
-        `last`, from the open text of the row before it (`parent`, as `parent` gives it)."""
+    def read_row(self, row: np.ndarray, last: int) -> Open | None:
+        """The open text of the row of tokens `row` whose parent's is not known."""
+        if not self._opener[row].any():
+            return None
+        if "@" not in self.texts[last] and not self._opener[row[:-1]].any():
+            return self.of(row, last, None)
+        return self.of(row, last, False)
+
+    def of(self, row: np.ndarray, last: int, parent: Open | None | bool) -> Open | None:
+        """The open text of the row of tokens `row`, whose last piece is `last`, from the open
+        text of the row before it (`parent`: None where it holds none, False where it is not
+        known or nothing can be grown from it)."""
         piece = self.texts[last]
-        text = None
-        if "@" in piece or parent is False:
+        if "@" in piece or parent is False or (parent is not None and not piece):
             text = self.text(row)
-            out = read(text, open_starts(text))
-        elif parent is None:
+            return read(text, open_starts(text))
+        if parent is None:
             if self.opener[last] and not self._continues(row, last):
                 text = self.text(row)
-                out = read(text, open_starts(text, len(text) - len(piece)))
-            else:
-                out = None
-        else:
-            head, end, starts = parent
-            grown, now = self._grow(end, starts, last)
-            if not now:
-                out = None
-            elif now[0] == starts[0]:  # the same first start: the same context and head
-                out = (head, grown, now)
-            else:
-                text = self.text(row)
-                cut = len(text) - len(grown)
-                out = read(text, [cut + s for s in now])
-        self.keep(key, out)
-        return out
+                return read(text, open_starts(text, len(text) - len(piece)))
+            return None
+        head, end, starts = parent
+        grown, now = self._grow(end, starts, last)
+        if not now:
+            return None
+        if now[0] == starts[0]:  # the same first start: the same context and head
+            return head, grown, now
+        text = self.text(row)
+        cut = len(text) - len(grown)
+        return read(text, [cut + s for s in now])
 
     def _continues(self, row: np.ndarray, last: int) -> bool:
         """Whether the last piece, of word characters only, continues a word of the row: then
@@ -102,18 +132,6 @@ class OpenTexts:
     def text(self, row: np.ndarray) -> str:
         """The text of a row of tokens."""
         return "".join(map(self.texts.__getitem__, row.tolist()))
-
-    def known(self, key: bytes) -> Open | None | bool:
-        """The open text of a row read before (`key`: its tokens' bytes); False when it was
-        not (or is forgotten)."""
-        out = self._rows.get(key, False)
-        return self._older.get(key, False) if out is False else out
-
-    def keep(self, key: bytes, state: Open | None) -> None:
-        """Remember the open text of the row whose tokens' bytes are `key`."""
-        if len(self._rows) >= CACHE:
-            self._older, self._rows = self._rows, {}
-        self._rows[key] = state
 
     def _grow(self, end: str, starts: tuple[int, ...], v: int) -> tuple[str, tuple[int, ...]]:
         """`end` with piece `v` appended, and the open starts in it: those of `starts` still

@@ -1,0 +1,129 @@
+"""Each row's open text carried as an integer from the row it extends, so the span ban's
+per-step work is a few array operations and a lookup for each row with a span under way, not a
+Python object per row (`mt.spans.bans` asks at every step).
+
+Search extends each row by one piece a step. The rows of a step are matched to the rows of the
+rule's previous call by a hash of their tokens, each match checked token by token, so a row
+takes its parent's state: an id into `OpenTexts.states` (0: no span under way). Then:
+
+- a row whose parent holds no open text and whose last piece can open none (nor hold the `@`
+  an address may reach back from) holds none either (open text is prefix-closed): one array
+  operation for all of them, most rows of most steps;
+- a row whose parent holds one takes the id that the table of (state, piece) gives
+  (`OpenTexts.step`); the open text is grown only the first time a pair is met, in any row;
+- a row whose open text must be read from its text (its first start died, or a piece that can
+  open one after a row that had none) is read as before, and so is every row whose parent was
+  not found (the first call of a search after another search's steps).
+
+The match is checked on the tokens themselves, so a hash collision or a call from another
+search costs a read of the row, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mt.spans.rows import OpenTexts
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What one call leaves the next: its rows' tokens, their hashes (sorted, with the row of
+    each), and their state ids, valid for one generation of `OpenTexts.states`."""
+
+    generation: int
+    tokens: np.ndarray  # (R, t)
+    hashes: np.ndarray  # (R,), ascending
+    order: np.ndarray  # (R,): the row of each hash
+    ids: np.ndarray  # (R,)
+
+
+class RowStates:
+    """The state ids of the rows of one search's steps, over the open texts `opens` (kept with
+    the vocabulary's index, and shared by its translators under the index's lock); one per
+    span rule, as each translator runs one search at a time."""
+
+    def __init__(self, opens: OpenTexts) -> None:
+        self.opens = opens
+        texts = opens.texts
+        # A piece after which a row whose parent holds no open text must be read as text.
+        self.reads = np.array([opens.opener[v] or "@" in t for v, t in enumerate(texts)])
+        self._carried: Carried | None = None
+
+    def ids(self, tokens: np.ndarray) -> np.ndarray:
+        """(R,) int64: the state id of each row of `tokens` (R, t), t >= 1, in
+        `self.opens.states`. Call with the index's lock held."""
+        opens = self.opens
+        opens.bound()
+        n, t = tokens.shape
+        mult = _multipliers(t)
+        before = tokens[:, :-1] @ mult[: t - 1]  # wraps: a hash modulo 2**64
+        hashes = before + tokens[:, -1] * mult[t - 1]
+        found, pids = self._parents(tokens, before)
+        last = tokens[:, -1]
+        ids = np.zeros(n, dtype=np.int64)
+        # Rows to look at one by one: a parent with a span under way, a piece that may open one
+        # after a parent without, or no parent found.
+        todo = np.flatnonzero(~found | (pids != 0) | self.reads[last])
+        if len(todo):
+            rows = tokens[todo]
+            for k, (r, pid, v, has) in enumerate(
+                zip(todo.tolist(), pids[todo].tolist(), last[todo].tolist(), found[todo].tolist())
+            ):
+                ids[r] = self._one(rows[k], v, pid if has else None)
+        order = np.argsort(hashes, kind="stable")
+        self._carried = Carried(opens.generation, tokens.copy(), hashes[order], order, ids)
+        return ids
+
+    def _one(self, row: np.ndarray, last: int, pid: int | None) -> int:
+        """The state id of `row`, whose last piece is `last` and whose parent's id is `pid`
+        (None: no parent found)."""
+        opens = self.opens
+        if pid is None:
+            return opens.intern(opens.read_row(row, last))
+        if pid:
+            cid = opens.step(pid, last)
+            if cid is not None:
+                return cid
+        return opens.intern(opens.of(row, last, opens.states[pid]))
+
+    def _parents(self, tokens: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each row of `tokens` extends a row of the previous call by one piece
+        (checked on the tokens, not only their hashes), and that row's state id (0 where
+        none)."""
+        n, t = tokens.shape
+        carried = self._carried
+        if t == 1:  # every row extends the empty row, which holds no open text
+            return np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64)
+        if (
+            carried is None
+            or carried.generation != self.opens.generation
+            or carried.tokens.shape[1] != t - 1
+            or not len(carried.hashes)
+        ):
+            return np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+        at = np.searchsorted(carried.hashes, before).clip(max=len(carried.hashes) - 1)
+        rows = carried.order[at]
+        same = (carried.hashes[at] == before) & (carried.tokens[rows] == tokens[:, :-1]).all(1)
+        return same, np.where(same, carried.ids[rows], 0)
+
+
+def _mix(n: int) -> np.ndarray:
+    """(n,) int64: the hash's multiplier of each position, a splitmix64 of the position, odd so
+    that no position's token drops out; the same in every call."""
+    with np.errstate(over="ignore"):
+        x = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x | np.uint64(1)).view(np.int64)
+
+
+_MULT = _mix(1024)
+
+
+def _multipliers(t: int) -> np.ndarray:
+    """The multipliers of rows of `t` tokens."""
+    return _MULT if t <= len(_MULT) else _mix(t)

@@ -1,0 +1,93 @@
+"""Rows' open texts carried as integers from step to step (`mt.spans.carry`): whatever way a
+search reorders, repeats, drops or restarts its rows, every row is banned as its whole text
+says."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from mt.spans.bans import SpanRule
+from mt.spans.carry import RowStates
+from mt.spans.index import PieceIndex
+from mt.spans.open import open_starts
+from mt.spans.rows import OpenTexts, read
+from scripts.tools.ban_hunt import ALLOWED, DENSE
+
+CPU = torch.device("cpu")
+
+
+def _want(rule: SpanRule, rows: list[list[int]], sents: list[int], allowed) -> torch.Tensor:
+    """(R, V): each row's mask read off its whole text alone (`SpanRule.row_bans`)."""
+    differs = rule._alone(allowed) if any(allowed) else {}
+    out = rule.alone.expand(len(rows), -1).clone()
+    for r, (row, s) in enumerate(zip(rows, sents)):
+        out[r, differs.get(s, [])] = False
+        ids = rule.row_bans("".join(rule.texts[v] for v in row), allowed[s])
+        if ids is not None:
+            out[r, ids] = True
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_carried_rows_are_banned_as_their_texts_say(seed: int) -> None:
+    """A beam-like search over the nested vocabulary of `scripts/tools/ban_hunt.py`: each step's
+    rows extend random rows of the step before (some twice, some dropped); now and then a row
+    extends none of them, a new search starts, or another search's step comes between. Every
+    row's mask equals the one read off its text."""
+    rng = random.Random(seed)
+    rule = SpanRule(None, CPU, PieceIndex(DENSE))  # type: ignore[arg-type]
+    other = SpanRule(None, CPU, rule.index)  # another translator on the same index
+    pieces = [v for v, t in enumerate(DENSE) if t]
+    allowed = [tuple(rng.sample(ALLOWED, rng.randrange(0, 3))) for _ in range(3)]
+    rows: list[list[int]] = []
+    sents: list[int] = []
+    carried = 0
+    for _ in range(300):
+        if not rows or rng.random() < 0.05 or len(rows[0]) >= 25:  # a new search
+            sents = [rng.randrange(3) for _ in range(rng.randrange(1, 7))]
+            rows = [[rng.choice(pieces)] for _ in sents]
+        else:
+            parents = [rng.randrange(len(rows)) for _ in range(rng.randrange(1, 9))]
+            rows = [rows[p] + [rng.choice(pieces)] for p in parents]
+            sents = [sents[p] for p in parents]
+        if rows and len(rows[0]) > 1 and rng.random() < 0.2:  # a row that extends none
+            k = rng.randrange(len(rows))
+            rows[k] = [rng.choice(pieces) for _ in rows[k]]
+        if rng.random() < 0.1:  # another search's step between two of ours, on either rule
+            between = rng.choice([rule, other])
+            row = torch.tensor([rows[0][:-1] + [pieces[0]]])
+            between.rows_mask(row, torch.zeros(1, dtype=torch.long), allowed)
+        history, sent = torch.tensor(rows), torch.tensor(sents)
+        got = rule.rows_mask(history, sent, allowed).dense(len(rows))
+        got = got.expand(len(rows), -1) if got.dim() == 1 else got
+        assert torch.equal(got, _want(rule, rows, sents, allowed)), [
+            "".join(DENSE[v] for v in row) for row in rows
+        ]
+        carried += len(rows) > 0 and len(rows[0]) > 1
+    assert carried > 200  # most steps were carried from the step before
+
+
+def test_a_row_takes_its_parents_state_only_where_its_tokens_extend_it() -> None:
+    """A row's parent is found by its tokens' hash and checked on the tokens: an equal hash
+    over other tokens finds none, and a row whose parent was not a row of the previous call is
+    read from its text."""
+    opens = OpenTexts(DENSE, PieceIndex(DENSE).opener)
+    states = RowStates(opens)
+    pct, s, word, lt = DENSE.index("%"), DENSE.index("s"), DENSE.index("x"), DENSE.index("<")
+    first = states.ids(np.array([[pct], [word]]))
+    assert opens.states[first[0]] is not None and first[1] == 0  # `%` opens a span, `x` none
+    kept = states._carried
+    assert kept is not None
+    same_hash = kept.hashes[list(kept.order).index(0)]  # the hash of the row `%`
+    found, pids = states._parents(np.array([[pct, s], [word, s]]), np.array([same_hash] * 2))
+    assert found.tolist() == [True, False] and pids[0] == first[0]
+    rows = [[pct, word], [word, s], [lt, s]]  # the last extends no row of the first call
+    grown = states.ids(np.array(rows))
+    for row, i in zip(rows, grown.tolist()):
+        text = "".join(DENSE[v] for v in row)
+        assert opens.states[i] == read(text, open_starts(text)), text
+    assert grown[1] == 0 and opens.states[grown[2]] is not None  # `xs` holds no span, `<s` a tag
