@@ -17,9 +17,11 @@ per key. The reasoning, for a line `head + end + piece`:
   matches on any piece. What else `find_spans` reads of the line: the closing tags (in the
   head, the open text or the piece) and, for a tag, its head (`<Name` is markup by its name,
   a `/`, a space after it): a name no element and no closing tag begins reads as any other.
-- The ban filters by the spans a sentence is allowed, by their text: where no allowed span
-  begins with the text under way, every span through the start is banned whatever its text,
-  and the spans inside the piece are the same text after either open text.
+- The ban filters by the spans a sentence is allowed, by their text. The spans inside the piece
+  are the same text after either open text, and a span through the start is the text under
+  way followed by the same part of the piece: the answer is kept with that part alone
+  (`mt.spans.index.PieceIndex.bans`), and each open text's own text under way put before it,
+  so the key does not depend on what the sentence is allowed.
 
 Lines that may hold an ICU argument (its braces are counted apart from the scan) get no key.
 """
@@ -43,12 +45,13 @@ class Alike:
         self._states: dict[tuple[str, str, int], automaton.State] = {}
 
     def key(
-        self, head: str, end: str, starts: tuple[int, ...], ok: tuple[str, ...], grown: int
-    ) -> tuple | None:
+        self, head: str, end: str, starts: tuple[int, ...], grown: int
+    ) -> tuple[tuple, int | None] | None:
         """What the ban's answer after the open text (`head`, `end`, `starts`:
-        `mt.spans.rows`) depends on, for a sentence allowed the spans `ok`; None where it
-        cannot be said without the text. `grown` > 0: the last `grown` characters of `end`
-        extend the open text of the row before, whose scan states are kept."""
+        `mt.spans.rows`) depends on, and the one start still live in `end` (None where none
+        is: no span reaches into a piece but the piece's own); None where it cannot be said
+        without the text. `grown` > 0: the last `grown` characters of `end` extend the open
+        text of the row before, whose scan states are kept."""
         if "{" in end or automaton.scan() is None:
             return None
         line = head + end
@@ -62,12 +65,10 @@ class Alike:
         closes = frozenset(CLOSING_TAG.findall(line)) if "</" in line else frozenset()
         behind = automaton.scan().behind(line[-1]), line[-1] == "/"  # type: ignore[union-attr]
         if not live:  # no span reaches into a piece but the piece's own
-            return head, closes, None, None, behind, ok
+            return (head, closes, None, None, behind), None
         s = live[0]
-        if ok and any(a.startswith(end[s:]) for a in ok):
-            return None
         threads, matched, _ = self._state(head, end, s, grown)
-        return head, closes, self._tag(end, s, closes), (threads, matched), behind, ok
+        return (head, closes, self._tag(end, s, closes), (threads, matched), behind), s
 
     def _state(self, head: str, end: str, s: int, grown: int) -> automaton.State:
         """The scan's state after the text from start `s` of `end`, from the row before's

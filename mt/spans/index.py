@@ -41,6 +41,9 @@ CONTEXTS = ("", " ", "a", "5", ".")
 # last character: a start of line reads as a space, and a mark as a space does.
 OPEN_CONTEXTS = (" ", "a", "5")
 _PLAIN = re.compile(r"[\w\s]*")
+# (piece, the spans it completes, where the first starts if it runs through the piece's start
+# from before it, else -1)
+Found = tuple[int, tuple[str, ...], int]
 KEPT = 4  # vocabularies whose index is kept (the latest used): a process serves a few models
 
 
@@ -66,7 +69,8 @@ class PieceIndex:
         self.marked = sorted(marked)
         alone: dict[int, set[str]] = {}
         for c in CONTEXTS:
-            for v, spans in zip(self.marked, _completed_each(c, [texts[v] for v in self.marked])):
+            lines = _completed_each(c, [texts[v] for v in self.marked])
+            for v, (spans, _) in zip(self.marked, lines):
                 alone.setdefault(v, set()).update(spans)
         self.alone_spans = {v: found for v, found in alone.items() if found}
         # A piece that can hold the start of a span under way (`%`, ` w`, `@`, `<a`): a row
@@ -85,11 +89,11 @@ class PieceIndex:
         self.open_texts = OpenTexts(texts, self.opener)  # each row's, by its tokens
         self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
-        self._found: dict[str, list[tuple[int, tuple[str, ...]]]] = {}  # `completing`'s
+        self._found: dict[str, list[Found]] = {}  # `completing`'s
         self._bans: dict[tuple[str, str, tuple[str, ...]], torch.Tensor] = {}  # by open text
         # `bans` by what its answer depends on (`mt.spans.alike`), for open texts met first.
         self.alike = Alike(texts)
-        self._shared: dict[tuple, torch.Tensor] = {}
+        self._shared: dict[tuple, list[Found]] = {}  # answers cut after the text under way
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
         self.lock = threading.Lock()
@@ -99,35 +103,35 @@ class PieceIndex:
         text `state` (`mt.spans.rows`), kept by open text as the tensor a mask is filled from
         (making one from a list of a thousand ids costs more than the rest of a step's ban).
         An open text first met shares the answer of one met before where the scan stands
-        alike after both (`mt.spans.alike`); `grown` > 0 says its last `grown` characters
-        extend the open text of the row before."""
+        alike after both (`mt.spans.alike`), with its own text under way put before the part
+        of each span that runs through the start; `grown` > 0 says its last `grown`
+        characters extend the open text of the row before."""
         head, end, starts = state
         key = (head, end, ok)  # strings a row's open text shares with its parent's: hashed once
         out = self._bans.get(key)
         if out is None:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
-            alike = self.alike.key(head, end, starts, ok, grown)
-            out = self._shared.get(alike) if alike is not None else None
-            if out is None:
+            alike = self.alike.key(head, end, starts, grown)
+            live = alike[1] if alike is not None else None
+            under_way = end[live:] if live is not None else ""
+            found = self._shared.get(alike[0]) if alike is not None else None
+            if found is None:
                 found = self.completing(head, end, list(starts))
-                if ok:
-                    free = starts_of(ok)
-                    ids = [v for v, spans in found if not free.issuperset(spans)]
-                else:
-                    ids = [v for v, _ in found]
-                out = torch.tensor(ids, dtype=torch.long)
-                if alike is not None:
+                cut = _after_start(found, len(head) + live if live is not None else -1, under_way)
+                if alike is not None and cut is not None:
                     if len(self._shared) >= CACHE:
                         self._shared.pop(next(iter(self._shared)))
-                    self._shared[alike] = out
+                    self._shared[alike[0]] = found = cut
+                else:
+                    under_way = None  # `found` holds the spans whole
+            out = torch.tensor(_banned(found, ok, under_way), dtype=torch.long)
             self._bans[key] = out
         return out
 
-    def completing(
-        self, head: str, end: str, starts: list[int]
-    ) -> list[tuple[int, tuple[str, ...]]]:
-        """(piece, the spans it completes) for the pieces that complete a span after `end`,
+    def completing(self, head: str, end: str, starts: list[int]) -> list[Found]:
+        """(piece, the spans it completes, where in `head + end` the first starts if it runs
+        through the piece's start, else -1) for the pieces that complete a span after `end`,
         whose spans under way start at `starts`: for each start, the trie of pieces is
         walked with the partial matches of the patterns alive there (`mt.spans.open`), a
         branch dropped as soon as none can still match along it, and each piece on a branch
@@ -154,7 +158,7 @@ class PieceIndex:
         pieces = [self.texts[v] for v in candidates]
         # Tuples of strings, which the collector stops tracking: the kept answers of a
         # thousand open texts are not walked again by every collection of the process.
-        out = [(v, tuple(x)) for v, x in zip(candidates, _completed_each(line, pieces)) if x]
+        out = [(v, *x) for v, x in zip(candidates, _completed_each(line, pieces)) if x[0]]
         if len(self._found) >= CACHE:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
@@ -294,8 +298,45 @@ def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
 _RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
 
 
-def _completed_each(line: str, pieces: list[str]) -> list[list[str]]:
-    """For each piece, the spans of `line + piece` that reach into the piece: one pass of
-    the patterns over all the lines at once (`mt.spans.find_spans_each`)."""
-    found = find_spans_each([line + p for p in pieces], WIDEST)
-    return [[s.text for s in spans if s.end > len(line)] for spans in found]
+def _completed_each(line: str, pieces: list[str]) -> list[tuple[tuple[str, ...], int]]:
+    """For each piece, the spans of `line + piece` that reach into the piece, and where in
+    `line` the first starts if it starts there (-1 where none does; at most one can, as
+    spans do not overlap): one pass of the patterns over all the lines at once
+    (`mt.spans.find_spans_each`)."""
+    out = []
+    for spans in find_spans_each([line + p for p in pieces], WIDEST):
+        into = [s for s in spans if s.end > len(line)]
+        through = into[0].start if into and into[0].start < len(line) else -1
+        out.append((tuple(s.text for s in into), through))
+    return out
+
+
+def _after_start(found: list[Found], at: int, under_way: str) -> list[Found] | None:
+    """`found` (`PieceIndex.completing`) with the span through each piece's start cut to the
+    part after `under_way`, the text under way from the line's one live start `at`, so that
+    another open text whose scan stands alike can put its own before it; None where such a
+    span starts elsewhere (then the answer is not shared)."""
+    out = []
+    for v, spans, through in found:
+        if through >= 0:
+            if through != at:
+                return None
+            spans = (spans[0][len(under_way) :], *spans[1:])
+        out.append((v, spans, through))
+    return out
+
+
+def _banned(found: list[Found], ok: tuple[str, ...], under_way: str | None) -> list[int]:
+    """The pieces of `found` that complete a span not `ok`; `under_way`: the text under way
+    to put before the span through a piece's start where `found` was cut after it
+    (`_after_start`), None where it holds the spans whole."""
+    if not ok:
+        return [v for v, _, _ in found]
+    free = starts_of(ok)
+    if under_way is None:
+        return [v for v, spans, _ in found if not free.issuperset(spans)]
+    if not any(a.startswith(under_way) for a in ok):  # no span through the start is allowed
+        return [v for v, spans, through in found if through >= 0 or not free.issuperset(spans)]
+    whole = [(v, (under_way + spans[0], *spans[1:]) if through >= 0 else spans)
+             for v, spans, through in found]  # fmt: skip
+    return [v for v, spans in whole if not free.issuperset(spans)]

@@ -221,7 +221,7 @@ def test_a_piece_that_closes_an_icu_argument_is_banned_whatever_the_other_pieces
     line = ' <a title="{n, plural, one {# file} other {# files'
     state = read(line, open_starts(line))
     assert state is not None and len(state[2]) == 2  # the tag and the argument under way
-    found = dict(index.completing(*state[:2], list(state[2])))
+    found = {v: spans for v, spans, _ in index.completing(*state[:2], list(state[2]))}
     assert found == {
         5: (line[1:] + ">",),
         7: (line[1:] + "}>",),
@@ -268,5 +268,5 @@ def test_each_piece_that_completes_a_span_is_banned(text, piece, span) -> None:
     index = PieceIndex(DENSE + [piece])
     state = read(text, open_starts(text))
     assert state is not None
-    found = dict(index.completing(*state[:2], list(state[2])))
+    found = {v: spans for v, spans, _ in index.completing(*state[:2], list(state[2]))}
     assert found.get(len(DENSE)) == (span,)
