@@ -171,7 +171,7 @@ def _starts_re(starters: str, address: str) -> re.Pattern[str]:
     return re.compile("[" + re.escape("".join(c for c in starters if c not in address)) + "]")
 
 
-def reached(text: str, starts: list[int]) -> list[int]:
+def reached(text: str, starts: list[int], decided: int = 0) -> list[int]:
     """Those of `starts` (open starts of `text`, ascending) that `find_spans`'s scan of `text`
     plus any appended text can reach. The scan takes a span where it finds one and goes on
     after it, so a start inside a span it takes whatever is appended is never tried: in
@@ -179,10 +179,15 @@ def reached(text: str, starts: list[int]) -> list[int]:
     can start one (`%%` with a `%` appended). Every position before the first start is
     decided (none is open), so the spans the scan finds there now are those it finds with
     any text appended; past a start that it reaches, nothing is decided. A line that may
-    hold an ICU argument keeps its starts: its braces are counted apart from the scan."""
+    hold an ICU argument keeps its starts: its braces are counted apart from the scan.
+
+    Where `text[:decided]` holds no span under way (no open start its scan reaches, within
+    `WINDOW_CHARS`), every span the scan takes before `decided` ends there or before, and none
+    starts after its last one and runs past `decided` (its start would be open): the scan is
+    taken up at `decided`, its one character before read by the lookbehinds."""
     if not starts or "{" in text:
         return starts
-    scan, pos = _compiled(WIDEST), 0
+    scan, pos = _compiled(WIDEST), decided
     for n, t in enumerate(starts):
         while pos <= t and (m := scan.search(text, pos)) is not None and m.start() < t:
             pos = m.end()

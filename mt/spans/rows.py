@@ -106,7 +106,10 @@ class OpenTexts:
         if parent is None:
             if self.opener[last] and not self._continues(row, last):
                 text = self.text(row)
-                return read(text, open_starts(text, len(text) - len(piece)))
+                lo = len(text) - len(piece)
+                # The row before held no span under way, so its text is decided: the scan
+                # of this one goes as far as it went, then on into the piece (`read`).
+                return read(text, open_starts(text, lo), lo if lo <= WINDOW_CHARS else 0)
             return None
         head, end, starts = parent
         grown, now = self._grow(end, starts, last)
@@ -146,12 +149,13 @@ class OpenTexts:
         return self._steps[key]
 
 
-def read(text: str, starts: list[int]) -> Open | None:
+def read(text: str, starts: list[int], decided: int = 0) -> Open | None:
     """The open text of `text`, whose open starts are `starts`: from just before the first
     (`context`), the line's closing tags before that as `head` (a lone `<Name>` is markup when
     the line closes it, `mt.spans`: they go with it, apart from it: `SEPARATOR` ends any
-    span). A start the line's scan cannot reach (`reached`) opens nothing."""
-    starts = reached(text, starts)
+    span). A start the line's scan cannot reach (`reached`) opens nothing. `decided`: where
+    a text before which nothing was under way ends (`mt.spans.open.reached`)."""
+    starts = reached(text, starts, decided)
     if not starts:
         return None
     cut = context(text, starts[0])

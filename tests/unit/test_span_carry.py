@@ -13,7 +13,7 @@ import torch
 from mt.spans.bans import SpanRule
 from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex
-from mt.spans.open import open_starts
+from mt.spans.open import open_starts, reached
 from mt.spans.rows import OpenTexts, read
 from scripts.tools.ban_hunt import ALLOWED, DENSE
 
@@ -91,3 +91,19 @@ def test_a_row_takes_its_parents_state_only_where_its_tokens_extend_it() -> None
         text = "".join(DENSE[v] for v in row)
         assert opens.states[i] == read(text, open_starts(text)), text
     assert grown[1] == 0 and opens.states[grown[2]] is not None  # `xs` holds no span, `<s` a tag
+
+
+def test_the_scan_is_taken_up_where_nothing_was_under_way() -> None:
+    """After a row that holds no open text, the scan of the row grown by a piece reaches the
+    same starts from the row's end as from the line's start (`reached`'s `decided`)."""
+    rng = random.Random(4)
+    checked = 0
+    for _ in range(4000):
+        before = "".join(rng.choice(DENSE) for _ in range(rng.randrange(0, 12)))
+        if read(before, open_starts(before)) is not None:
+            continue
+        text = before + rng.choice(DENSE)
+        starts = open_starts(text, len(before))
+        assert reached(text, starts, len(before)) == reached(text, starts), text
+        checked += bool(starts)
+    assert checked > 500
