@@ -71,7 +71,8 @@ class SpanRule:
         self._shared = RowMask.of(self.alone)  # the mask of a step where no row differs
         self.open_texts = self.index.open_texts  # the rows' open texts, by id
         self.row_states = RowStates(self.open_texts)  # this rule's rows, carried step to step
-        self._last_alone: tuple[tuple, dict[int, list[int]]] = ((), {})
+        self._last_alone: tuple[tuple, torch.Tensor | None] = ((), None)
+        self._frees: dict[tuple[str, ...], list[int]] = {}  # `_free`'s
         self._none = torch.zeros(0, dtype=torch.long, device=device)  # no row of its own
         self._none_own = self.alone[None][:0]
 
@@ -89,7 +90,7 @@ class SpanRule:
         as (row, token) pairs, the pieces a row's sentence is allowed the spans of, and plus
         those that would complete the span a row holds under way."""
         t = history.shape[1]
-        differs = self._alone(allowed) if allowed and any(allowed) else {}
+        free = self._alone(allowed) if allowed and any(allowed) else None
         if history.device.type != "cpu":
             # The rows are read as text on the host: one copy of sentences and tokens together,
             # where reading them off a GPU piece by piece waited for the device four times a step.
@@ -109,39 +110,49 @@ class SpanRule:
                     under_way.tolist(), ids[under_way].tolist(), lasts[under_way].tolist()
                 ):
                     ok = allowed[sents[r]] if allowed else ()
-                    if len(found := bans(states[i], ok, len(texts[last]))):  # type: ignore[arg-type]
+                    if (found := bans(states[i], ok, len(texts[last]))).shape[0]:  # type: ignore[arg-type]
                         extra[r] = found
-        freed = [(r, v) for r, s in enumerate(sents) if s in differs for v in differs[s]]
-        if not extra and not freed:
+        pairs, reach = None, 1 + max(extra) if extra else 0
+        if free is not None:
+            mine = free[sent.cpu()]  # (R, F): each row's sentence's
+            rows, cols = (mine >= 0).nonzero(as_tuple=True)
+            if len(rows):
+                pairs = torch.stack([rows, mine[rows, cols]]).to(self.device)
+                reach = max(reach, int(rows[-1]) + 1)
+        if not extra and pairs is None:
             return self._shared
-        reach = 1 + max([r for r, _ in freed[-1:]] + list(extra))
-        pairs = None
-        if freed:
-            pairs = torch.tensor(freed, dtype=torch.long).T.to(self.device)
         added = None
         if extra:
             found = list(extra.values())
-            sizes = torch.tensor(list(map(len, found)))
+            sizes = torch.tensor([x.shape[0] for x in found])
             at = torch.repeat_interleave(torch.tensor(list(extra)), sizes)
             added = torch.stack([at, torch.cat(found)]).to(self.device)
         return RowMask(self.alone, self._none, self._none_own, pairs, added, reach)
 
-    def _alone(self, allowed: list[tuple[str, ...]]) -> dict[int, list[int]]:
-        """The pieces of `alone` each sentence may write (those whose spans it is allowed),
-        for the sentences that may write any; kept for the steps of one batch."""
+    def _alone(self, allowed: list[tuple[str, ...]]) -> torch.Tensor | None:
+        """(B, F) long: the pieces of `alone` each sentence may write (those whose spans it is
+        allowed), -1 after them; None where no sentence may write any. Kept for the steps of
+        one batch, and each sentence's by its allowed spans (many share them)."""
         key = tuple(allowed)
         if self._last_alone[0] != key:
-            differs = {}
-            for b, ok in enumerate(allowed):
-                free = [
-                    v
-                    for v, found in self.index.alone_spans.items()
-                    if all(may(x, ok) for x in found)
-                ]
-                if free:
-                    differs[b] = free
-            self._last_alone = (key, differs)
+            frees = [self._free(ok) for ok in allowed]
+            table = None
+            if any(frees):
+                table = torch.full((len(frees), max(map(len, frees))), -1, dtype=torch.long)
+                for b, free in enumerate(frees):
+                    table[b, : len(free)] = torch.tensor(free, dtype=torch.long)
+            self._last_alone = (key, table)
         return self._last_alone[1]
+
+    def _free(self, ok: tuple[str, ...]) -> list[int]:
+        """The pieces of `alone` a sentence allowed the spans `ok` may write."""
+        if ok not in self._frees:
+            if len(self._frees) >= 256:
+                self._frees.clear()
+            self._frees[ok] = [
+                v for v, found in self.index.alone_spans.items() if all(may(x, ok) for x in found)
+            ]
+        return self._frees[ok]
 
     def row_bans(self, text: str, ok: tuple[str, ...] = ()) -> torch.Tensor | None:
         """Token ids that would complete a span not `ok` that is under way in `text`; None

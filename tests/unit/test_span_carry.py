@@ -22,10 +22,9 @@ CPU = torch.device("cpu")
 
 def _want(rule: SpanRule, rows: list[list[int]], sents: list[int], allowed) -> torch.Tensor:
     """(R, V): each row's mask read off its whole text alone (`SpanRule.row_bans`)."""
-    differs = rule._alone(allowed) if any(allowed) else {}
     out = rule.alone.expand(len(rows), -1).clone()
     for r, (row, s) in enumerate(zip(rows, sents)):
-        out[r, differs.get(s, [])] = False
+        out[r, rule._free(allowed[s])] = False
         ids = rule.row_bans("".join(rule.texts[v] for v in row), allowed[s])
         if ids is not None:
             out[r, ids] = True
