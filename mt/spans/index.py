@@ -94,6 +94,7 @@ class PieceIndex:
         # `bans` by what its answer depends on (`mt.spans.alike`), for open texts met first.
         self.alike = Alike(texts)
         self._shared: dict[tuple, list[Found]] = {}  # answers cut after the text under way
+        self._keys: dict[Open, tuple[tuple, int | None] | None] = {}  # `Alike.key`'s
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
         self.lock = threading.Lock()
@@ -112,7 +113,11 @@ class PieceIndex:
         if out is None:
             if len(self._bans) >= CACHE:
                 self._bans.pop(next(iter(self._bans)))
-            alike = self.alike.key(head, end, starts, grown)
+            alike = self._keys.get(state, False)
+            if alike is False:  # the key is the same for every sentence: kept by open text
+                if len(self._keys) >= CACHE:
+                    self._keys.pop(next(iter(self._keys)))
+                alike = self._keys[state] = self.alike.key(head, end, starts, grown)
             live = alike[1] if alike is not None else None
             under_way = end[live:] if live is not None else ""
             found = self._shared.get(alike[0]) if alike is not None else None

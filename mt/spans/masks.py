@@ -18,9 +18,9 @@ import torch
 @dataclass(frozen=True)
 class RowMask:
     """True where a token is banned: `common` (V,) for every row but `rows` (K,), ascending,
-    whose masks are `own` (K, V); and, as (row, token) pairs, `freed` (2, F) tokens of
-    `common` a row may write after all (its sentence may write their spans) and `added`
-    (2, A) tokens it may not (those that would complete its span under way). The span ban
+    whose masks are `own` (K, V); and, as (row, token) pairs ascending by row, `freed` (2, F)
+    tokens of `common` a row may write after all (its sentence may write their spans) and
+    `added` (2, A) tokens it may not (those that would complete its span under way). The span ban
     gives pairs (a few tokens a row), a per-sentence mask gives rows."""
 
     common: torch.Tensor
@@ -89,13 +89,15 @@ class RowMask:
 
 
 def _within(pairs: torch.Tensor | None, start: int, n: int, whole: bool) -> torch.Tensor | None:
-    """The (row, token) `pairs` of rows `start` to `start + n`, their rows counted from
-    `start` (`whole`: all of them, as they are); None where there are none."""
+    """The (row, token) `pairs` (ascending by row) of rows `start` to `start + n`, their rows
+    counted from `start` (`whole`: all of them, as they are); None where there are none."""
     if pairs is None or not pairs.shape[1]:
         return None
     if whole:
         return pairs
-    pairs = pairs[:, (pairs[0] >= start) & (pairs[0] < start + n)]
-    if not pairs.shape[1]:
+    lo, hi = torch.searchsorted(pairs[0].contiguous(), torch.tensor([start, start + n])).tolist()
+    if lo == hi:
         return None
-    return torch.stack([pairs[0] - start, pairs[1]])
+    part = pairs[:, lo:hi].clone()
+    part[0] -= start
+    return part
