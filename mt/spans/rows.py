@@ -48,6 +48,7 @@ class OpenTexts:
         self._word_end = [bool(t) and _WORD.fullmatch(t[-1]) is not None for t in texts]
         self._opener = np.array(opener, dtype=bool)
         self._steps: dict[tuple[str, int], tuple[str, tuple[int, ...]]] = {}  # `_grow`'s
+        self._opens: dict[tuple[int, str], Open | None] = {}  # `_opened`'s
         self.generation = 0  # bumped when the ids start again (`bound`)
         self.states: list[Open | None] = [None]
         self._ids: dict[Open | None, int] = {None: 0}
@@ -105,11 +106,7 @@ class OpenTexts:
             return read(text, open_starts(text))
         if parent is None:
             if self.opener[last] and not self._continues(row, last):
-                text = self.text(row)
-                lo = len(text) - len(piece)
-                # The row before held no span under way, so its text is decided: the scan
-                # of this one goes as far as it went, then on into the piece (`read`).
-                return read(text, open_starts(text, lo), lo if lo <= WINDOW_CHARS else 0)
+                return self._opened(self.text(row), last)
             return None
         head, end, starts = parent
         grown, now = self._grow(end, starts, last)
@@ -120,6 +117,26 @@ class OpenTexts:
         text = self.text(row)
         cut = len(text) - len(grown)
         return read(text, [cut + s for s in now])
+
+    def _opened(self, text: str, last: int) -> Open | None:
+        """The open text of `text`, whose last piece `last` follows a row that held no span
+        under way. That row's text is decided: the scan of this one goes as far as it went,
+        then on into the piece (`read`). Where the line holds no closing tag and no brace, and
+        the text kept begins inside the piece or just before it at a space, the open text
+        depends only on the piece and the kind of the character before it, and is kept by
+        them (most rows that open a span: ` %` after a word)."""
+        lo = len(text) - len(self.texts[last])
+        plain = lo <= WINDOW_CHARS and "</" not in text and "{" not in text
+        key = (last, kind(text[lo - 1]) if lo else "")
+        if plain and key in self._opens:
+            return self._opens[key]
+        out = read(text, open_starts(text, lo), lo if lo <= WINDOW_CHARS else 0)
+        # `context`'s first case: the text kept begins at the character before the first
+        # start the scan reaches, which is the start of the line or a space.
+        first = len(text) - len(out[1]) + out[2][0] if out is not None else 0
+        if plain and (out is None or first == 0 or text[first - 1].isspace()):
+            self._opens[key] = out
+        return out
 
     def _continues(self, row: np.ndarray, last: int) -> bool:
         """Whether the last piece, of word characters only, continues a word of the row: then

@@ -14,7 +14,7 @@ from mt.spans.bans import SpanRule
 from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex
 from mt.spans.open import open_starts, reached
-from mt.spans.rows import OpenTexts, read
+from mt.spans.rows import OpenTexts, kind, read
 from scripts.tools.ban_hunt import ALLOWED, DENSE
 
 CPU = torch.device("cpu")
@@ -106,3 +106,24 @@ def test_the_scan_is_taken_up_where_nothing_was_under_way() -> None:
         assert reached(text, starts, len(before)) == reached(text, starts), text
         checked += bool(starts)
     assert checked > 500
+
+
+def test_an_open_text_kept_by_piece_and_kind_is_the_one_read() -> None:
+    """After rows that hold nothing under way, the open text a piece opens is kept by the
+    piece and the kind of character before it (`OpenTexts._opened`): over random rows, every
+    answer, kept or read, is the one read off the row's text from the piece on."""
+    opens = OpenTexts(DENSE, PieceIndex(DENSE).opener)
+    rng = random.Random(5)
+    # Rows that end in a span already written (`&amp;`, `%%`) as well as in words and marks.
+    words = ["x", " ", "5", ".", "ex", "%%", "%", "s", "d", "<", "b", "/", "&amp;", "&lt;", "@"]
+    kept = 0
+    for _ in range(5000):
+        before = "".join(rng.choice(words + DENSE) for _ in range(rng.randrange(0, 8)))
+        if read(before, open_starts(before)) is not None:
+            continue
+        v = rng.choice([v for v, t in enumerate(DENSE) if opens.opener[v] and "@" not in t])
+        text = before + DENSE[v]
+        lo = len(before)
+        kept += (v, kind(text[lo - 1]) if lo else "") in opens._opens
+        assert opens._opened(text, v) == read(text, open_starts(text, lo), lo), text
+    assert kept > 300
