@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,9 @@ torch.set_num_threads(1)
 # tested by name (tests/unit/test_precision.py, tests/cli/test_decode_dtype.py). Set MT_CPU_FLAGS
 # yourself (e.g. "avx512_bf16") to run the suite as a native-bf16 CPU would.
 os.environ.setdefault("MT_CPU_FLAGS", "")
+# What the span ban learns of a vocabulary is kept on disk between runs (mt/spans/kept.py): the
+# tests keep it in a folder of their own, not the user's cache, and start with none.
+os.environ.setdefault("MT_SPAN_CACHE", tempfile.mkdtemp(prefix="mt-span-cache-"))
 
 REPO = Path(__file__).resolve().parent.parent
 # Keys of metrics.jsonl records that measure time, which no two runs share.

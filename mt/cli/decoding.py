@@ -37,6 +37,7 @@ from mt.cli.options import (
     write_output,
 )
 from mt.decode.options import OFFERED, DecodeOptions
+from mt.decode.session import keep_learned
 from mt.errors import EXIT_GATE, EXIT_LINES, MtError
 
 
@@ -159,6 +160,7 @@ def translate(
         src = open(input, "rb") if input is not None else sys.stdin.buffer
         with src:
             write_output(output, lambda out: work(text_lines(src), out))
+    keep_learned()
     warn_truncated(translator.truncated, translator.max_src, "input")
     gate_doubt(doubts, max_doubt, "mt translate")
     if failures:
@@ -238,6 +240,7 @@ def evaluate(
         plan = Plan(protect=protect, recase=recase, keep_numbers=keep_numbers, split=split)
         done = translate_stream(translator, sources, plan)
         hyps, where = [t.text for t in doubts.watch(done)], src
+        keep_learned()
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
     scores = score(hyps, refs)

@@ -46,6 +46,7 @@ from mt.device import resolve_decode_dtype, resolve_device
 from mt.errors import MtError
 from mt.languages import Languages
 from mt.model import Transformer
+from mt.spans import index as spans_index
 from mt.tokenizer import Tokenizer
 
 # Settings that mean something only with another switched on (DecodeConfig's `needs`).
@@ -256,3 +257,9 @@ class Session:
             "ensemble": len(self.loaded),
             "config": {k: cfg[k] for k in ("model", "tokenizer", "decode")},
         }
+
+
+def keep_learned() -> None:
+    """Keep what the span ban learned of each vocabulary for the next process
+    (`mt.spans.kept`): a command that translated lines calls this when they are done."""
+    spans_index.keep_learned()

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import torch
 
-from mt.spans import WIDEST, find_spans_each
+from mt.spans import WIDEST, find_spans_each, kept
 from mt.spans.alike import Alike
 from mt.spans.open import alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import CACHE, Open, OpenTexts
@@ -95,6 +95,7 @@ class PieceIndex:
         self.alike = Alike(texts)
         self._shared: dict[tuple, list[Found]] = {}  # answers cut after the text under way
         self._keys: dict[Open, tuple[tuple, int | None] | None] = {}  # `Alike.key`'s
+        self.learned = 0  # entries added to the tables since they were last kept (`tables`)
         # The tables are shared by every translator of the vocabulary: `mt serve` runs one
         # worker thread per model, and two models may share a vocabulary.
         self.lock = threading.Lock()
@@ -118,6 +119,7 @@ class PieceIndex:
                 if len(self._keys) >= CACHE:
                     self._keys.pop(next(iter(self._keys)))
                 alike = self._keys[state] = self.alike.key(head, end, starts, grown)
+                self.learned += 1
             live = alike[1] if alike is not None else None
             under_way = end[live:] if live is not None else ""
             found = self._shared.get(alike[0]) if alike is not None else None
@@ -128,6 +130,7 @@ class PieceIndex:
                     if len(self._shared) >= CACHE:
                         self._shared.pop(next(iter(self._shared)))
                     self._shared[alike[0]] = found = cut
+                    self.learned += 1
                 else:
                     under_way = None  # `found` holds the spans whole
             out = torch.tensor(_banned(found, ok, under_way), dtype=torch.long)
@@ -158,6 +161,7 @@ class PieceIndex:
                 if len(self._walks) >= CACHE:
                     self._walks.pop(next(iter(self._walks)))
                 self._walks[key] = _walk(trie, *key)
+                self.learned += 1
             candidates += self._walks[key]
         candidates = list(dict.fromkeys(candidates))
         pieces = [self.texts[v] for v in candidates]
@@ -167,7 +171,36 @@ class PieceIndex:
         if len(self._found) >= CACHE:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
+        self.learned += 1
         return out
+
+    def tables(self) -> dict:
+        """What the index has learned, as built-in values (`mt.spans.kept`)."""
+        with self.lock:
+            return {
+                "tries": [
+                    (among, classes, tuple(trie)) for among, (classes, trie) in self._tries.items()
+                ],
+                "walks": dict(self._walks),
+                "found": dict(self._found),
+                "shared": dict(self._shared),
+                "keys": dict(self._keys),
+            }
+
+    def take(self, tables: dict) -> bool:
+        """Start from `tables` (`tables` of an index of the same pieces); False, leaving the
+        index as it was, where they are not such tables."""
+        try:
+            tries = {among: (classes, Trie(*trie)) for among, classes, trie in tables["tries"]}
+            walks, found = dict(tables["walks"]), dict(tables["found"])
+            shared, keys = dict(tables["shared"]), dict(tables["keys"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        with self.lock:
+            self._tries, self._walks, self._found = tries, walks, found
+            self._shared, self._keys = shared, keys
+            self.learned = 0
+        return True
 
     def _trie(self, among: frozenset[int]) -> tuple[dict[int, str], Trie]:
         """For spans of the patterns `among`: their character classes
@@ -183,6 +216,7 @@ class PieceIndex:
                            for v in self._holding(final_test(among)))  # fmt: skip
             trie = Trie([t for t, _ in pairs], [v for _, v in pairs])
             self._tries[among] = (classes, trie)
+            self.learned += 1
         return self._tries[among]
 
     def _holding(self, test: re.Pattern[str]) -> list[int]:
@@ -206,11 +240,26 @@ def index_for(tokenizer: Tokenizer) -> PieceIndex:
             _INDEXES.move_to_end(key)
             return _INDEXES[key]
     index = PieceIndex(piece_texts(tokenizer))  # outside the lock: it takes a while
+    tables = kept.load(kept.path_for(key))
+    if tables is not None:
+        index.take(tables)
     with _INDEXES_LOCK:
         index = _INDEXES.setdefault(key, index)
         while len(_INDEXES) > KEPT:
             _INDEXES.popitem(last=False)
     return index
+
+
+def keep_learned() -> None:
+    """Write what each vocabulary's index learned since it was read to the span cache
+    (`mt.spans.kept`), so the next process starts from it: `mt translate` and `mt eval` call
+    this once their lines are done."""
+    with _INDEXES_LOCK:
+        indexes = list(_INDEXES.items())
+    for key, index in indexes:
+        if index.learned:
+            kept.save(kept.path_for(key), index.tables())
+            index.learned = 0
 
 
 def piece_texts(tokenizer: Tokenizer) -> list[str]:

@@ -50,6 +50,7 @@ import os
 import pickle
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -222,20 +223,39 @@ def replay(loaded, checkpoint: Path, lines: list[str], baseline: Path, rounds: i
             )  # fmt: skip
 
 
-def fresh(checkpoint: Path, lines: list[str], rounds: int, baseline: Path) -> str:
+def fresh(checkpoint: Path, lines: list[str], rounds: int, baseline: Path,
+          warm: list[str] | None = None) -> str:  # fmt: skip
     """`mt translate` of `lines` in a fresh process per run, protected and not, and protected by
     the `baseline` tree, taking turns, one thread each: CPU seconds of each child (user +
-    system), and whether the protected runs wrote the same output."""
-    runs = {"--protect": (REPO, "--protect"), "--no-protect": (REPO, "--no-protect"),
-            "--protect, baseline": (baseline, "--protect")}  # fmt: skip
-    secs: dict[str, list[float]] = {k: [] for k in runs}
-    outs: dict[str, set[bytes]] = {k: set() for k in runs}
+    system), and whether the protected runs wrote the same output. This tree's protected run
+    starts with no span cache (`mt.spans.kept`); with `warm` lines, also from the cache a run on
+    them left (the same copy each time, so no run finds what an earlier one learned of
+    `lines`)."""
+    runs = {"--protect": (REPO, "--protect", "off"), "--no-protect": (REPO, "--no-protect", "off"),
+            "--protect, baseline": (baseline, "--protect", "off")}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         out, src = Path(tmp) / "out.txt", Path(tmp) / "src.txt"
         src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        kept = Path(tmp) / "warmed"
+        if warm:
+            other = Path(tmp) / "warm.txt"
+            other.write_text("".join(line + "\n" for line in warm), encoding="utf-8")
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+                   "MT_SPAN_CACHE": str(kept)}  # fmt: skip
+            cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint.resolve()),
+                   "--protect", "-i", str(other), "-o", str(out)]  # fmt: skip
+            subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+            runs[f"--protect, span cache from {len(warm)} other lines"] = (
+                REPO, "--protect", str(Path(tmp) / "cache"))  # fmt: skip
+        secs: dict[str, list[float]] = {k: [] for k in runs}
+        outs: dict[str, set[bytes]] = {k: set() for k in runs}
         for _ in range(rounds):
-            for k, (tree, flag) in runs.items():
-                env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
+            for k, (tree, flag, cache) in runs.items():
+                if cache != "off":  # the warmed copy, as it was
+                    shutil.rmtree(cache, ignore_errors=True)
+                    shutil.copytree(kept, cache)
+                env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree),
+                       "MT_SPAN_CACHE": cache}  # fmt: skip
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint.resolve()), flag,
                        "-i", str(src), "-o", str(out)]  # fmt: skip
@@ -249,11 +269,11 @@ def fresh(checkpoint: Path, lines: list[str], rounds: int, baseline: Path) -> st
             for k, v in secs.items()]  # fmt: skip
     header = ("mt translate", "best CPU s", "median CPU s", "best / best", "median / median",
               "rounds (CPU s)")  # fmt: skip
-    same = len(outs["--protect"] | outs["--protect, baseline"]) == 1
+    protected = set().union(*(v for k, v in outs.items() if k != "--no-protect"))
     return (f"### a fresh `mt translate` per run: {len(lines)} lines, {rounds} rounds\n\n"
             + markdown_table(header, rows)
             + "\n\nevery protected run, this tree's and the baseline's, wrote the same output: "
-            + ("yes" if same else "no")
+            + ("yes" if len(protected) == 1 else "no")
             )  # fmt: skip
 
 
@@ -312,7 +332,8 @@ def main() -> None:
         if args.fresh or args.replay:
             with worktree(args.baseline) as tree:
                 if args.fresh:
-                    print(fresh(args.strings, lines, args.rounds, tree), "\n")
+                    warm = read_lines(args.strings_warm) if args.strings_warm else None
+                    print(fresh(args.strings, lines, args.rounds, tree, warm), "\n")
                 else:
                     print(replay(loaded, args.strings, lines, tree, args.rounds), "\n")
         else:

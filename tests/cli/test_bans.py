@@ -414,3 +414,31 @@ def test_no_pattern_needs_a_longer_run_than_the_walk_keeps() -> None:
 
     needs = {p: need(parse.parse(p)) for _, _, p in PATTERNS}
     assert max(needs.values()) == RUN, needs  # `www` needs 3
+
+
+def test_a_fresh_process_starts_from_what_the_last_one_learned(
+    spanful_run, mt_cli, tmp_path, monkeypatch
+) -> None:
+    """`mt translate` keeps what the ban learned of the vocabulary in the span cache
+    (`mt.spans.kept`): the next run (a fresh index, as a new process has) starts from it and
+    writes the same translations."""
+    from mt.spans import index as spans_index
+
+    monkeypatch.setenv("MT_SPAN_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "in.src"
+    src.write_text("".join(line + "\n" for line in LINES))
+    tokenizer = load_model(spanful_run / "best.pt").tokenizer
+    outs: list[str] = []
+    learned = 0
+    for _ in range(2):
+        spans_index._INDEXES.clear()  # what a new process finds
+        if outs:  # the second run's index starts from the first's tables
+            assert len(spans_index.index_for(tokenizer)._found) >= learned > 0
+        r = mt_cli("translate", spanful_run / "best.pt", "-i", src)
+        assert r.rc == 0, r.err
+        outs.append(r.out)
+        files = list((tmp_path / "cache").glob("*.pkl"))
+        assert len(files) == 1
+        (index,) = spans_index._INDEXES.values()
+        learned = learned or len(index._found)
+    assert outs[0] == outs[1]
