@@ -7,11 +7,11 @@ answers shared by open texts that read alike. Reading them back costs a fraction
 them again (the tries sort the vocabulary once per set of patterns; each first answer walks
 it and checks its candidates with `find_spans`).
 
-One file per vocabulary and set of patterns, in the span cache folder: env `MT_SPAN_CACHE`
+One file per vocabulary and version of the span ban's code (`version`), in the span cache folder: env `MT_SPAN_CACHE`
 (`off` keeps nothing), else `$XDG_CACHE_HOME/mt/spans`, else `~/.cache/mt/spans`. It is written
 atomically (`mt.atomic`) and read with an unpickler that builds built-in values only (no class,
-no function: a file from elsewhere cannot run code), and one that cannot be read, or was made
-for other patterns or by another version of this format, is ignored and written anew. The
+no function: a file from elsewhere cannot run code), and one that cannot be read is ignored
+and written anew. The
 cache is an optimisation: failing to read or write it never fails a translation.
 """
 
@@ -21,6 +21,7 @@ import hashlib
 import io
 import os
 import pickle
+from functools import cache
 from pathlib import Path
 
 from mt.atomic import write_bytes
@@ -42,13 +43,23 @@ def folder() -> Path | None:
 
 
 def path_for(fingerprint: str) -> Path | None:
-    """The file of the vocabulary whose tokenizer fingerprint is `fingerprint`, for these
-    span patterns and this format."""
+    """The file of the vocabulary whose tokenizer fingerprint is `fingerprint`, for this code
+    of the span ban (`version`)."""
     where = folder()
     if where is None:
         return None
-    patterns = hashlib.sha256(repr((FORMAT, GROWING)).encode()).hexdigest()[:12]
-    return where / f"{fingerprint}-{patterns}.pkl"
+    return where / f"{fingerprint}-{version()}.pkl"
+
+
+@cache
+def version() -> str:
+    """A hash of the format, the span patterns and the code of this package: the tables hold
+    the automaton's own numbering of its states, so any change to the code that made them
+    makes them another cache's."""
+    h = hashlib.sha256(repr((FORMAT, GROWING)).encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(source.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def load(path: Path | None) -> dict | None:
