@@ -7,12 +7,12 @@ answers shared by open texts that read alike. Reading them back costs a fraction
 them again (the tries sort the vocabulary once per set of patterns; each first answer walks
 it and checks its candidates with `find_spans`).
 
-One file per vocabulary and version of the span ban's code (`version`), in the span cache folder: env `MT_SPAN_CACHE`
-(`off` keeps nothing), else `$XDG_CACHE_HOME/mt/spans`, else `~/.cache/mt/spans`. It is written
-atomically (`mt.atomic`) and read with an unpickler that builds built-in values only (no class,
-no function: a file from elsewhere cannot run code), and one that cannot be read is ignored
-and written anew. The
-cache is an optimisation: failing to read or write it never fails a translation.
+One file per vocabulary and version of the span ban's code (`version`), in the span cache
+folder: env `MT_SPAN_CACHE` (`off` keeps nothing), else `$XDG_CACHE_HOME/mt/spans`, else
+`~/.cache/mt/spans`. It is written atomically (`mt.atomic`) and read with an unpickler that
+builds built-in values only (no class, no function: a file from elsewhere cannot run code),
+and one that cannot be read is ignored and written anew. The cache is an optimisation:
+failing to read or write it never fails a translation.
 """
 
 from __future__ import annotations
