@@ -16,8 +16,10 @@ Two workloads, each optional:
   instead (the ban's CPU seconds without the model's, so little of the machine's noise; this
   tree's and the baseline's new index each in a child process).
   With `--fresh`, `mt translate` runs as a user runs it instead, a fresh process each time
-  (interpreter, loading, the index built, every open text new), `--protect`,
-  `--no-protect` and the baseline's `--protect` taking turns, each child's CPU seconds.
+  (interpreter, loading, the index built, every open text new: the span cache,
+  `mt.spans.kept`, off), `--protect`, `--no-protect` and the baseline's `--protect` taking
+  turns, each child's CPU seconds; with `--strings-warm`, also `--protect` starting from the
+  span cache a run on those lines left.
 - `--spanful CKPT`: a model that writes spans of its own (the tests' `spanful` model),
   sampled on its own source lines: the ban works at every step, which is where reading each
   row's open span and finding its completing pieces costs.
@@ -39,7 +41,8 @@ thread each.
         --strings runs/strings/best.pt --strings-src data/strings/test.de --limit 610 \\
         --strings-warm data/strings/val.de --rounds 3
     python -m scripts.bench.bans --strings runs/strings/best.pt \\
-        --strings-src data/strings/test.de --limit 1687 --fresh --baseline fc6a7e2 --rounds 6
+        --strings-src data/strings/test.de --limit 1687 --fresh --baseline fc761e8 --rounds 6 \\
+        --strings-warm data/strings/val.de
 """
 
 from __future__ import annotations
@@ -315,6 +318,9 @@ def main() -> None:
     p.add_argument("--replay", action="store_true", help="the strings workload: the ban alone")
     p.add_argument("--fresh", action="store_true", help="the strings workload: mt translate")
     args = p.parse_args()
+    # Every rule here starts from what it learns in the run, not from a span cache an earlier
+    # `mt translate` left (`mt.spans.kept`); `fresh` sets its children's cache itself.
+    os.environ["MT_SPAN_CACHE"] = "off"
     rules = {"this tree": SpanRule, "this tree, new index": new_index_rule, "no protection": None}
     print(f"machine: {describe_machine()}; torch threads 1; baseline {args.baseline}\n")
     if args.injected:
