@@ -257,8 +257,9 @@ def keep_learned() -> None:
     with _INDEXES_LOCK:
         indexes = list(_INDEXES.items())
     for key, index in indexes:
-        if index.learned:
-            kept.save(kept.path_for(key), index.tables())
+        path = kept.path_for(key)
+        if index.learned and path is not None:  # no tables copied where the cache is off
+            kept.save(path, index.tables())
             index.learned = 0
 
 
