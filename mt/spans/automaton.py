@@ -29,6 +29,8 @@ from functools import lru_cache
 
 from mt.spans import WIDEST, _compiled
 
+MOVES = 1 << 16  # moves of the scan kept (`Automaton.step`, `Automaton.settle`)
+
 # Node kinds of the automaton.
 CHAR, SPLIT, ASSERT, MATCH = range(4)
 
@@ -125,6 +127,9 @@ class Automaton:
             if n.kind[node] == CHAR and self._in_body(n.arg[a][3], node)  # type: ignore[index]
         ]
         self._signatures: dict[str | None, tuple] = {}
+        # `step`'s and `settle`'s answers: a model inside a tag writes the same few thread
+        # lists over and over (`<ARG2 ARG1 ARG2 ...`), so the scan is a lookup per character.
+        self._moves: dict[tuple, tuple[tuple[int, ...], bool]] = {}
 
     def behind(self, c: str | None) -> tuple:
         """What the expression can tell of `c` as the character before a position: whether it
@@ -293,9 +298,14 @@ class Automaton:
         preference), and whether a match ended before `c`: a thread that reaches the end of
         the expression there wins over every thread behind it, which is dropped (as `re`,
         taking the first way that matches, never tries them)."""
-        leaves, matched = self.closure(threads, prev, c)
-        out = self.nodes.out
-        return tuple(dict.fromkeys(out[n][0] for n in leaves if self._test(n, c))), matched
+        key = (threads, prev, c)
+        found = self._moves.get(key)
+        if found is None:
+            leaves, matched = self.closure(threads, prev, c)
+            out = self.nodes.out
+            found = tuple(dict.fromkeys(out[n][0] for n in leaves if self._test(n, c))), matched
+            self._keep(key, found)
+        return found
 
     def settle(self, threads: tuple[int, ...], prev: str | None) -> tuple[tuple[int, ...], bool]:
         """The same threads taken as far as they go before the next character: to the tests
@@ -304,7 +314,18 @@ class Automaton:
         the Ruby `%<name>s` behind it is never tried). Each step reads on from these exactly
         as from the threads they came from, and threads that differ only in the way they
         got there settle alike: the key is the same for more texts."""
-        return self.closure(threads, prev, None, ahead=False)
+        key = (threads, prev)
+        found = self._moves.get(key)
+        if found is None:
+            found = self.closure(threads, prev, None, ahead=False)
+            self._keep(key, found)
+        return found
+
+    def _keep(self, key: tuple, found: tuple[tuple[int, ...], bool]) -> None:
+        """Keep a move, within `MOVES` (all dropped when full: a server runs without end)."""
+        if len(self._moves) >= MOVES:
+            self._moves.clear()
+        self._moves[key] = found
 
     def closure(
         self, threads: tuple[int, ...], prev: str | None, nxt: str | None, ahead: bool = True

@@ -130,6 +130,31 @@ def test_the_automaton_matches_where_re_does() -> None:
         assert matched == want, (prev, text)
 
 
+def test_a_kept_move_is_the_move_made_again() -> None:
+    """The automaton keeps its moves (`step`, `settle`): over texts read twice (the second
+    time from the store), each answer is the one computed afresh, for threads reached after
+    different characters before them."""
+    auto = scan()
+    assert auto is not None
+    fresh = Automaton(_compiled(WIDEST).pattern)
+    chars = "%<>/$&;#@.:-_ \"'=aAsdq0159wxh"
+    rng = random.Random(5)
+    texts = ["".join(rng.choice(chars) for _ in range(rng.randrange(1, 9))) for _ in range(1000)]
+    befores = [rng.choice([None, " ", "a", "5", "%", "<"]) for _ in texts]
+    for _ in range(2):
+        for text, before in zip(texts, befores):
+            threads, prev = (auto.start,), before
+            for c in text:
+                fresh._moves.clear()  # computed, never looked up
+                assert auto.settle(threads, prev) == fresh.settle(threads, prev)
+                fresh._moves.clear()
+                moved = auto.step(threads, prev, c)
+                assert moved == fresh.step(threads, prev, c), (threads, prev, c)
+                threads, prev = moved[0], c
+                if not threads:
+                    break
+
+
 def test_an_expression_the_automaton_cannot_follow_is_refused() -> None:
     """A backreference is refused, so a pattern that needs one leaves the ban without keys
     (each open text answered from its own text) rather than with wrong ones."""
