@@ -30,7 +30,7 @@ from functools import lru_cache
 from mt.spans import WIDEST, _compiled
 
 MOVES = 1 << 16  # moves of the scan kept (`Automaton.step`, `Automaton.settle`)
-
+Move = tuple[tuple[int, ...], bool]  # threads, and whether a match was reached
 # Node kinds of the automaton.
 CHAR, SPLIT, ASSERT, MATCH = range(4)
 
@@ -127,9 +127,8 @@ class Automaton:
             if n.kind[node] == CHAR and self._in_body(n.arg[a][3], node)  # type: ignore[index]
         ]
         self._signatures: dict[str | None, tuple] = {}
-        # `step`'s and `settle`'s answers: a model inside a tag writes the same few thread
-        # lists over and over (`<ARG2 ARG1 ARG2 ...`), so the scan is a lookup per character.
-        self._moves: dict[tuple, tuple[tuple[int, ...], bool]] = {}
+        # Moves made: inside a tag a model writes the same threads again (`<ARG2 ARG1 ARG2`).
+        self._moves: dict[tuple, Move] = {}
 
     def behind(self, c: str | None) -> tuple:
         """What the expression can tell of `c` as the character before a position: whether it
@@ -299,12 +298,11 @@ class Automaton:
         the expression there wins over every thread behind it, which is dropped (as `re`,
         taking the first way that matches, never tries them)."""
         key = (threads, prev, c)
-        found = self._moves.get(key)
-        if found is None:
+        if (found := self._moves.get(key)) is None:
             leaves, matched = self.closure(threads, prev, c)
             out = self.nodes.out
-            found = tuple(dict.fromkeys(out[n][0] for n in leaves if self._test(n, c))), matched
-            self._keep(key, found)
+            moved = tuple(dict.fromkeys(out[n][0] for n in leaves if self._test(n, c)))
+            found = self._keep(key, (moved, matched))
         return found
 
     def settle(self, threads: tuple[int, ...], prev: str | None) -> tuple[tuple[int, ...], bool]:
@@ -314,18 +312,16 @@ class Automaton:
         the Ruby `%<name>s` behind it is never tried). Each step reads on from these exactly
         as from the threads they came from, and threads that differ only in the way they
         got there settle alike: the key is the same for more texts."""
-        key = (threads, prev)
-        found = self._moves.get(key)
-        if found is None:
-            found = self.closure(threads, prev, None, ahead=False)
-            self._keep(key, found)
+        if (found := self._moves.get((threads, prev))) is None:
+            found = self._keep((threads, prev), self.closure(threads, prev, None, ahead=False))
         return found
 
-    def _keep(self, key: tuple, found: tuple[tuple[int, ...], bool]) -> None:
-        """Keep a move, within `MOVES` (all dropped when full: a server runs without end)."""
+    def _keep(self, key: tuple, found: Move) -> Move:
+        """`found`, kept as the move `key` (all dropped at `MOVES`: a server runs on)."""
         if len(self._moves) >= MOVES:
             self._moves.clear()
         self._moves[key] = found
+        return found
 
     def closure(
         self, threads: tuple[int, ...], prev: str | None, nxt: str | None, ahead: bool = True
