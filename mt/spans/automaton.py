@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from mt.spans import WIDEST, _compiled
 
-MOVES = 1 << 16  # moves of the scan kept (`Automaton.step`, `Automaton.settle`)
+MOVES = 1 << 14  # moves of the scan kept (`Automaton.step`, `Automaton.settle`)
 Move = tuple[tuple[int, ...], bool]  # threads, and whether a match was reached
 # Node kinds of the automaton.
 CHAR, SPLIT, ASSERT, MATCH = range(4)
