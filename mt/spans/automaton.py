@@ -290,9 +290,7 @@ class Automaton:
                 raise Unsupported("a lookaround that tests more than one character")
         return False
 
-    def step(
-        self, threads: tuple[int, ...], prev: str | None, c: str
-    ) -> tuple[tuple[int, ...], bool]:
+    def step(self, threads: tuple[int, ...], prev: str | None, c: str) -> Move:
         """The threads after `c` is read (each thread a node it stands before, in order of
         preference), and whether a match ended before `c`: a thread that reaches the end of
         the expression there wins over every thread behind it, which is dropped (as `re`,
@@ -305,7 +303,7 @@ class Automaton:
             found = self._keep(key, (moved, matched))
         return found
 
-    def settle(self, threads: tuple[int, ...], prev: str | None) -> tuple[tuple[int, ...], bool]:
+    def settle(self, threads: tuple[int, ...], prev: str | None) -> Move:
         """The same threads taken as far as they go before the next character: to the tests
         that read it (a character, a lookahead, `\\b`), a lookbehind decided by `prev`, and
         cut behind a match that needs nothing more (`%<` is GCC's quote whatever follows, so
