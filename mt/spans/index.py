@@ -27,8 +27,9 @@ from typing import NamedTuple
 
 import torch
 
-from mt.spans import WIDEST, find_spans_each, kept
+from mt.spans import kept
 from mt.spans.alike import Alike
+from mt.spans.checked import completed_by_class, completed_each
 from mt.spans.open import alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import CACHE, Open, OpenTexts
 from mt.tokenizer import Tokenizer
@@ -67,9 +68,10 @@ class PieceIndex:
         # Every span holds a mark (`%<{$&@:.`...): a piece of words and spaces completes none.
         marked = {v for v, t in enumerate(texts) if t and not _PLAIN.fullmatch(t)}
         self.marked = sorted(marked)
+        self.plain = [v not in marked for v in range(len(texts))]  # `completed_by_class`'s
         alone: dict[int, set[str]] = {}
         for c in CONTEXTS:
-            lines = _completed_each(c, [texts[v] for v in self.marked])
+            lines = completed_each(c, [texts[v] for v in self.marked])
             for v, (spans, _) in zip(self.marked, lines):
                 alone.setdefault(v, set()).update(spans)
         self.alone_spans = {v: found for v, found in alone.items() if found}
@@ -88,6 +90,7 @@ class PieceIndex:
         self.chars = set("".join(texts)) | set(" a5%.")  # what a row's text holds
         self.open_texts = OpenTexts(texts, self.opener)  # each row's, by its tokens
         self._tries: dict[frozenset[int], tuple[dict[int, str], Trie]] = {}  # `_trie`'s
+        self._classes: dict[frozenset[int], dict[int, str]] = {}  # `class_map`s by patterns
         self._walks: dict[tuple, list[int]] = {}  # `_walk`'s, by open text in classes
         self._found: dict[str, list[Found]] = {}  # `completing`'s
         self._bans: dict[tuple[str, str, tuple[str, ...]], torch.Tensor] = {}  # by open text
@@ -149,10 +152,12 @@ class PieceIndex:
         if line in self._found:
             return self._found[line]
         candidates: list[int] = []
+        alive: frozenset[int] = frozenset()
         for s in starts:
             among = alive_patterns(end, s)
             if not among:
                 continue
+            alive |= among
             classes, trie = self._trie(among)
             # The walk reads the text in those patterns' classes: its result serves every
             # open text that reads alike (`$HOME` and `$PATH`; `%0.22` and `%0.2222`).
@@ -167,7 +172,9 @@ class PieceIndex:
         pieces = [self.texts[v] for v in candidates]
         # Tuples of strings, which the collector stops tracking: the kept answers of a
         # thousand open texts are not walked again by every collection of the process.
-        out = [(v, *x) for v, x in zip(candidates, _completed_each(line, pieces)) if x[0]]
+        checked = completed_by_class(line, pieces, [self.plain[v] for v in candidates],
+                                     self._class_map(alive))  # fmt: skip
+        out = [(v, *x) for v, x in zip(candidates, checked) if x[0]]
         if len(self._found) >= CACHE:
             self._found.pop(next(iter(self._found)))
         self._found[line] = out
@@ -211,13 +218,19 @@ class PieceIndex:
         span holds that span's last character, so no other can be one. Built when such a
         span is first under way: most lines never need one."""
         if among not in self._tries:
-            classes = class_map(self.chars, among)
+            classes = self._class_map(among)
             pairs = sorted((self.texts[v].translate(classes), v)
                            for v in self._holding(final_test(among)))  # fmt: skip
             trie = Trie([t for t, _ in pairs], [v for _, v in pairs])
             self._tries[among] = (classes, trie)
             self.learned += 1
         return self._tries[among]
+
+    def _class_map(self, among: frozenset[int]) -> dict[int, str]:
+        """`class_map` of the pieces' characters for the patterns `among`."""
+        if among not in self._classes:
+            self._classes[among] = class_map(self.chars, among)
+        return self._classes[among]
 
     def _holding(self, test: re.Pattern[str]) -> list[int]:
         """The pieces whose text holds a character that passes `test`."""
@@ -351,19 +364,6 @@ def _squeeze(text: str, starts: list[int]) -> tuple[str, tuple[int, ...]]:
 
 
 _RUNS = re.compile(rf"(.)\1{{{RUN},}}", re.DOTALL)
-
-
-def _completed_each(line: str, pieces: list[str]) -> list[tuple[tuple[str, ...], int]]:
-    """For each piece, the spans of `line + piece` that reach into the piece, and where in
-    `line` the first starts if it starts there (-1 where none does; at most one can, as
-    spans do not overlap): one pass of the patterns over all the lines at once
-    (`mt.spans.find_spans_each`)."""
-    out = []
-    for spans in find_spans_each([line + p for p in pieces], WIDEST):
-        into = [s for s in spans if s.end > len(line)]
-        through = into[0].start if into and into[0].start < len(line) else -1
-        out.append((tuple(s.text for s in into), through))
-    return out
 
 
 def _after_start(found: list[Found], at: int, under_way: str) -> list[Found] | None:

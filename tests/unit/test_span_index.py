@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from mt.config import TokenizerConfig
 from mt.spans import WIDEST, find_spans
+from mt.spans import checked as checked_module
 from mt.spans import index as index_module
 from mt.spans.bans import SpanRule
+from mt.spans.checked import completed_by_class, completed_each
 from mt.spans.index import PieceIndex, _walk, index_for, may, piece_texts, starts_of
 from mt.spans.open import GROWING, alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import read
@@ -95,13 +97,13 @@ def test_the_index_is_built_once_per_tokenizer(strings_tokenizer, monkeypatch) -
     padded = torch.tensor([h + h[-1:] * (width - len(h)) for h in history])
     sent = torch.zeros(len(rows), dtype=torch.long)
     walked: list[str] = []
-    walk = index_module._completed_each
+    walk = checked_module._reaching
 
     def counted_walk(line, pieces):
         walked.append(line)
         return walk(line, pieces)
 
-    monkeypatch.setattr(index_module, "_completed_each", counted_walk)
+    monkeypatch.setattr(checked_module, "_reaching", counted_walk)
     want = first.rows_mask(padded, sent, None).dense(len(rows))
     assert walked, "the rows hold open spans"
     walked.clear()
@@ -210,6 +212,43 @@ def test_every_span_ends_on_a_character_its_pattern_can_end_on() -> None:
 def test_the_starts_of_the_allowed_spans_are_what_may_lets_through(span, ok) -> None:
     """`starts_of` (a set lookup per span) lets through exactly the spans `may` does."""
     assert (span in starts_of(tuple(ok))) == may(span, tuple(ok))
+
+
+def _alive(end: str, starts) -> frozenset[int]:
+    return frozenset().union(*(alive_patterns(end, s) for s in starts))
+
+
+def test_pieces_of_words_that_read_alike_are_checked_once(strings_tokenizer, monkeypatch) -> None:
+    """Checking each class of word pieces once (`completed_by_class`) gives every piece of the
+    vocabulary, not only the walk's candidates, what a check of each piece gives, after
+    real open texts and those where any word extends the span; and it checks fewer lines.
+    With the classes of patterns other than those alive, it would not."""
+    texts = piece_texts(strings_tokenizer)
+    index = PieceIndex(texts)
+    scanned: list[int] = []
+    reaching = checked_module._reaching
+    monkeypatch.setattr(
+        checked_module, "_reaching", lambda line, ps: scanned.append(len(ps)) or reaching(line, ps)
+    )
+    endings = ENDINGS + [".$ACC", " %(body", " %1$s", ' <b title="x %', " <ARG2 ARG1 is", "%0"]
+    differ = 0
+    for text in endings:
+        state = read(text, open_starts(text))
+        if state is None:
+            continue
+        head, end, starts = state
+        line = head + end
+        want = completed_each(line, texts)
+        scanned.clear()
+        got = completed_by_class(
+            line, texts, index.plain, class_map(index.chars, _alive(end, starts))
+        )
+        assert got == want, text
+        if text in (".$ACC", " %(body", " $HO"):  # any word piece extends these
+            assert sum(scanned) < len(texts) / 4, text
+        other = class_map(index.chars, frozenset(range(len(GROWING))) - _alive(end, starts))
+        differ += completed_by_class(line, texts, index.plain, other) != want
+    assert differ  # the classes of the live patterns are what makes it exact
 
 
 def test_a_piece_that_closes_an_icu_argument_is_banned_whatever_the_other_pieces() -> None:
