@@ -30,6 +30,8 @@ class RowMask:
     added: torch.Tensor | None = None
     reach: int = 0  # the rows the pairs name are below this
     cols: torch.Tensor = field(init=False)  # the banned columns of `common`
+    # Where each row's pairs begin in `freed` and `added` (`_within`), read once for all chunks.
+    _starts: dict[str, list[int]] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cols", self.common.nonzero().squeeze(1))
@@ -61,7 +63,10 @@ class RowMask:
         n = len(logits)
         inf = float("-inf")
         whole = start == 0 and self.reach <= n  # the pairs' rows as they are
-        freed, added = _within(self.freed, start, n, whole), _within(self.added, start, n, whole)
+        freed, added = (
+            self._within("freed", start, n, whole),
+            self._within("added", start, n, whole),
+        )
         if not len(self.rows):
             saved = logits[freed[0], freed[1]] if freed is not None else None
             if len(self.cols):
@@ -87,17 +92,22 @@ class RowMask:
         if kept is not None:
             logits[rows] = kept.masked_fill_(own, inf)
 
-
-def _within(pairs: torch.Tensor | None, start: int, n: int, whole: bool) -> torch.Tensor | None:
-    """The (row, token) `pairs` (ascending by row) of rows `start` to `start + n`, their rows
-    counted from `start` (`whole`: all of them, as they are); None where there are none."""
-    if pairs is None or not pairs.shape[1]:
-        return None
-    if whole:
-        return pairs
-    lo, hi = torch.searchsorted(pairs[0].contiguous(), torch.tensor([start, start + n])).tolist()
-    if lo == hi:
-        return None
-    part = pairs[:, lo:hi].clone()
-    part[0] -= start
-    return part
+    def _within(self, which: str, start: int, n: int, whole: bool) -> torch.Tensor | None:
+        """The (row, token) pairs `which` (`freed` or `added`, ascending by row) of rows
+        `start` to `start + n`, their rows counted from `start` (`whole`: all of them, as they
+        are); None where there are none. Where each row's pairs begin is read once, when a
+        step's first chunk asks."""
+        pairs = getattr(self, which)
+        if pairs is None or not pairs.shape[1]:
+            return None
+        if whole:
+            return pairs
+        at = self._starts.get(which)
+        if at is None:
+            edges = torch.arange(self.reach + 1, device=pairs.device)
+            at = self._starts[which] = torch.searchsorted(pairs[0].contiguous(), edges).tolist()
+        lo, hi = at[min(start, self.reach)], at[min(start + n, self.reach)]
+        if lo == hi:
+            return None
+        rows = pairs[0, lo:hi]
+        return torch.stack([rows - start if start else rows, pairs[1, lo:hi]])
