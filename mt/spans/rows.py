@@ -121,20 +121,20 @@ class OpenTexts:
     def _opened(self, text: str, last: int) -> Open | None:
         """The open text of `text`, whose last piece `last` follows a row that held no span
         under way. That row's text is decided: the scan of this one goes as far as it went,
-        then on into the piece (`read`). Where the line holds no closing tag and no brace, and
-        the text kept begins inside the piece or just before it at a space, the open text
-        depends only on the piece and the kind of the character before it, and is kept by
-        them (most rows that open a span: ` %` after a word)."""
+        then on into the piece (`read`). Where the line holds no closing tag and no brace and
+        fits the window, the open text depends only on the piece and the kind of the
+        character before it, and is kept by them (most rows that open a span: ` %` after a
+        word, ` '%` after one): every start is in the piece, and no span the scan finds can
+        run from before the piece to a start in it (it would have been under way at the end
+        of the row before, a span whole at a line's end too), so the text kept begins in the
+        piece or at the character before it, read as its kind (`context`)."""
         lo = len(text) - len(self.texts[last])
-        plain = lo <= WINDOW_CHARS and "</" not in text and "{" not in text
+        plain = len(text) <= WINDOW_CHARS and "</" not in text and "{" not in text
         key = (last, kind(text[lo - 1]) if lo else "")
         if plain and key in self._opens:
             return self._opens[key]
         out = read(text, open_starts(text, lo), lo if lo <= WINDOW_CHARS else 0)
-        # `context`'s first case: the text kept begins at the character before the first
-        # start the scan reaches, which is the start of the line or a space.
-        first = len(text) - len(out[1]) + out[2][0] if out is not None else 0
-        if plain and (out is None or first == 0 or text[first - 1].isspace()):
+        if plain:
             self._opens[key] = out
         return out
 

@@ -112,18 +112,22 @@ def test_an_open_text_kept_by_piece_and_kind_is_the_one_read() -> None:
     """After rows that hold nothing under way, the open text a piece opens is kept by the
     piece and the kind of character before it (`OpenTexts._opened`): over random rows, every
     answer, kept or read, is the one read off the row's text from the piece on."""
-    opens = OpenTexts(DENSE, PieceIndex(DENSE).opener)
+    # And pieces whose span starts after a mark of their own (` '%`, `(%`, ` -f`).
+    texts = DENSE + [" '%", "(%", ":%", " -f", "'<b", "x%s", "=%", " [<", '"%1$', ".$", "-%%"]
+    opens = OpenTexts(texts, PieceIndex(texts).opener)
     rng = random.Random(5)
     # Rows that end in a span already written (`&amp;`, `%%`) as well as in words and marks.
     words = ["x", " ", "5", ".", "ex", "%%", "%", "s", "d", "<", "b", "/", "&amp;", "&lt;", "@"]
-    kept = 0
+    kept = inside = 0
     for _ in range(5000):
         before = "".join(rng.choice(words + DENSE) for _ in range(rng.randrange(0, 8)))
         if read(before, open_starts(before)) is not None:
             continue
-        v = rng.choice([v for v, t in enumerate(DENSE) if opens.opener[v] and "@" not in t])
-        text = before + DENSE[v]
+        v = rng.choice([v for v, t in enumerate(texts) if opens.opener[v] and "@" not in t])
+        text = before + texts[v]
         lo = len(before)
-        kept += (v, kind(text[lo - 1]) if lo else "") in opens._opens
+        known = (v, kind(text[lo - 1]) if lo else "") in opens._opens
+        kept += known
+        inside += known and v >= len(DENSE)
         assert opens._opened(text, v) == read(text, open_starts(text, lo), lo), text
-    assert kept > 300
+    assert kept > 300 and inside > 100
