@@ -114,21 +114,32 @@ def class_map(chars: Iterable[str], among: frozenset[int] = ALL) -> dict[int, st
     `\\b`'s word test) treats alike are one class, so those patterns match the mapped text
     where they match the text, and texts that differ only within classes share one reading
     (`mt.spans.bans` walks the vocabulary once for all of them)."""
-    tests = _tests(among)
-    reps: dict[tuple[bool, ...], str] = {}
+    # A character's answers to each pattern's tests, the word and space tests last: two
+    # characters agree on all of them where they agree on every test of the union.
+    patterns = sorted(among) + [len(_FLAT)]
+    reps: dict[tuple[tuple[bool, ...], ...], str] = {}
     out = {}
     ascii_ = [chr(i) for i in range(32, 127)] + [chr(i) for i in range(32)] + [chr(127)]
     for c in ascii_ + sorted(set(chars) - set(ascii_)):
-        sig = tuple(bool(t.fullmatch(c)) for t in tests)
+        sig = tuple(_answers(k, c) for k in patterns)
         out[ord(c)] = reps.setdefault(sig, c)
     return out
 
 
-@lru_cache(maxsize=64)
-def _tests(among: frozenset[int]) -> list[re.Pattern[str]]:
-    """The character tests of the patterns `among`, and the word and space tests."""
-    found = set().union(*(character_tests(_FLAT[k]) for k in among)) if among else set()
-    return [re.compile(t) for t in sorted(found)] + [re.compile(r"\w"), re.compile(r"\s")]
+@lru_cache(maxsize=1 << 14)
+def _answers(k: int, c: str) -> tuple[bool, ...]:
+    """Whether `c` passes each character test of pattern `k` (`_FLAT`; `len(_FLAT)`: the word
+    and space tests), kept: a search asks `class_map` for a few dozen sets of patterns over
+    the same characters."""
+    return tuple(bool(t.fullmatch(c)) for t in _tests(k))
+
+
+@cache
+def _tests(k: int) -> list[re.Pattern[str]]:
+    """The character tests of pattern `k`, or (`len(_FLAT)`) the word and space tests."""
+    if k == len(_FLAT):
+        return [re.compile(r"\w"), re.compile(r"\s")]
+    return [re.compile(t) for t in sorted(character_tests(_FLAT[k]))]
 
 
 @lru_cache(maxsize=1)
