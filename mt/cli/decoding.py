@@ -31,6 +31,7 @@ from mt.cli.options import (
     decode_flags,
     gate_doubt,
     open_session,
+    settled_heap,
     text_lines,
     use_threads,
     warn_truncated,
@@ -154,12 +155,13 @@ def translate(
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format == "po":
         raise MtError("--input-format po is one catalogue: it cannot be shared out by lines")
-    if job is not None:
-        job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
-    else:
-        src = open(input, "rb") if input is not None else sys.stdin.buffer
-        with src:
-            write_output(output, lambda out: work(text_lines(src), out))
+    with settled_heap():
+        if job is not None:
+            job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
+        else:
+            src = open(input, "rb") if input is not None else sys.stdin.buffer
+            with src:
+                write_output(output, lambda out: work(text_lines(src), out))
     keep_learned()
     warn_truncated(translator.truncated, translator.max_src, "input")
     gate_doubt(doubts, max_doubt, "mt translate")
@@ -238,8 +240,9 @@ def evaluate(
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
         plan = Plan(protect=protect, recase=recase, keep_numbers=keep_numbers, split=split)
-        done = translate_stream(translator, sources, plan)
-        hyps, where = [t.text for t in doubts.watch(done)], src
+        with settled_heap():
+            done = translate_stream(translator, sources, plan)
+            hyps, where = [t.text for t in doubts.watch(done)], src
         keep_learned()
     if len(hyps) != len(refs):
         raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
@@ -309,14 +312,15 @@ def score(
         "to": to,
     }
     job = chunked_job([src, tgt], output, shard, chunk_lines, n, settings)
-    if job is not None:
-        job.run(
-            lambda first, lines, out: write_scores(
-                score_chunk(scorer, lines[0], lines[1], first, n, tgt), out, json_
-            ),
-            "mt score",
-        )
-    else:
-        scores = score_files(scorer, src, tgt, n)
-        write_output(output, lambda out: write_scores(scores, out, json_))
+    with settled_heap():
+        if job is not None:
+            job.run(
+                lambda first, lines, out: write_scores(
+                    score_chunk(scorer, lines[0], lines[1], first, n, tgt), out, json_
+                ),
+                "mt score",
+            )
+        else:
+            scores = score_files(scorer, src, tgt, n)
+            write_output(output, lambda out: write_scores(scores, out, json_))
     warn_truncated(scorer.truncated, scorer.max_src, "source")
