@@ -64,9 +64,13 @@ class RowStates:
         found, pids = self._parents(tokens, before)
         last = tokens[:, -1]
         ids = np.zeros(n, dtype=np.int64)
-        # Rows to look at one by one: a parent with a span under way, a piece that may open one
-        # after a parent without, or no parent found.
-        todo = np.flatnonzero(~found | (pids != 0) | self.reads[last])
+        # A parent with a span under way and a piece whose step is kept: looked up together.
+        grows = np.flatnonzero(pids)
+        if len(grows):
+            ids[grows] = opens.known(pids[grows], last[grows])
+        # Rows to look at one by one: a step not kept yet, a piece that may open a span after
+        # a parent without one, or no parent found.
+        todo = np.flatnonzero(~found | (ids < 0) | ((pids == 0) & self.reads[last]))
         if len(todo):
             rows = tokens[todo]
             for k, (r, pid, v, has) in enumerate(

@@ -53,6 +53,7 @@ class OpenTexts:
         self.states: list[Open | None] = [None]
         self._ids: dict[Open | None, int] = {None: 0}
         self._next: dict[int, int] = {}  # state * len(texts) + piece -> state
+        self._table = _EMPTY  # `_next` as arrays of keys, sorted, and their states (`known`)
 
     def intern(self, state: Open | None) -> int:
         """The id of the open text `state` (0: None)."""
@@ -67,7 +68,25 @@ class OpenTexts:
         carried from before see the generation change and are read again."""
         if len(self.states) > STATES:
             self.states, self._ids, self._next = [None], {None: 0}, {}
+            self._table = _EMPTY
             self.generation += 1
+
+    def known(self, states: np.ndarray, pieces: np.ndarray) -> np.ndarray:
+        """(N,) int64: the id `step` kept for each state and piece, -1 where it has none yet;
+        for all of a step's rows at once, where a lookup a row costs the search more than the
+        rest of its ban. The table is laid out again once `step` has grown it by a quarter:
+        what it lacks meanwhile, `step` finds."""
+        keys, values = self._table
+        if len(self._next) > len(keys) * 5 // 4 + 64:
+            keys = np.fromiter(self._next, np.int64, len(self._next))
+            values = np.fromiter(self._next.values(), np.int64, len(self._next))
+            order = np.argsort(keys)
+            self._table = keys, values = keys[order], values[order]
+        if not len(keys):
+            return np.full(len(states), -1, dtype=np.int64)
+        want = states * len(self.texts) + pieces
+        at = np.searchsorted(keys, want).clip(max=len(keys) - 1)
+        return np.where(keys[at] == want, values[at], -1)
 
     def step(self, state: int, v: int) -> int | None:
         """The id of the open text `state` (an id, not 0) grown by piece `v`, where it follows
@@ -164,6 +183,9 @@ class OpenTexts:
                 self._steps.pop(next(iter(self._steps)))
             self._steps[key] = (grown, tuple(keep + open_starts(grown, lo)))
         return self._steps[key]
+
+
+_EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 def read(text: str, starts: list[int], decided: int = 0) -> Open | None:

@@ -14,7 +14,7 @@ from mt.spans.bans import SpanRule
 from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex
 from mt.spans.open import open_starts, reached
-from mt.spans.rows import OpenTexts, kind, read
+from mt.spans.rows import STATES, OpenTexts, kind, read
 from scripts.tools.ban_hunt import ALLOWED, DENSE
 
 CPU = torch.device("cpu")
@@ -131,3 +131,38 @@ def test_an_open_text_kept_by_piece_and_kind_is_the_one_read() -> None:
         inside += known and v >= len(DENSE)
         assert opens._opened(text, v) == read(text, open_starts(text, lo), lo), text
     assert kept > 300 and inside > 100
+
+
+def test_steps_looked_up_together_are_the_steps_kept() -> None:
+    """`OpenTexts.known` answers for a step's rows at once what `step` kept one by one: the id
+    of each (state, piece) met, -1 for the others, while the table is laid out again as it
+    grows and after the ids start again (`bound`)."""
+    opens = OpenTexts(DENSE, PieceIndex(DENSE).opener)
+    rng = random.Random(6)
+    met: dict[tuple[int, int], int] = {}
+    asked = found = 0
+    for k in range(4000):
+        text = "".join(rng.choice(DENSE) for _ in range(rng.randrange(1, 8)))
+        state = read(text, open_starts(text))
+        if state is not None:
+            sid, v = opens.intern(state), rng.randrange(len(DENSE))
+            if (out := opens.step(sid, v)) is not None:
+                met[(sid, v)] = out
+        if k % 97 == 0 and met:
+            pairs = rng.sample(list(met), min(40, len(met)))
+            pairs += [(rng.randrange(1, len(opens.states)), rng.randrange(len(DENSE)))
+                      for _ in range(20)]  # fmt: skip
+            states, pieces = (np.array(x, dtype=np.int64) for x in zip(*pairs))
+            got = opens.known(states, pieces).tolist()
+            assert all(g in (-1, met.get(p, -1)) for g, p in zip(got, pairs))
+            assert all(g == -1 for g, p in zip(got, pairs) if p not in met)
+            asked += len(pairs)
+            found += sum(g >= 0 for g in got)
+    assert len(opens._table[0]) > 500 and found > asked / 3
+    states, pieces = (np.array(x, dtype=np.int64) for x in zip(*met))
+    got = opens.known(states, pieces).tolist()
+    assert all(g in (-1, m) for g, m in zip(got, met.values()))
+    assert sum(g >= 0 for g in got) >= 0.75 * len(met)  # what `step` added since: up to a quarter
+    opens.states += [None] * STATES  # as many ids as `bound` keeps
+    opens.bound()
+    assert (opens.known(states, pieces) == -1).all()
