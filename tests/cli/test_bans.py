@@ -442,3 +442,27 @@ def test_a_fresh_process_starts_from_what_the_last_one_learned(
         (index,) = spans_index._INDEXES.values()
         learned = learned or len(index._found)
     assert outs[0] == outs[1]
+
+
+def test_training_keeps_what_its_dev_translations_taught_the_ban(
+    spanful_run, mt_cli, tmp_path, monkeypatch
+) -> None:
+    """`mt train`'s evaluations translate the dev set with spans kept, which fills the ban's
+    tables; the run leaves them in the span cache, so the model's first `mt translate` starts
+    from them rather than from nothing."""
+    from mt.spans import index as spans_index
+    from mt.spans import kept
+
+    monkeypatch.setenv("MT_SPAN_CACHE", str(tmp_path / "cache"))
+    cfg = yaml.safe_load((spanful_run.parent / "config.yaml").read_text())
+    cfg["train"]["eval_bleu"] = True
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    spans_index._INDEXES.clear()
+    r = mt_cli("train", tmp_path / "config.yaml", "--run-dir", tmp_path / "run")
+    assert r.rc == 0, r.err
+    (path,) = (tmp_path / "cache").glob("*.pkl")
+    tables = kept.load(path)
+    assert tables is not None and tables["found"]  # open texts the dev translations met
+    spans_index._INDEXES.clear()  # what a new process finds
+    index = spans_index.index_for(load_model(tmp_path / "run" / "best.pt").tokenizer)
+    assert index._found.keys() == tables["found"].keys()
