@@ -147,7 +147,7 @@ class PieceIndex:
         walked with the partial matches of the patterns alive there (`mt.spans.open`), a
         branch dropped as soon as none can still match along it, and each piece on a branch
         where one was completed is checked by `find_spans` itself (after `head`, the line's
-        closing tags)."""
+        closing tags), word pieces once per class (`mt.spans.checked`)."""
         line = head + end
         if line in self._found:
             return self._found[line]
