@@ -223,9 +223,9 @@ def open_session(checkpoints: list[Path], device: str, dtype: str | None = None)
 def settled_heap() -> Iterator[None]:
     """Keep what is loaded by now (torch, the model, its tokenizer: some 170,000 objects) out
     of the collector's full passes while a command works through its lines, and hand it back
-    after. Decoding makes enough short-lived objects to set off several full collections,
-    each a walk of every object in the process: `mt translate` of the 1,687 software strings
-    spent 0.23 s of 9 in them (docs/benchmarks.md). What the command makes while it works is
+    after. Decoding makes enough short-lived objects to set off full collections, each a walk
+    of every object in the process: about 0.1 s each once a model is loaded, 0.007 s with the
+    loaded part left out (docs/benchmarks.md). What the command makes while it works is
     collected as ever."""
     gc.freeze()
     try:

@@ -31,7 +31,9 @@ class RowMask:
     reach: int = 0  # the rows the pairs name are below this
     cols: torch.Tensor = field(init=False)  # the banned columns of `common`
     # Where each row's pairs begin in `freed` and `added` (`_within`), read once for all chunks.
-    _starts: dict[str, list[int]] = field(init=False, default_factory=dict, repr=False)
+    _starts: dict[str, list[int]] = field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cols", self.common.nonzero().squeeze(1))
