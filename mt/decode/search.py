@@ -72,9 +72,10 @@ def greedy_search(
     lengths = torch.zeros(B, dtype=torch.long, device=dev)
     scores = torch.zeros(B, dtype=torch.float64, device=dev)
     t = 0
+    parents = None  # the row of the step before each row extends, for the span ban
     while active.numel():
         force = limit[active] <= t  # at the length limit only EOS may come
-        rules = step_rules(prefix, active, t, history, no_repeat_ngram, bans)
+        rules = step_rules(prefix, active, t, history, no_repeat_ngram, bans, parents)
         if sampling is not None:
             tok, lp, eos_lp, align = sample_tokens(
                 model, prev, state, sampling, rules, alignment=alignment
@@ -104,6 +105,8 @@ def greedy_search(
             keep = (~done).nonzero().squeeze(1)
             state = state.select(keep)
             active, best, history = active[keep], best[keep], history[keep]
+        if bans is not None:
+            parents = keep if finished else torch.arange(len(best), device=dev)
         prev = best
         t += 1
     ends, sums = lengths.tolist(), scores.tolist()
@@ -277,12 +280,13 @@ def beam_search(
     beams = Beams(model, src)
     align_hist = torch.empty(B, 0, dtype=torch.long, device=dev)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    reorder = None  # the row of the step before each row extends, for the span ban
     while beams.sent.numel():
         t, sent, history = beams.step, beams.sent, beams.history
         n, width = beams.scores.shape
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
         rules = step_rules(
-            prefix, sent.repeat_interleave(width), t, history, cfg.no_repeat_ngram, bans
+            prefix, sent.repeat_interleave(width), t, history, cfg.no_repeat_ngram, bans, reorder
         )
         row_lp, row_tok, eos_lp, align = top_tokens(
             model, beams.prev, beams.state, 2 * K, rules, alignment=alignment

@@ -135,13 +135,16 @@ def step_rules(
     history: torch.Tensor,
     no_repeat_ngram: int,
     bans: Bans | None,
+    parents: torch.Tensor | None = None,
 ) -> StepRules:
     """The rules of step `t` for decoder rows whose sentences are `rows` (indices into
-    `prefix` and the spans of `bans`), each row having written `history` so far."""
+    `prefix` and the spans of `bans`), each row having written `history` so far; `parents`:
+    the row of step `t - 1` each row extends, where the search knows it (the span ban then
+    need not find it)."""
     return StepRules(
         forced=forced_at(prefix, rows, t),
         banned=repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None,
-        mask=step_bans(bans, history, rows),
+        mask=step_bans(bans, history, rows, parents),
     )
 
 

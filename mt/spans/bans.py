@@ -84,18 +84,25 @@ class SpanRule:
         return self.rows_mask(history, sent, allowed).dense(len(history))
 
     def rows_mask(
-        self, history: torch.Tensor, sent: torch.Tensor, allowed: list[tuple[str, ...]] | None
+        self,
+        history: torch.Tensor,
+        sent: torch.Tensor,
+        allowed: list[tuple[str, ...]] | None,
+        parents: torch.Tensor | None = None,
     ) -> RowMask:
         """`mask` as the search applies it (`mt.spans.masks`): `alone` for every row, less,
         as (row, token) pairs, the pieces a row's sentence is allowed the spans of, and plus
-        those that would complete the span a row holds under way."""
+        those that would complete the span a row holds under way. `parents` (R,): the row of
+        the previous call each row extends, where the search knows it (`RowStates.ids`)."""
         t = history.shape[1]
         free = self._alone(allowed) if allowed and any(allowed) else None
         if history.device.type != "cpu":
             # The rows are read as text on the host: one copy of sentences and tokens together,
             # where reading them off a GPU piece by piece waited for the device four times a step.
-            host = torch.cat([sent[:, None].to(history.dtype), history], 1).cpu()
-            sent, history = host[:, 0], host[:, 1:]
+            extra = [] if parents is None else [parents[:, None].to(history.dtype)]
+            host = torch.cat([sent[:, None].to(history.dtype), history, *extra], 1).cpu()
+            sent, history = host[:, 0], host[:, 1 : t + 1]
+            parents = host[:, -1] if parents is not None else None
         sents = sent.tolist()
         extra: dict[int, torch.Tensor] = {}  # by row: the pieces that would complete its span
         if t:
@@ -103,7 +110,8 @@ class SpanRule:
             lasts = tokens[:, -1]
             texts, bans = self.texts, self.index.bans
             with self.index.lock:
-                ids = self.row_states.ids(tokens)  # most rows: no span under way (id 0)
+                given = parents.numpy() if parents is not None else None
+                ids = self.row_states.ids(tokens, given)  # most rows: no span under way (id 0)
                 states = self.open_texts.states
                 under_way = np.flatnonzero(ids)
                 for r, i, last in zip(
@@ -181,11 +189,18 @@ def step_mask(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> t
     return None if out is None else out.dense(len(history))
 
 
-def step_bans(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> RowMask | None:
-    """`step_mask` as the search applies it (`mt.spans.masks`)."""
+def step_bans(
+    bans: Bans | None,
+    history: torch.Tensor,
+    sent: torch.Tensor,
+    parents: torch.Tensor | None = None,
+) -> RowMask | None:
+    """`step_mask` as the search applies it (`mt.spans.masks`); `parents`: the row of the
+    previous step each row extends, where the search knows it (`SpanRule.rows_mask`)."""
     if bans is None:
         return None
-    rule = bans.spans.rows_mask(history, sent, bans.allowed) if bans.spans is not None else None
+    spans = bans.spans
+    rule = spans.rows_mask(history, sent, bans.allowed, parents) if spans is not None else None
     vocab = bans.vocab
     if vocab is None:
         return rule

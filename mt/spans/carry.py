@@ -21,6 +21,7 @@ search costs a read of the row, never a wrong answer.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,12 +32,13 @@ from mt.spans.rows import OpenTexts
 @dataclass(frozen=True)
 class Carried:
     """What one call leaves the next: its rows' tokens, their hashes (sorted, with the row of
-    each), and their state ids, valid for one generation of `OpenTexts.states`."""
+    each; None until a call without its search's `parents` needs them), and their state ids,
+    valid for one generation of `OpenTexts.states`."""
 
     generation: int
     tokens: np.ndarray  # (R, t)
-    hashes: np.ndarray  # (R,), ascending
-    order: np.ndarray  # (R,): the row of each hash
+    hashes: np.ndarray | None  # (R,), ascending
+    order: np.ndarray | None  # (R,): the row of each hash
     ids: np.ndarray  # (R,)
 
 
@@ -52,16 +54,24 @@ class RowStates:
         self.reads = np.array([opens.opener[v] or "@" in t for v, t in enumerate(texts)])
         self._carried: Carried | None = None
 
-    def ids(self, tokens: np.ndarray) -> np.ndarray:
+    def ids(self, tokens: np.ndarray, parents: np.ndarray | None = None) -> np.ndarray:
         """(R,) int64: the state id of each row of `tokens` (R, t), t >= 1, in
-        `self.opens.states`. Call with the index's lock held."""
+        `self.opens.states`. Call with the index's lock held. `parents` (R,), from a search
+        that knows them (beam search's reorder): the row of the previous call each row
+        extends, taken in place of matching rows by hash; the search vouches for them, and a
+        row whose token before last is not its parent's last sends every row to the hash."""
         opens = self.opens
         opens.bound()
         n, t = tokens.shape
-        mult = _multipliers(t)
-        before = tokens[:, :-1] @ mult[: t - 1]  # wraps: a hash modulo 2**64
-        hashes = before + tokens[:, -1] * mult[t - 1]
-        found, pids = self._parents(tokens, before)
+        hashes = None
+        pids = self._given(tokens, parents)
+        if pids is not None:
+            found = np.ones(n, dtype=bool)
+        else:
+            mult = _multipliers(t)
+            before = tokens[:, :-1] @ mult[: t - 1]  # wraps: a hash modulo 2**64
+            hashes = before + tokens[:, -1] * mult[t - 1]
+            found, pids = self._parents(tokens, before)
         last = tokens[:, -1]
         ids = np.zeros(n, dtype=np.int64)
         # A parent with a span under way and a piece whose step is kept: looked up together.
@@ -77,9 +87,33 @@ class RowStates:
                 zip(todo.tolist(), pids[todo].tolist(), last[todo].tolist(), found[todo].tolist())
             ):
                 ids[r] = self._one(rows[k], v, pid if has else None)
-        order = np.argsort(hashes, kind="stable")
-        self._carried = Carried(opens.generation, tokens.copy(), hashes[order], order, ids)
+        if hashes is None:
+            self._carried = Carried(opens.generation, tokens.copy(), None, None, ids)
+        else:
+            order = np.argsort(hashes, kind="stable")
+            self._carried = Carried(opens.generation, tokens.copy(), hashes[order], order, ids)
         return ids
+
+    def _given(self, tokens: np.ndarray, parents: np.ndarray | None) -> np.ndarray | None:
+        """The state ids of the rows' `parents` in the previous call, where they can be taken
+        (the same generation, rows one token longer, each row's token before last its
+        parent's last); None where not."""
+        carried = self._carried
+        n, t = tokens.shape
+        if (
+            parents is None
+            or t == 1
+            or carried is None
+            or carried.generation != self.opens.generation
+            or carried.tokens.shape[1] != t - 1
+            or len(parents) != n
+        ):
+            return None
+        if n and (parents.min() < 0 or parents.max() >= len(carried.ids)):
+            return None
+        if not np.array_equal(carried.tokens[parents, -1], tokens[:, -2]):
+            return None
+        return carried.ids[parents]
 
     def _one(self, row: np.ndarray, last: int, pid: int | None) -> int:
         """The state id of `row`, whose last piece is `last` and whose parent's id is `pid`
@@ -105,9 +139,15 @@ class RowStates:
             carried is None
             or carried.generation != self.opens.generation
             or carried.tokens.shape[1] != t - 1
-            or not len(carried.hashes)
+            or not len(carried.tokens)
         ):
             return np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
+        if carried.hashes is None:  # the call before took its parents from its search
+            hashes = carried.tokens @ _multipliers(t - 1)[: t - 1]
+            order = np.argsort(hashes, kind="stable")
+            carried = self._carried = dataclasses.replace(
+                carried, hashes=hashes[order], order=order
+            )
         at = np.searchsorted(carried.hashes, before).clip(max=len(carried.hashes) - 1)
         rows = carried.order[at]
         same = (carried.hashes[at] == before) & (carried.tokens[rows] == tokens[:, :-1]).all(1)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import os
 import pickle
 import random
@@ -82,7 +83,7 @@ from scripts.common import (
 # The ban replayed in a child process of another tree (`--baseline`): the recorded calls, one
 # rule built fresh (its index too, as a fresh process builds it), its CPU seconds printed.
 _CHILD_REPLAY = """
-import pickle, sys, time, torch
+import inspect, pickle, sys, time, torch
 from mt.checkpoint import load_model
 try:
     from mt.spans.bans import SpanRule
@@ -92,8 +93,13 @@ calls = pickle.load(open(sys.argv[1], "rb"))
 tok = load_model(sys.argv[2]).tokenizer
 start = time.process_time()
 rule = SpanRule(tok, torch.device("cpu"))
+# The rows' parents as the search gave them, to a rule that takes them.
+takes = hasattr(rule, "rows_mask") and "parents" in inspect.signature(rule.rows_mask).parameters
 for call in calls:
-    rule.rows_mask(*call) if hasattr(rule, "rows_mask") else rule.mask(*call)
+    if hasattr(rule, "rows_mask"):
+        rule.rows_mask(*call[: 4 if takes else 3])
+    else:
+        rule.mask(*call[:3])
 print(time.process_time() - start)
 """
 
@@ -135,13 +141,18 @@ class Timed:
 
     def __init__(self, rule, seconds: list[float]) -> None:
         self.rule, self.seconds = rule, seconds
+        # An earlier rule may not take the rows' parents from the search.
+        own = getattr(rule, "rows_mask", None)
+        self.takes = own is not None and "parents" in inspect.signature(own).parameters
 
-    def rows_mask(self, *args) -> RowMask:
+    def rows_mask(self, history, sent, allowed, parents=None) -> RowMask:
         start = time.perf_counter()
-        if hasattr(self.rule, "rows_mask"):
-            out = self.rule.rows_mask(*args)
+        if self.takes:
+            out = self.rule.rows_mask(history, sent, allowed, parents)
+        elif hasattr(self.rule, "rows_mask"):
+            out = self.rule.rows_mask(history, sent, allowed)
         else:
-            out = RowMask.of(self.rule.mask(*args))
+            out = RowMask.of(self.rule.mask(history, sent, allowed))
         self.seconds.append(time.perf_counter() - start)
         return out
 
@@ -182,9 +193,10 @@ class Recorder:
     def __init__(self, rule: SpanRule) -> None:
         self.rule, self.calls = rule, []
 
-    def rows_mask(self, history, sent, allowed) -> RowMask:
-        self.calls.append((history.clone(), sent.clone(), allowed))
-        return self.rule.rows_mask(history, sent, allowed)
+    def rows_mask(self, history, sent, allowed, parents=None) -> RowMask:
+        given = parents.clone() if parents is not None else None
+        self.calls.append((history.clone(), sent.clone(), allowed, given))
+        return self.rule.rows_mask(history, sent, allowed, parents)
 
 
 def replay(loaded, checkpoint: Path, lines: list[str], baseline: Path, rounds: int) -> str:

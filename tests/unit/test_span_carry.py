@@ -31,12 +31,15 @@ def _want(rule: SpanRule, rows: list[list[int]], sents: list[int], allowed) -> t
     return out
 
 
+@pytest.mark.parametrize("given", [False, True])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_carried_rows_are_banned_as_their_texts_say(seed: int) -> None:
+def test_carried_rows_are_banned_as_their_texts_say(seed: int, given: bool) -> None:
     """A beam-like search over the nested vocabulary of `scripts/tools/ban_hunt.py`: each step's
     rows extend random rows of the step before (some twice, some dropped); now and then a row
     extends none of them, a new search starts, or another search's step comes between. Every
-    row's mask equals the one read off its text."""
+    row's mask equals the one read off its text. `given`: the search passes each row's parent
+    where it knows it (not where a row extends none, or another step came between on the same
+    rule), and the rule takes it in place of the hash."""
     rng = random.Random(seed)
     rule = SpanRule(None, CPU, PieceIndex(DENSE))  # type: ignore[arg-type]
     other = SpanRule(None, CPU, rule.index)  # another translator on the same index
@@ -44,8 +47,9 @@ def test_carried_rows_are_banned_as_their_texts_say(seed: int) -> None:
     allowed = [tuple(rng.sample(ALLOWED, rng.randrange(0, 3))) for _ in range(3)]
     rows: list[list[int]] = []
     sents: list[int] = []
-    carried = 0
+    carried = taken = 0
     for _ in range(300):
+        parents: list[int] | None = None
         if not rows or rng.random() < 0.05 or len(rows[0]) >= 25:  # a new search
             sents = [rng.randrange(3) for _ in range(rng.randrange(1, 7))]
             rows = [[rng.choice(pieces)] for _ in sents]
@@ -56,18 +60,23 @@ def test_carried_rows_are_banned_as_their_texts_say(seed: int) -> None:
         if rows and len(rows[0]) > 1 and rng.random() < 0.2:  # a row that extends none
             k = rng.randrange(len(rows))
             rows[k] = [rng.choice(pieces) for _ in rows[k]]
+            parents = None
         if rng.random() < 0.1:  # another search's step between two of ours, on either rule
             between = rng.choice([rule, other])
             row = torch.tensor([rows[0][:-1] + [pieces[0]]])
             between.rows_mask(row, torch.zeros(1, dtype=torch.long), allowed)
+            parents = parents if between is other else None
         history, sent = torch.tensor(rows), torch.tensor(sents)
-        got = rule.rows_mask(history, sent, allowed).dense(len(rows))
+        hint = torch.tensor(parents) if given and parents is not None else None
+        got = rule.rows_mask(history, sent, allowed, hint).dense(len(rows))
+        taken += hint is not None and rule.row_states._carried.hashes is None
         got = got.expand(len(rows), -1) if got.dim() == 1 else got
         assert torch.equal(got, _want(rule, rows, sents, allowed)), [
             "".join(DENSE[v] for v in row) for row in rows
         ]
         carried += len(rows) > 0 and len(rows[0]) > 1
     assert carried > 200  # most steps were carried from the step before
+    assert taken > 150 if given else taken == 0
 
 
 def test_a_row_takes_its_parents_state_only_where_its_tokens_extend_it() -> None:

@@ -61,7 +61,7 @@ def test_a_vocabulary_ban_is_not_freed_by_a_sentence_s_spans() -> None:
     mask = _mask(rng, False)
 
     class Rule:
-        def rows_mask(self, history, sent, allowed):
+        def rows_mask(self, history, sent, allowed, parents=None):
             return mask
 
     vocab = torch.zeros(V, dtype=torch.bool)
