@@ -99,8 +99,8 @@ class SpanRule:
         if history.device.type != "cpu":
             # The rows are read as text on the host: one copy of sentences and tokens together,
             # where reading them off a GPU piece by piece waited for the device four times a step.
-            extra = [] if parents is None else [parents[:, None].to(history.dtype)]
-            host = torch.cat([sent[:, None].to(history.dtype), history, *extra], 1).cpu()
+            column = [] if parents is None else [parents[:, None].to(history.dtype)]
+            host = torch.cat([sent[:, None].to(history.dtype), history, *column], 1).cpu()
             sent, history = host[:, 0], host[:, 1 : t + 1]
             parents = host[:, -1] if parents is not None else None
         sents = sent.tolist()

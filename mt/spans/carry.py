@@ -2,9 +2,10 @@
 per-step work is a few array operations and a lookup for each row with a span under way, not a
 Python object per row (`mt.spans.bans` asks at every step).
 
-Search extends each row by one piece a step. The rows of a step are matched to the rows of the
-rule's previous call by a hash of their tokens, each match checked token by token, so a row
-takes its parent's state: an id into `OpenTexts.states` (0: no span under way). Then:
+Search extends each row by one piece a step. Beam and greedy search say which row of the step
+before each row extends (`parents`); otherwise the rows of a step are matched to the rows of the
+rule's previous call by a hash of their tokens, each match checked token by token. Either way a
+row takes its parent's state: an id into `OpenTexts.states` (0: no span under way). Then:
 
 - a row whose parent holds no open text and whose last piece can open none (nor hold the `@`
   an address may reach back from) holds none either (open text is prefix-closed): one array
@@ -15,8 +16,10 @@ takes its parent's state: an id into `OpenTexts.states` (0: no span under way). 
   open one after a row that had none) is read as before, and so is every row whose parent was
   not found (the first call of a search after another search's steps).
 
-The match is checked on the tokens themselves, so a hash collision or a call from another
-search costs a read of the row, never a wrong answer.
+The hash's match is checked on the tokens themselves, so a hash collision or a call from another
+search costs a read of the row, never a wrong answer; a search that gives the parents vouches
+for them (each row's token before last is checked against its parent's last, and a step where one
+differs goes by the hash).
 """
 
 from __future__ import annotations
