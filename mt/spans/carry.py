@@ -90,11 +90,7 @@ class RowStates:
                 zip(todo.tolist(), pids[todo].tolist(), last[todo].tolist(), found[todo].tolist())
             ):
                 ids[r] = self._one(rows[k], v, pid if has else None)
-        if hashes is None:
-            self._carried = Carried(opens.generation, tokens.copy(), None, None, ids)
-        else:
-            order = np.argsort(hashes, kind="stable")
-            self._carried = Carried(opens.generation, tokens.copy(), hashes[order], order, ids)
+        self._carried = Carried(opens.generation, tokens.copy(), *_by_hash(hashes), ids)
         return ids
 
     def _given(self, tokens: np.ndarray, parents: np.ndarray | None) -> np.ndarray | None:
@@ -146,15 +142,20 @@ class RowStates:
         ):
             return np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64)
         if carried.hashes is None:  # the call before took its parents from its search
-            hashes = carried.tokens @ _multipliers(t - 1)[: t - 1]
-            order = np.argsort(hashes, kind="stable")
-            carried = self._carried = dataclasses.replace(
-                carried, hashes=hashes[order], order=order
-            )
+            hashes, order = _by_hash(carried.tokens @ _multipliers(t - 1)[: t - 1])
+            carried = self._carried = dataclasses.replace(carried, hashes=hashes, order=order)
         at = np.searchsorted(carried.hashes, before).clip(max=len(carried.hashes) - 1)
         rows = carried.order[at]
         same = (carried.hashes[at] == before) & (carried.tokens[rows] == tokens[:, :-1]).all(1)
         return same, np.where(same, carried.ids[rows], 0)
+
+
+def _by_hash(hashes: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """`hashes` sorted, and the row of each (`Carried`); None and None for None."""
+    if hashes is None:
+        return None, None
+    order = np.argsort(hashes, kind="stable")
+    return hashes[order], order
 
 
 def _mix(n: int) -> np.ndarray:
