@@ -59,14 +59,18 @@ def attend(
 
     The fused kernel is used unless the weights are wanted (for plots and alignments), in which
     case the same arithmetic is spelled out so the returned weights are exactly the ones used.
-    Decoding steps on CPU (a few queries per row) also take the spelled-out path: there torch's
-    CPU kernel has a fixed cost per (row, head) that makes it slower than two batched
-    matmuls and a softmax at beam-search shapes.
+    Two CPU cases also take the spelled-out path. Decoding steps (a few queries per row): there
+    torch's CPU kernel has a fixed cost per (row, head) that makes it slower than two batched
+    matmuls and a softmax at beam-search shapes. And bf16 (autocast on a CPU with native bf16):
+    torch's bf16 CPU kernel, its backward above all, ran about 9x slower than its fp32 one at
+    the recipe's sentence lengths, while the two products reach the CPU's bf16 units through
+    oneDNN (docs/benchmarks.md).
     `causal` without a mask lets the fused kernel skip the masked half, and on CUDA it is what
     admits the flash kernel (which takes no mask at all).
     """
-    short = q.size(-2) <= SHORT_QUERIES and q.device.type == "cpu"
-    if not need_weights and not short:
+    cpu = q.device.type == "cpu"
+    spelled = cpu and (q.size(-2) <= SHORT_QUERIES or q.dtype == torch.bfloat16)
+    if not need_weights and not spelled:
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None
         )

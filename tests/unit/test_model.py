@@ -88,6 +88,38 @@ def test_attend_zero_weight_on_masked_keys():
     assert torch.allclose(attend(q, k, v2, mask, 0.0, True)[0][1], y[1], atol=1e-6)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attend_in_bf16_matches_fp32_with_its_gradients(causal):
+    # On CPU bf16 takes the spelled-out path (torch's bf16 CPU kernel is slow): it must still
+    # honour the padding mask and causality, forward and backward, within bf16's rounding.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 6, 16, requires_grad=True) for _ in range(3))
+    mask = torch.ones(3, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    key_mask = None if causal else mask
+    g = torch.randn(3, 2, 6, 16)
+    want, _ = attend(q, k, v, key_mask, 0.0, need_weights=False, causal=causal)
+    want.backward(g)
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    half = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
+    got, _ = attend(*half, key_mask, 0.0, need_weights=False, causal=causal)
+    assert got.dtype == torch.bfloat16
+    got.float().backward(g)
+    assert torch.allclose(got.float(), want, atol=0.05, rtol=0.02)
+    for h, w in zip(half, grads, strict=True):
+        assert torch.allclose(h.grad.float(), w, atol=0.08, rtol=0.05)
+    if not causal:  # a masked key gets no gradient: it was not attended
+        assert torch.all(half[1].grad[1, :, 4:] == 0) and torch.all(half[2].grad[1, :, 4:] == 0)
+    else:  # the last key and value are seen by the last query only
+        changed = half[2].detach().clone()
+        changed[:, :, 5] = 100.0
+        again, _ = attend(half[0].detach(), half[1].detach(), changed, None, 0.0, False, True)
+        assert torch.equal(again[:, :, :5], got.detach()[:, :, :5])
+        assert not torch.equal(again[:, :, 5], got.detach()[:, :, 5])
+
+
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_padded_keys_get_zero_attention(norm):
     model = tiny(norm)
