@@ -28,7 +28,7 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.data.corpus import line_chunks
-from mt.decode.dtype import compute, decode_model
+from mt.decode.dtype import decode_model
 from mt.decode.steps import length_penalty
 from mt.decode.target import Target, model_for
 from mt.device import resolve_decode_dtype
@@ -112,10 +112,9 @@ class Scorer:
         results: list[PairScore | None] = [None] * len(src_ids)
         for batch in token_batches(sizes, self.cfg.max_tokens):
             rows = batch.tolist()
-            with compute(self.precision, self.device):
-                lps = forced_logprobs(
-                    model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
-                )
+            lps = forced_logprobs(
+                model, [src_ids[r] for r in rows], [tgt_ids[r] for r in rows], self.device
+            )
             for r, lp in zip(rows, lps):
                 results[r] = self._pair_score(tgt_ids[r], lp)
         return [r for r in results if r is not None]

@@ -25,7 +25,7 @@ from mt.decode.casing import recase_stage
 from mt.decode.constrained import can_constrain, phrase_ids
 from mt.decode.dispatch import is_greedy, search
 from mt.decode.doubt import doubt_stage
-from mt.decode.dtype import compute, decode_model
+from mt.decode.dtype import decode_model
 from mt.decode.html import html_stage
 from mt.decode.numbers import numbers_stage
 from mt.decode.pivot import pivot_stage
@@ -171,8 +171,7 @@ class Translator:
     ) -> list[Translation]:
         """One round of search: `alignment` asks for alignments whatever the translator's
         own setting (placing spans needs them); `protect` bans the spans no source holds."""
-        with compute(self.precision, self.device):  # decode.dtype's context, for the search
-            return self._search_batches(requests, alignment, protect)
+        return self._search_batches(requests, alignment, protect)
 
     def _search_batches(
         self, requests: list[Request], alignment: bool, protect: bool

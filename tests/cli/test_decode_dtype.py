@@ -1,5 +1,5 @@
 """What decoding computes in (`--dtype`, decode.dtype; mt/decode/dtype.py): bf16 on a CPU
-through autocast and close to fp32, the CUDA half copy built and checked on the CPU, the
+through a bf16 copy of the weights and close to fp32, the CUDA half copy built on the CPU, the
 session's rule for a checkpoint's setting, and the flag on translate, eval, score and serve.
 
 Closeness is asserted with bounds far above bf16's rounding (8 bits of mantissa) and far below
@@ -8,7 +8,6 @@ path; speed is for scripts/bench/bf16.py."""
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
 import time
@@ -20,7 +19,7 @@ from conftest import run_in_process
 
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
-from mt.decode.dtype import compute, decode_model
+from mt.decode.dtype import decode_model
 from mt.decode.requests import Plan, Request
 from mt.decode.score import Scorer
 from mt.decode.session import DecodeOptions, Session
@@ -50,8 +49,10 @@ def _translate(tiny_run: Path, lines: list[str], dtype: str):
     seen, handle = _dtypes_seen(translator.model)
     out = translator.translate([Request(x, plan=Plan(protect=False, recase=False)) for x in lines])
     handle.remove()
-    # The caller's model is the translator's, untouched: autocast casts, nothing is copied.
-    assert translator.model is loaded.model
+    # fp32 decodes the caller's model; bf16 a copy cast once, and the caller's stays fp32.
+    assert (translator.model is loaded.model) == (dtype == "fp32")
+    want = torch.bfloat16 if dtype == "bf16" else torch.float32
+    assert {p.dtype for p in translator.model.parameters()} == {want}
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
     return out, set(seen)
 
@@ -89,17 +90,19 @@ def test_bf16_scores_of_the_same_pairs_are_within_a_percent(tiny_run, multi30k_d
     assert scores["fp32"] != scores["bf16"]  # bf16 did run: its rounding shows
 
 
-def test_the_cuda_half_copy_is_built_the_same_way_on_a_cpu(tiny_run):
-    """decode_model's CUDA branch only casts: checked here with a CUDA device *name*."""
+def test_the_half_copy_is_built_the_same_way_on_a_cpu(tiny_run):
+    """decode_model's half branch only casts: checked here with a CUDA device *name* too."""
     loaded = load_model(tiny_run / "best.pt", "cpu")
     cuda = torch.device("cuda")
-    for name, half in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        copy = decode_model(loaded.model, Precision(name, "test"), cuda, int8=False)
+    for name, half, device in (
+        ("bf16", torch.bfloat16, cuda),
+        ("fp16", torch.float16, cuda),
+        ("bf16", torch.bfloat16, CPU),
+    ):
+        copy = decode_model(loaded.model, Precision(name, "test"), device, int8=False)
         assert copy is not loaded.model and not copy.training
         assert {p.dtype for p in copy.parameters()} == {half}
         assert copy.positions.dtype == half  # the sinusoid buffer too, or fp32 would leak in
-        # no autocast on CUDA: the copy is already half
-        assert isinstance(compute(Precision(name, "test"), cuda), contextlib.nullcontext)
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
     assert decode_model(loaded.model, Precision("fp32", "test"), cuda, int8=False) is loaded.model
 
