@@ -264,10 +264,10 @@ class DecodeConfig:
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = setting(
         "auto",
         "what decoding computes in: auto is bf16 on a GPU with bf16 (else fp16) and fp32 on "
-        "every CPU (bf16 decoded no faster even on CPUs with native bf16); fp16: CUDA only; "
-        "not with int8. On CUDA: a half copy of the weights; on a CPU: bf16 autocast (norms, sums, "
-        "log-softmax stay fp32). The checkpoint's value applies on CUDA; a CPU decodes as "
-        "`--dtype` says (default auto).",
+        "every CPU (bf16 greedy decoding was slower even on CPUs with native bf16); fp16: CUDA "
+        "only; not with int8. bf16 and fp16 decode a half copy of the weights (the log-softmax "
+        "stays fp32). The checkpoint's value applies on CUDA; a CPU decodes as `--dtype` says "
+        "(default auto).",
     )
     gemm: Literal["auto", "torch", "onednn"] = setting(
         "auto",

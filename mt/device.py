@@ -129,10 +129,11 @@ def choose_decode_dtype(
     CPU, and fp32 under int8, whose Linear layers compute in int8 and take fp32 inputs only (so
     bf16 and int8 do not combine).
 
-    Unlike training, decoding's `auto` keeps fp32 even on a CPU with native bf16. On the two
-    such CPUs measured (AMX Xeons, 8 threads each), bf16 autocast decoded greedy at 0.72-0.81x
-    fp32 and beam 5 at 0.94-1.15x (docs/benchmarks.md). Decoding's small per-step products gain
-    less from bf16 than they lose to the casts. `bf16` asked for still runs."""
+    Unlike training, decoding's `auto` keeps fp32 even on a CPU with native bf16: there bf16
+    decoded greedy at 0.72-0.84x fp32 and beam 5 at 0.94-1.15x (AMX Xeons: autocast on 8
+    threads, and a bf16 copy of the weights on 2 cores; docs/benchmarks.md). Decoding's small
+    per-step products gain less from bf16 than the rest of a step loses. `bf16` asked for still
+    runs."""
     if name not in ("auto", "fp32", "bf16", "fp16"):
         raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")
     if name == "fp16" and device_type != "cuda":
@@ -149,7 +150,7 @@ def choose_decode_dtype(
     if name == "auto" and device_type == "cpu":
         native = native_bf16(flags)
         why = (
-            f"auto: bf16 decodes no faster than fp32 even with {native}"
+            f"auto: bf16 greedy decoding measured slower than fp32 even with {native}"
             if native
             else f"auto: {_no_bf16()}"
         )
