@@ -5,8 +5,8 @@ and scripts.
 missing) and on a CPU bf16 only where the CPU computes bf16 dot products natively (AVX-512 BF16
 or AMX, read once from /proc/cpuinfo): without them torch emulates bf16 through fp32 and its
 matmuls run several times slower than fp32, so fp32 is the right default there. Decoding's
-`auto` (`decode.dtype`) is the same on CUDA and fp32 on every CPU: bf16 decoding measured no
-faster than fp32 even where the CPU has it natively (`choose_decode_dtype`).
+`auto` (`decode.dtype`) is the same on CUDA and fp32 on every CPU: bf16 greedy decoding was
+not reliably faster than fp32 even where the CPU has it natively (`choose_decode_dtype`).
 
 Threads follow the cores this process may really use: the affinity mask (taskset, a cpuset)
 capped by the cgroup's CPU quota (a container's `--cpus`), which torch does not read (it sizes
