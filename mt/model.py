@@ -68,8 +68,7 @@ def attend(
     `causal` without a mask lets the fused kernel skip the masked half, and on CUDA it is what
     admits the flash kernel (which takes no mask at all).
     """
-    cpu = q.device.type == "cpu"
-    spelled = cpu and (q.size(-2) <= SHORT_QUERIES or q.dtype == torch.bfloat16)
+    spelled = q.device.type == "cpu" and (q.size(-2) <= SHORT_QUERIES or q.dtype == torch.bfloat16)
     if not need_weights and not spelled:
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and mask is None
