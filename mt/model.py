@@ -77,26 +77,11 @@ def attend(
     if causal:
         below = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         mask = below if mask is None else mask & below
-    scores = _scores(q, k)  # (B, H, Tq, Tk)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    return F.dropout(weights, dropout).to(v.dtype) @ v, (weights if need_weights else None)
-
-
-def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """The scaled products of queries and keys, in fp32 when the inputs are bf16.
-
-    A fused kernel keeps scores and softmax in fp32 whatever its inputs, and so does this:
-    bf16 scores, and a softmax whose backward subtracts near-equal bf16 numbers, moved the
-    recipe's loss away from fp32's (docs/studies/recipe-search.md). The product is small beside
-    the model's linear layers, so fp32 here keeps bf16's speed. Autocast would cast the fp32
-    inputs back to bf16, hence its pause.
-    """
-    if q.dtype != torch.bfloat16:
-        return (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    with torch.autocast(q.device.type, enabled=False):
-        return (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.size(-1))
+    return F.dropout(weights, dropout) @ v, (weights if need_weights else None)
 
 
 class SelfAttention(nn.Module):
