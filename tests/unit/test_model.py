@@ -104,7 +104,8 @@ def test_attend_in_bf16_matches_fp32_with_its_gradients(causal):
     for t in (q, k, v):
         t.grad = None
     half = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
-    got, _ = attend(*half, key_mask, 0.0, need_weights=False, causal=causal)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as training runs it
+        got, _ = attend(*half, key_mask, 0.0, need_weights=False, causal=causal)
     assert got.dtype == torch.bfloat16
     got.float().backward(g)
     assert torch.allclose(got.float(), want, atol=0.05, rtol=0.02)
@@ -115,9 +116,32 @@ def test_attend_in_bf16_matches_fp32_with_its_gradients(causal):
     else:  # the last key and value are seen by the last query only
         changed = half[2].detach().clone()
         changed[:, :, 5] = 100.0
-        again, _ = attend(half[0].detach(), half[1].detach(), changed, None, 0.0, False, True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            again, _ = attend(half[0].detach(), half[1].detach(), changed, None, 0.0, False, True)
         assert torch.equal(again[:, :, :5], got.detach()[:, :, :5])
         assert not torch.equal(again[:, :, 5], got.detach()[:, :, 5])
+
+
+def test_a_bf16_copy_attends_in_fp32():
+    # A bf16 copy of the weights decoding (no autocast) attends in fp32 on a CPU: the result is
+    # fp32 attention over the same bf16 values, rounded once at the end, at a decoding step's
+    # shape (one query) and at the encoder's; the weights come back whole and masked.
+    torch.manual_seed(0)
+    for tq in (1, 6):
+        q, k, v = (torch.randn(3, 2, n, 16).bfloat16() for n in (tq, 6, 6))
+        mask = torch.ones(3, 1, 1, 6, dtype=torch.bool)
+        mask[1, ..., 4:] = False
+        got, weights = attend(q, k, v, mask, 0.0, need_weights=True)
+        want, want_weights = attend(q.float(), k.float(), v.float(), mask, 0.0, True)
+        assert got.dtype == torch.bfloat16 and got.shape == (3, 2, tq, 16)
+        assert torch.equal(got, want.bfloat16())
+        assert weights.dtype == torch.float32 and torch.equal(weights, want_weights)
+        assert torch.all(weights[1, ..., 4:] == 0)
+        assert torch.allclose(weights.sum(-1), torch.ones(3, 2, tq))
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # training keeps its bf16 products
+            trained, trained_weights = attend(q, k, v, mask, 0.0, need_weights=True)
+        assert trained_weights.dtype == torch.bfloat16
+        assert torch.allclose(trained.float(), want, atol=0.05, rtol=0.02)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
