@@ -64,19 +64,16 @@ def attend(
     matmuls and a softmax at beam-search shapes. And bf16 (autocast on a CPU with native bf16):
     torch's bf16 CPU kernel, its backward above all, ran about 9x slower than its fp32 one at
     the recipe's sentence lengths, while the two products reach the CPU's bf16 units through
-    oneDNN (docs/benchmarks.md). A bf16 copy of the weights decoding on a CPU (no autocast)
-    attends in fp32: its products at a decoding step's shapes (one query, a few dozen keys) ran
-    2.6x slower in bf16 than in fp32, which made bf16 decoding no faster than fp32 while its
-    Linear layers ran faster.
+    oneDNN (docs/benchmarks.md). But at a decoding step's shapes (a query or a few per row, a
+    few dozen keys) those bf16 products ran 2.6x slower than fp32's, which left bf16 decoding
+    no faster than fp32 while its Linear layers ran faster: bf16 decoding steps on a CPU (a
+    bf16 copy of the weights, or a dev evaluation under training's autocast) attend in fp32.
     `causal` without a mask lets the fused kernel skip the masked half, and on CUDA it is what
     admits the flash kernel (which takes no mask at all).
     """
-    if (
-        q.dtype == torch.bfloat16
-        and q.device.type == "cpu"
-        and not torch.is_autocast_enabled("cpu")
-    ):
-        y, w = attend(q.float(), k.float(), v.float(), mask, dropout, need_weights, causal)
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.size(-2) <= SHORT_QUERIES:
+        with torch.autocast("cpu", enabled=False):  # autocast would cast the fp32 back
+            y, w = attend(q.float(), k.float(), v.float(), mask, dropout, need_weights, causal)
         return y.to(torch.bfloat16), w
     spelled = q.device.type == "cpu" and (q.size(-2) <= SHORT_QUERIES or q.dtype == torch.bfloat16)
     if not need_weights and not spelled:

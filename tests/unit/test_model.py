@@ -9,7 +9,7 @@ import torch
 
 from mt.config import ModelConfig
 from mt.decoder_state import SelfCache, step_layout
-from mt.model import PAD_ID, DecoderState, Transformer, attend, sinusoids
+from mt.model import PAD_ID, SHORT_QUERIES, DecoderState, Transformer, attend, sinusoids
 from mt.tokenizer import BOS, EOS, PAD
 
 V = 23
@@ -90,14 +90,15 @@ def test_attend_zero_weight_on_masked_keys():
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_attend_in_bf16_matches_fp32_with_its_gradients(causal):
-    # On CPU bf16 takes the spelled-out path (torch's bf16 CPU kernel is slow): it must still
-    # honour the padding mask and causality, forward and backward, within bf16's rounding.
+    # On CPU bf16 training takes the spelled-out path (torch's bf16 CPU kernel is slow): it must
+    # still honour the padding mask and causality, forward and backward, within bf16's rounding.
+    # 12 queries: more than a decoding step's, which attend in fp32.
     torch.manual_seed(0)
-    q, k, v = (torch.randn(3, 2, 6, 16, requires_grad=True) for _ in range(3))
-    mask = torch.ones(3, 1, 1, 6, dtype=torch.bool)
-    mask[1, ..., 4:] = False
+    q, k, v = (torch.randn(3, 2, 12, 16, requires_grad=True) for _ in range(3))
+    mask = torch.ones(3, 1, 1, 12, dtype=torch.bool)
+    mask[1, ..., 9:] = False
     key_mask = None if causal else mask
-    g = torch.randn(3, 2, 6, 16)
+    g = torch.randn(3, 2, 12, 16)
     want, _ = attend(q, k, v, key_mask, 0.0, need_weights=False, causal=causal)
     want.backward(g)
     grads = [t.grad.clone() for t in (q, k, v)]
@@ -112,36 +113,38 @@ def test_attend_in_bf16_matches_fp32_with_its_gradients(causal):
     for h, w in zip(half, grads, strict=True):
         assert torch.allclose(h.grad.float(), w, atol=0.08, rtol=0.05)
     if not causal:  # a masked key gets no gradient: it was not attended
-        assert torch.all(half[1].grad[1, :, 4:] == 0) and torch.all(half[2].grad[1, :, 4:] == 0)
+        assert torch.all(half[1].grad[1, :, 9:] == 0) and torch.all(half[2].grad[1, :, 9:] == 0)
     else:  # the last key and value are seen by the last query only
         changed = half[2].detach().clone()
-        changed[:, :, 5] = 100.0
+        changed[:, :, 11] = 100.0
         with torch.autocast("cpu", dtype=torch.bfloat16):
             again, _ = attend(half[0].detach(), half[1].detach(), changed, None, 0.0, False, True)
-        assert torch.equal(again[:, :, :5], got.detach()[:, :, :5])
-        assert not torch.equal(again[:, :, 5], got.detach()[:, :, 5])
+        assert torch.equal(again[:, :, :11], got.detach()[:, :, :11])
+        assert not torch.equal(again[:, :, 11], got.detach()[:, :, 11])
 
 
-def test_a_bf16_copy_attends_in_fp32():
-    # A bf16 copy of the weights decoding (no autocast) attends in fp32 on a CPU: the result is
-    # fp32 attention over the same bf16 values, rounded once at the end, at a decoding step's
-    # shape (one query) and at the encoder's; the weights come back whole and masked.
+def test_bf16_decoding_steps_attend_in_fp32():
+    # On a CPU a bf16 decoding step (a few queries a row) attends in fp32, with or without
+    # autocast: fp32 attention over the same bf16 values, rounded once at the end, the weights
+    # whole and masked. Longer queries (training, an encoder) keep their bf16 products.
     torch.manual_seed(0)
-    for tq in (1, 6):
-        q, k, v = (torch.randn(3, 2, n, 16).bfloat16() for n in (tq, 6, 6))
-        mask = torch.ones(3, 1, 1, 6, dtype=torch.bool)
-        mask[1, ..., 4:] = False
-        got, weights = attend(q, k, v, mask, 0.0, need_weights=True)
+    mask = torch.ones(3, 1, 1, 12, dtype=torch.bool)
+    mask[1, ..., 9:] = False
+    for tq in (1, SHORT_QUERIES, SHORT_QUERIES + 4):
+        q, k, v = (torch.randn(3, 2, n, 16).bfloat16() for n in (tq, 12, 12))
         want, want_weights = attend(q.float(), k.float(), v.float(), mask, 0.0, True)
-        assert got.dtype == torch.bfloat16 and got.shape == (3, 2, tq, 16)
-        assert torch.equal(got, want.bfloat16())
-        assert weights.dtype == torch.float32 and torch.equal(weights, want_weights)
-        assert torch.all(weights[1, ..., 4:] == 0)
-        assert torch.allclose(weights.sum(-1), torch.ones(3, 2, tq))
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # training keeps its bf16 products
-            trained, trained_weights = attend(q, k, v, mask, 0.0, need_weights=True)
-        assert trained_weights.dtype == torch.bfloat16
-        assert torch.allclose(trained.float(), want, atol=0.05, rtol=0.02)
+        for autocast in (False, True):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                got, weights = attend(q, k, v, mask, 0.0, need_weights=True)
+            assert got.dtype == torch.bfloat16 and got.shape == (3, 2, tq, 16)
+            assert torch.all(weights[1, ..., 9:] == 0)
+            assert torch.allclose(weights.float().sum(-1), torch.ones(3, 2, tq), atol=0.02)
+            if tq <= SHORT_QUERIES:
+                assert torch.equal(got, want.bfloat16())
+                assert weights.dtype == torch.float32 and torch.equal(weights, want_weights)
+            else:
+                assert weights.dtype == torch.bfloat16
+                assert torch.allclose(got.float(), want, atol=0.05, rtol=0.02)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
