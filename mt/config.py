@@ -263,8 +263,8 @@ class DecodeConfig:
     )
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = setting(
         "auto",
-        "what decoding computes in: auto is bf16 on a GPU with bf16 (else fp16) and fp32 on "
-        "every CPU (bf16 greedy decoding was slower even on CPUs with native bf16); fp16: CUDA "
+        "what decoding computes in: auto is bf16 on a GPU with bf16 (else fp16) and on a CPU "
+        "that computes bf16 natively (avx512_bf16 or amx_bf16), fp32 on other CPUs; fp16: CUDA "
         "only; not with int8. bf16 and fp16 decode a half copy of the weights (the log-softmax "
         "stays fp32). The checkpoint's value applies on CUDA; a CPU decodes as `--dtype` says "
         "(default auto).",

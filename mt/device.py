@@ -5,8 +5,7 @@ and scripts.
 missing) and on a CPU bf16 only where the CPU computes bf16 dot products natively (AVX-512 BF16
 or AMX, read once from /proc/cpuinfo): without them torch emulates bf16 through fp32 and its
 matmuls run several times slower than fp32, so fp32 is the right default there. Decoding's
-`auto` (`decode.dtype`) is the same on CUDA and fp32 on every CPU: bf16 greedy decoding was
-not reliably faster than fp32 even where the CPU has it natively (`choose_decode_dtype`).
+`auto` (`decode.dtype`) is the same, but fp32 under int8 (`choose_decode_dtype`).
 
 Threads follow the cores this process may really use: the affinity mask (taskset, a cpuset)
 capped by the cgroup's CPU quota (a container's `--cpus`), which torch does not read (it sizes
@@ -125,15 +124,14 @@ def choose_decode_dtype(
     int8: bool = False,
     option: str = "decode.dtype",
 ) -> Precision:
-    """What decoding computes in: `auto` is bf16 (fp16 without bf16) on CUDA and fp32 on every
-    CPU, and fp32 under int8, whose Linear layers compute in int8 and take fp32 inputs only (so
-    bf16 and int8 do not combine).
+    """What decoding computes in: `auto` is what training's would be (bf16 on CUDA, fp16 on a
+    GPU without bf16, bf16 on a CPU with native bf16 and fp32 on others), and fp32 under int8,
+    whose Linear layers compute in int8 and take fp32 inputs only (so bf16 and int8 do not
+    combine).
 
-    Unlike training, decoding's `auto` keeps fp32 even on a CPU with native bf16: there bf16
-    decoded greedy at 0.72-0.84x fp32 and beam 5 at 0.94-1.15x (AMX Xeons: autocast on 8
-    threads, and a bf16 copy of the weights on 2 cores; docs/benchmarks.md). Decoding's small
-    per-step products gain less from bf16 than the rest of a step loses. `bf16` asked for still
-    runs."""
+    On a CPU with native bf16 a bf16 copy of the weights, attending in fp32 (mt.model.attend),
+    decoded greedy and beam 5 faster than fp32 with BLEU within 0.2 (docs/benchmarks.md).
+    `bf16` asked for on a CPU without it still runs, slowly, and says so."""
     if name not in ("auto", "fp32", "bf16", "fp16"):
         raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")
     if name == "fp16" and device_type != "cuda":
@@ -147,14 +145,6 @@ def choose_decode_dtype(
         return Precision("fp32", f"{option}, int8 Linear layers")
     if int8:
         return Precision("fp32", "auto: int8 Linear layers take fp32 inputs")
-    if name == "auto" and device_type == "cpu":
-        native = native_bf16(flags)
-        why = (
-            f"auto: bf16 greedy decoding measured slower than fp32 even with {native}"
-            if native
-            else f"auto: {_no_bf16()}"
-        )
-        return Precision("fp32", why)
     return choose_precision(name, device_type, flags, cuda_bf16, option)
 
 
