@@ -393,3 +393,19 @@ def test_dropout_only_in_training_mode():
         assert torch.equal(model(src, tgt), model(src, tgt))
         model.train()
         assert not torch.allclose(model(src, tgt), model(src, tgt))
+
+
+def test_bf16_training_computes_its_logits_in_fp32():
+    # Under autocast on a CPU the output layer runs in fp32: the logits are exactly fp32's on
+    # the same hidden states, not bf16-rounded ones, and gradients reach the tied weights.
+    model = tiny().eval()
+    hidden = torch.randn(3, 6, 32)
+    want = model.project(hidden)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model.project(hidden)
+        logits = model(*padded_batch())
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert not torch.equal(want.bfloat16().float(), want)  # bf16 would have rounded them
+    assert logits.dtype == torch.float32 and logits.shape == (3, 6, V)
+    logits.sum().backward()
+    assert model.output.weight.grad is not None and model.output.weight.grad.abs().sum() > 0
