@@ -21,7 +21,7 @@ digits and some words differ (their float rounding does): on a 2-core AMD EPYC o
 (Zen 3, AVX2) it printed 23.61 BLEU (dev BLEU 22.55), on family 26 (Zen 5, AVX-512)
 23.07 in fp32 (auto now trains in bf16 there: expect other figures), on a 2-core Intel
 Xeon of family 6 (AVX-512 without bf16) 23.59 (dev BLEU 23.30), in 2.3 minutes of training,
-and on one with AMX, in bf16 (auto), 23.77 (dev BLEU 22.38) in 1.6 minutes.
+and on one with AMX, in bf16 (auto), 23.55 (dev BLEU 22.17) in 1.5 minutes.
 284 of its steps took 3 minutes on free family-25 cores, the whole run 45 minutes while other
 jobs held the cores (load 5-9).
 The 30-minute recipe scored 40.03 BLEU on the same test set on the Zen 3, 41.24 on the Xeon:
