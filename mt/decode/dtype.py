@@ -5,7 +5,9 @@ that pays on each device.
   runs in that type, and search takes the log-softmax of the logits in fp32. On a CPU this beat
   bf16 autocast around fp32 weights (docs/benchmarks.md): autocast casts every weight at every
   call and every activation before every product and back, which a decode of many short calls
-  pays over and over; the half copy is cast once. Its BLEU stayed within 0.2 of fp32's.
+  pays over and over; the half copy is cast once. Its BLEU stayed within 0.2 of fp32's. With
+  `decode.gemm` auto or onednn, a CPU's half copy runs every Linear layer through oneDNN on
+  weights packed once (mt.decode.onednn).
 - int8 (CPU): a copy whose Linear layers are dynamically quantised; they take fp32 inputs, so
   int8 decodes in fp32 around them.
 - fp32 on a CPU, `decode.gemm` onednn (auto's choice there): a copy, sharing the weights, whose
@@ -35,16 +37,21 @@ def decode_model(
     output layer (`gemm`, a `decode.gemm` value), or `model`."""
     if int8:
         return quantize_linears(model)
+    if uses_onednn(gemm, precision, device, int8):
+        if precision.name == "bf16":
+            return onednn.onednn_bf16(model)
+        return onednn.onednn_output(model)
     if precision.name in HALF:
         return copy.deepcopy(model).to(HALF[precision.name]).eval()
-    if uses_onednn(gemm, precision, device, int8):
-        return onednn.onednn_output(model)
     return model.eval()
 
 
 def uses_onednn(gemm: str, precision: Precision, device: torch.device, int8: bool) -> bool:
-    """Whether `decode.gemm` = `gemm` puts the output layer on oneDNN here: fp32 on a CPU, not
-    int8, and this torch has the op (auto and onednn alike; the session refuses onednn
-    given where it cannot apply)."""
-    fp32_cpu = device.type == "cpu" and precision.name == "fp32" and not int8
-    return gemm != "torch" and fp32_cpu and onednn.available()
+    """Whether `decode.gemm` = `gemm` puts Linear layers on oneDNN here: fp32 (the output layer)
+    or bf16 (all of them) on a CPU, not int8, and this torch has the ops (auto and onednn alike;
+    the session refuses onednn given where it cannot apply)."""
+    if gemm == "torch" or device.type != "cpu" or int8:
+        return False
+    if precision.name == "bf16":
+        return onednn.bf16_available()
+    return precision.name == "fp32" and onednn.available()

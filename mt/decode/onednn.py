@@ -10,6 +10,11 @@ bias is added inside the same call.
 oneDNN builds and keeps a kernel for every row count it meets (~0.7 MB each), and a decode
 meets hundreds (sentences finish, beams shrink), so rows are padded up to a multiple of
 `ROW_STEP` and fed `MAX_ROWS` at a time: at most 32 row counts, ~22 MB.
+
+bf16 on a CPU with native bf16 (`onednn_bf16`): every Linear layer of the half copy goes through
+oneDNN, its weight reordered once into oneDNN's blocked layout (torch's bf16 `F.linear` reorders
+it at every call), rows padded the same way, since oneDNN builds a bf16 kernel for every shape it
+meets and a fresh `mt translate` pays for each (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch import nn
 
 ROW_STEP = 8
 MAX_ROWS = 256  # mt.decode.steps.ROWS_PER_CHUNK: search projects this many rows at a time
+LONG_ROW_STEP = 64  # bf16: more rows (the encoder's, a batch's first step) pad to this
 
 
 @functools.cache
@@ -55,18 +61,39 @@ class OneDnnLinear(nn.Module):
         if x.dtype != torch.float32 or torch.is_autocast_enabled("cpu"):
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.size(-1))
-        parts = [self._rows(part) for part in flat.split(MAX_ROWS)]
+        parts = [_padded(part, self.weight, self.bias) for part in flat.split(MAX_ROWS)]
         y = parts[0] if len(parts) == 1 else torch.cat(parts)
         return y.view(*x.shape[:-1], y.size(-1))
 
-    def _rows(self, x: torch.Tensor) -> torch.Tensor:
-        """At most MAX_ROWS rows, padded to a multiple of ROW_STEP for the call."""
-        rows = x.size(0)
-        pad = -rows % ROW_STEP
-        if pad:
-            x = torch.cat([x, x.new_zeros(pad, x.size(1))])
-        y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        return y[:rows] if pad else y
+
+class PackedLinear(nn.Module):
+    """A bf16 Linear layer for decoding on a CPU: the weight is held only in oneDNN's blocked
+    layout, so the half copy costs no more memory than before; inputs are cast to bf16."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        weight = weight.detach().to(torch.bfloat16)
+        self.out_features = weight.size(0)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+        self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.to(torch.bfloat16).reshape(-1, x.size(-1))
+        step = ROW_STEP if flat.size(0) <= MAX_ROWS else LONG_ROW_STEP
+        y = _padded(flat, self.packed, self.bias, step)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+def _padded(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, step: int = ROW_STEP
+) -> torch.Tensor:
+    """oneDNN's product of `x`'s rows, padded to a multiple of `step` for the call."""
+    rows = x.size(0)
+    pad = -rows % step
+    if pad:
+        x = torch.cat([x, x.new_zeros(pad, x.size(1))])
+    y = torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return y[:rows] if pad else y
 
 
 def onednn_output(model: nn.Module) -> nn.Module:
@@ -80,3 +107,33 @@ def onednn_output(model: nn.Module) -> nn.Module:
         member.output = OneDnnLinear(member.output.weight, member.output_bias)
         member.output_bias = None
     return fast
+
+
+@functools.cache
+def bf16_available() -> bool:
+    """This torch packs a bf16 weight for oneDNN and computes a Linear layer with it."""
+    if not (available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        return False
+    try:
+        w = (torch.arange(12, dtype=torch.float32).view(3, 4) / 7).to(torch.bfloat16)
+        x = torch.linspace(-1, 1, 8).view(2, 4).to(torch.bfloat16)
+        y = PackedLinear(w, None)(x)
+        return bool(torch.allclose(y.float(), F.linear(x, w).float(), atol=1e-2))
+    except (RuntimeError, AttributeError, TypeError):
+        return False
+
+
+def onednn_bf16(model: nn.Module) -> nn.Module:
+    """A bf16 copy of `model` (a Transformer or an Ensemble of them) in eval mode whose Linear
+    layers, the output layer and its logits bias included, compute through oneDNN with packed
+    weights. The embeddings stay plain bf16 tables (a tied output layer gets its own packed
+    copy)."""
+    half = copy.deepcopy(model).to(torch.bfloat16).eval()
+    for member in getattr(half, "members", [half]):
+        member.output = PackedLinear(member.output.weight, member.output_bias)
+        member.output_bias = None
+    for module in list(half.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, PackedLinear(child.weight, child.bias))
+    return half

@@ -136,11 +136,11 @@ class Session:
         if dcfg.gemm == "onednn" and not uses_onednn("onednn", precision, self.device, dcfg.int8):
             if dcfg.int8:
                 here = f"{n('decode.int8')} is on"
-            elif precision.name != "fp32" or self.device.type != "cpu":
+            elif precision.name not in ("fp32", "bf16") or self.device.type != "cpu":
                 here = f"this decode is {precision.name} on {self.device.type}"
             else:
-                here = f"torch {torch.__version__} lacks the oneDNN op"
-            raise MtError(f"{n('decode.gemm')} onednn decodes fp32 on a CPU, but {here}")
+                here = f"torch {torch.__version__} lacks the oneDNN {precision.name} ops"
+            raise MtError(f"{n('decode.gemm')} onednn decodes fp32 or bf16 on a CPU, but {here}")
         return dcfg
 
     @property

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -148,9 +149,11 @@ def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
     engines: dict = {}
     for beam in args.beams:
         search = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None)
-        for dtype in dtypes:
+        for spec in dtypes:  # a dtype, or dtype/gemm ("bf16/torch": bf16 without oneDNN)
+            dtype, _, gemm = spec.partition("/")
             session = Session([args.checkpoint], "cpu", dtype=dtype)
-            engines[(dtype, beam)] = session.translator(search)
+            options = dataclasses.replace(search, gemm=gemm) if gemm else search
+            engines[(spec, beam)] = session.translator(options)
         if args.int8:
             int8 = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, int8=True)
             session = Session([args.checkpoint], "cpu", dtype="fp32")
@@ -259,7 +262,9 @@ def main() -> None:
     p.add_argument("--ref", type=Path, default=Path(data) / "test_2016_flickr.en.gz")
     p.add_argument("--limit", type=int, default=300, help="sentences decoded (0: all)")
     p.add_argument("--beams", default="1,5")
-    p.add_argument("--dtypes", default="fp32,bf16,auto")
+    p.add_argument(
+        "--dtypes", default="fp32,bf16,auto", help="dtype or dtype/gemm each, e.g. bf16/torch"
+    )
     p.add_argument("--no-int8", dest="int8", action="store_false", help="leave mt int8 out")
     p.add_argument("--no-ct2", dest="ct2", action="store_false", help="leave CTranslate2 out")
     p.add_argument("--skip-train", action="store_true")

@@ -1,8 +1,10 @@
-"""`decode.gemm`: the output layer of CPU fp32 decoding through oneDNN (mt/decode/onednn.py).
+"""`decode.gemm`: CPU decoding's products through oneDNN (mt/decode/onednn.py): fp32's output
+layer, and every Linear layer of bf16's half copy on packed weights.
 
-The oneDNN layer computes what `F.linear` computes (to float rounding) for every row count,
-the copy shares the caller's weights and leaves its model alone, the setting reaches the
-translator's model, and where it cannot apply a given `onednn` is one line."""
+The oneDNN layers compute what `F.linear` computes (to float rounding) for every row count,
+the fp32 copy shares the caller's weights and neither copy changes the caller's model, the
+setting reaches the translator's model, and where it cannot apply a given `onednn` is one
+line."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch lacks
 
 CPU = torch.device("cpu")
 FP32 = Precision("fp32", "test")
+BF16 = Precision("bf16", "test")
 
 
 def small_model(seed: int = 0, logits_bias: bool = True) -> Transformer:
@@ -87,8 +90,77 @@ def test_decode_model_applies_gemm_only_to_fp32_on_a_cpu_without_int8():
     assert decode_model(model, FP32, CPU, False, "torch") is model
     assert decode_model(model, FP32, CPU, False) is model  # the scorer's call
     assert decode_model(model, FP32, torch.device("cuda"), False, "auto") is model
-    assert not uses_onednn("auto", Precision("bf16", "test"), CPU, False)  # autocast's matmuls
     assert not uses_onednn("auto", FP32, CPU, True)
+    assert not uses_onednn("auto", BF16, CPU, True)
+    assert not uses_onednn("auto", BF16, torch.device("cuda"), False)
+    assert uses_onednn("auto", BF16, CPU, False) == onednn.bf16_available()
+    assert type(decode_model(model, BF16, CPU, False, "torch").output) is nn.Linear
+
+
+needs_bf16 = pytest.mark.skipif(
+    not onednn.bf16_available(), reason="this torch or CPU lacks oneDNN's bf16 products"
+)
+
+
+@needs_bf16
+@pytest.mark.parametrize("rows", [1, 5, 8, 13, 256, 300])
+def test_the_packed_bf16_layer_computes_linear_for_any_row_count(rows):
+    """A packed weight gives bf16 F.linear's values (to bf16 rounding) for padded and split row
+    counts, in 2-D and 3-D, with and without a bias; the weight is held only packed."""
+    torch.manual_seed(rows)
+    weight, bias = torch.randn(70, 24).bfloat16(), torch.randn(70).bfloat16()
+    x = torch.randn(rows, 24).bfloat16()
+    for b in (bias, None):
+        layer = onednn.PackedLinear(weight, b)
+        got = layer(x)
+        assert got.shape == (rows, 70) and got.dtype == torch.bfloat16
+        want = F.linear(x.float(), weight.float(), None if b is None else b.float())
+        torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=5e-2)
+        assert not hasattr(layer, "weight")
+    x3 = x.view(1, rows, 24)
+    want3 = F.linear(x3.float(), weight.float(), bias.float())
+    got3 = onednn.PackedLinear(weight, bias)(x3)
+    torch.testing.assert_close(got3.float(), want3, rtol=2e-2, atol=5e-2)
+
+
+@needs_bf16
+def test_the_bf16_copy_packs_every_linear_layer_and_leaves_the_model_alone():
+    model = small_model().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fast = decode_model(model, BF16, CPU, False, "auto")
+    assert not fast.training and model.training
+    assert not any(type(m) is nn.Linear for m in fast.modules())
+    packed = [m for m in fast.modules() if isinstance(m, onednn.PackedLinear)]
+    # the output layer; an encoder layer's qkv, out, fc1, fc2; a decoder layer's and q, kv, out
+    assert len(packed) == 1 + 4 * 1 + 7 * 2
+    assert fast.output_bias is None and fast.output.bias is not None
+    assert all(p.dtype == torch.bfloat16 for p in fast.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    plain = decode_model(model, BF16, CPU, False, "torch")
+    src = torch.randint(4, 50, (3, 7))
+    with torch.no_grad():
+        want, got = plain.encode(src)[0], fast.encode(src)[0]
+        torch.testing.assert_close(got.float(), want.float(), rtol=5e-2, atol=5e-2)
+        hidden = torch.randn(5, 32).bfloat16()
+        torch.testing.assert_close(
+            fast.project(hidden).float(), plain.project(hidden).float(), rtol=5e-2, atol=1e-1
+        )
+
+
+@needs_bf16
+def test_bf16_through_onednn_translates_as_the_plain_half_copy(tiny_run, multi30k_dir):
+    """The packed copy and torch's bf16 products give the same lines bar bf16 near-ties."""
+    session = Session([tiny_run / "best.pt"], "cpu")
+    lines = read_lines(multi30k_dir / "test_2016_flickr.de.gz")[:40]
+    plan = Plan(protect=False, recase=False)
+    out = {}
+    for gemm in ("torch", "onednn"):
+        translator = session.translator(DecodeOptions(gemm=gemm, dtype="bf16", beam=3))
+        packed = isinstance(translator.model.output, onednn.PackedLinear)
+        assert packed == (gemm == "onednn")
+        out[gemm] = [t.text for t in translator.translate([Request(x, plan=plan) for x in lines])]
+    same = sum(a == b for a, b in zip(out["torch"], out["onednn"]))
+    assert same >= 0.8 * len(lines), f"{same}/{len(lines)} identical"
 
 
 def test_the_setting_reaches_the_translator_and_outputs_stay_close(tiny_run, multi30k_dir):
@@ -116,10 +188,13 @@ def test_the_setting_reaches_the_translator_and_outputs_stay_close(tiny_run, mul
 
 def test_onednn_where_it_cannot_apply_is_one_line(tiny_run):
     session = Session([tiny_run / "best.pt"], "cpu")
-    with pytest.raises(MtError, match=r"--gemm onednn decodes fp32 on a CPU, but --int8 is on"):
+    with pytest.raises(MtError, match=r"--gemm onednn decodes fp32 or bf16 on a CPU, but --int8"):
         session.decode_config(DecodeOptions(gemm="onednn", int8=True))
-    with pytest.raises(MtError, match=r"this decode is bf16 on cpu"):
-        session.decode_config(DecodeOptions(gemm="onednn", dtype="bf16"))
+    if onednn.bf16_available():
+        assert session.decode_config(DecodeOptions(gemm="onednn", dtype="bf16")).gemm == "onednn"
+    else:
+        with pytest.raises(MtError, match=r"lacks the oneDNN bf16 ops"):
+            session.decode_config(DecodeOptions(gemm="onednn", dtype="bf16"))
     assert session.decode_config(DecodeOptions(gemm="auto", int8=True)).gemm == "auto"
 
 
