@@ -97,7 +97,7 @@ LOG=$SUMMARY # the setup's log opens summary.txt
     nvidia-smi || echo "nvidia-smi: not found"
     lscpu || grep -m1 -E '^(model name|flags)' /proc/cpuinfo
 } >"$LOG" 2>&1
-SITE=${TMPDIR:-/tmp}/mt_gpu_site
+SITE=${GPU_SITE:-${TMPDIR:-/tmp}/mt_gpu_site} # GPU_SITE: a folder per job run side by side
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
         "$WHEELS"/*.whl >>"$LOG" 2>&1 || echo "pip install of $WHEELS failed (see summary.txt)" | tee -a "$LOG"

@@ -248,8 +248,9 @@ def main() -> None:
         sets.append((mt_real, mt_real, vocab, f"Multi30k max_tokens {args.max_tokens}"))
         hf_n = hf_real[0].src.size(0)
         sets.append((mt_real, hf_real, vocab, f"Multi30k own: mt tokens, HF {hf_n} random"))
-    for precision in precisions:
-        for compile_ in [False, True] if args.compile else [False]:
+    # Eager rows first: compiling takes minutes, and a run cut short keeps what it measured.
+    for compile_ in [False, True] if args.compile else [False]:
+        for precision in precisions:
             for mt_b, hf_b, vocab, label in sets:
                 row = compare(
                     mt_b, hf_b, vocab, device, precision, args.warmup, args.rounds, label, compile_
