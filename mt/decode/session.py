@@ -42,7 +42,7 @@ from mt.decode.options import DecodeOptions
 from mt.decode.score import Scorer
 from mt.decode.target import Targets
 from mt.decode.translator import Translator
-from mt.device import resolve_decode_dtype, resolve_device
+from mt.device import planless_attention, resolve_decode_dtype, resolve_device
 from mt.errors import MtError
 from mt.languages import Languages
 from mt.model import Transformer
@@ -73,6 +73,7 @@ class Session:
         if not paths:
             raise MtError("no checkpoint given")
         self.device = resolve_device(device)
+        planless_attention(self.device)
         self.name = name  # how errors name a setting
         if dtype is not None:  # a bad --dtype is one line before any model loads
             resolve_decode_dtype(dtype, self.device, option="--dtype")

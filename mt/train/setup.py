@@ -37,6 +37,7 @@ from mt.device import (
     Precision,
     Threads,
     choose_threads,
+    planless_attention,
     resolve_device,
     resolve_precision,
     set_threads,
@@ -77,6 +78,7 @@ def process(t: TrainConfig) -> Process:
     dist, device = distributed.init(
         resolve_device(t.device, "train.device"), t.collective_timeout_s
     )
+    planless_attention(device)
     precision = resolve_precision(t.precision, device)
     torch.manual_seed(t.seed + dist.rank)  # DDP copies rank 0's weights; dropout differs
     random.seed(t.seed)

@@ -32,7 +32,7 @@ from mt.config import Config, ModelConfig
 from mt.config_file import load_config
 from mt.data.loader import TrainingSet
 from mt.data.prepare import prepare
-from mt.device import autocast, cpu_flags, native_bf16
+from mt.device import autocast, cpu_flags, native_bf16, planless_attention
 from mt.memory import keep_freed_memory
 from mt.model import Transformer
 from mt.tokenizer import PAD, Tokenizer
@@ -226,6 +226,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    planless_attention(device)  # as `mt train` does, for both engines alike
     precisions = ["fp32"]
     if args.bf16 or device.type == "cuda" or native_bf16(cpu_flags()):
         precisions.append("bf16")

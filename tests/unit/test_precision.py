@@ -124,3 +124,21 @@ def test_mt_train_says_what_this_cpu_gives(tmp_path, monkeypatch, mt_cli):
     start = [line for line in result.err.splitlines() if line.startswith("mt train: ")]
     expected = choose_precision("auto", "cpu", read_cpu_flags()).describe()
     assert len(start) == 1 and f", precision {expected}, " in start[0], result.err
+
+
+def test_cuda_attention_leaves_out_cudnn_and_a_cpu_changes_nothing():
+    """cuDNN's attention builds a plan per input shape, which a decode meets every step: CUDA
+    entry points switch it off, and CPU ones leave torch's setting as it was."""
+    import torch
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        mt_device.planless_attention(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        mt_device.planless_attention(torch.device("cuda"))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
