@@ -221,6 +221,13 @@ def main() -> None:
     p.add_argument(
         "--compile", action="store_true", help="also every row with both models torch.compile'd"
     )
+    p.add_argument("--compile-only", action="store_true", help="only the compiled rows")
+    p.add_argument(
+        "--precisions",
+        help="comma-separated, e.g. bf16 (default: fp32, and bf16 "
+        "on CUDA or a CPU with native bf16)",
+    )
+    p.add_argument("--no-synthetic", action="store_true", help="real batches only (--run-dir)")
     args = p.parse_args()
     keep_freed_memory()  # as `mt train` does; both engines share the process and the allocator
     if args.threads:
@@ -230,6 +237,8 @@ def main() -> None:
     precisions = ["fp32"]
     if args.bf16 or device.type == "cuda" or native_bf16(cpu_flags()):
         precisions.append("bf16")
+    if args.precisions:
+        precisions = args.precisions.split(",")
     info = {**machine(), "threads": torch.get_num_threads(), "device": str(device)}
     peaks = {
         p_: matmul_peak(device, torch.float32 if p_ == "fp32" else torch.bfloat16)
@@ -244,13 +253,16 @@ def main() -> None:
     rows = []
     synthetic = synthetic_batches(n, args.batch, args.length, 8000, 0)
     sets = [(synthetic, synthetic, 8000, f"synthetic {args.batch}x{args.length}")]
+    if args.no_synthetic and args.run_dir:
+        sets = []
     if args.run_dir:
         mt_real, hf_real, vocab = real_batches(args.run_dir, n, args.max_tokens, args.hf_sentences)
         sets.append((mt_real, mt_real, vocab, f"Multi30k max_tokens {args.max_tokens}"))
         hf_n = hf_real[0].src.size(0)
         sets.append((mt_real, hf_real, vocab, f"Multi30k own: mt tokens, HF {hf_n} random"))
     # Eager rows first: compiling takes minutes, and a run cut short keeps what it measured.
-    for compile_ in [False, True] if args.compile else [False]:
+    modes = [True] if args.compile_only else [False, True] if args.compile else [False]
+    for compile_ in modes:
         for precision in precisions:
             for mt_b, hf_b, vocab, label in sets:
                 row = compare(
