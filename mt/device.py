@@ -22,7 +22,7 @@ import contextlib
 import functools
 import math
 import os
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,29 +202,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-@contextlib.contextmanager
-def bf16_fp32_products(device: torch.device, precision: str) -> Iterator[None]:
-    """Inside, on a CPU training in bf16, oneDNN computes fp32 matrix products from bf16-rounded
-    inputs with fp32 sums and fp32 results (`torch.backends.mkldnn.matmul.fp32_precision`).
-    Under bf16 autocast the only fp32 products left are the output layer's (`Transformer.project`
-    keeps logits in fp32: bf16-rounded logits cost the recipe 0.5-0.9 BLEU), forward and both
-    gradients, about a third of the recipe model's FLOPs; this runs them on the bf16 units too,
-    with the logits still fp32. Elsewhere, and where torch lacks the setting, it does nothing.
-    The setting is process-wide, so it is put back on the way out."""
-    import torch
-
-    matmul = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
-    if device.type != "cpu" or precision != "bf16" or not hasattr(matmul, "fp32_precision"):
-        yield
-        return
-    before = matmul.fp32_precision
-    matmul.fp32_precision = "bf16"
-    try:
-        yield
-    finally:
-        matmul.fp32_precision = before
 
 
 # -- CPU threads -------------------------------------------------------------------------------

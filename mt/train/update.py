@@ -17,7 +17,7 @@ import torch
 
 from mt.batching import Batch
 from mt.config import ModelConfig, TrainConfig
-from mt.device import autocast, bf16_fp32_products
+from mt.device import autocast
 from mt.tokenizer import PAD
 from mt.train import distributed
 from mt.train.distributed import Dist
@@ -88,7 +88,7 @@ class Update:
             b = b.to(self.device)
             last = i == len(group) - 1
             sync = contextlib.nullcontext() if last or not self.dist.active else self.net.no_sync()
-            with sync, bf16_fp32_products(self.device, self.precision):
+            with sync:
                 loss, nll, objective = self._losses(b)
                 self.scaler.scale(objective * scale).backward()
             loss_sum += loss.detach()
