@@ -31,6 +31,10 @@ class TrainState:
     best_score: float = -math.inf  # dev BLEU, or minus validation loss without BLEU
     bad_evals: int = 0
     last_eval_step: int = -1
+    best_nll: float = math.inf  # the lowest validation NLL so far (`stop.overfit_note`)
+    best_nll_step: int = -1
+    nll_bad_evals: int = 0  # evaluations since the NLL last fell
+    overfit_noted: bool = False  # said once a run
     # Made when a run starts (fine-tuning too), kept across --resume. A last.pt written before
     # runs had ids gets a new one on resume.
     run_id: str = field(default_factory=new_run_id)

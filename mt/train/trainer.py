@@ -44,7 +44,7 @@ from mt.train.rotation import Checkpoints
 from mt.train.schedule import budget_used
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState
-from mt.train.stop import diverged, eta, stop_reason
+from mt.train.stop import diverged, eta, overfit_note, stop_reason
 from mt.train.tune import tune_decode
 from mt.train.update import Update
 
@@ -185,6 +185,7 @@ class Trainer:
             else:
                 s.bad_evals += 1
             s.last_eval_step = s.step
+            note = overfit_note(s, metrics["valid_nll"]) if "valid_nll" in metrics else None
             if improved:
                 self.checkpoints.save("best.pt", s.step, metrics=metrics)
             self.checkpoints.save_step(s.step)
@@ -205,6 +206,8 @@ class Trainer:
         self._save_last()
         shown = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
         tqdm.write(f"step {s.step}: {shown} ({seconds['eval_seconds']:.1f} s)")
+        if note:
+            tqdm.write(note)
 
     def _evaluate_in_loop(self, window: Window) -> None:
         """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
