@@ -17,6 +17,7 @@ from conftest import REPO, reverse_task_config, run_in_process
 
 from mt.config_rules import MAX_THREADS
 from mt.device import (
+    SHORT_SPIN,
     Cores,
     cgroup_quota,
     choose_threads,
@@ -125,13 +126,14 @@ def test_omp_num_threads_is_a_request_and_threads_beat_it():
     assert env_threads({"OMP_NUM_THREADS": "many"}) is None
 
 
-def test_the_wait_policy_yields_unless_the_user_chose_one():
+def test_the_wait_policy_spins_briefly_unless_the_user_chose_one():
     env: dict[str, str] = {}
     yield_when_waiting(env)
-    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
-    env = {"OMP_WAIT_POLICY": "ACTIVE"}
-    yield_when_waiting(env)
-    assert env == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert env == {"GOMP_SPINCOUNT": str(SHORT_SPIN)} and 0 < SHORT_SPIN < 300_000
+    for chosen in ({"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "0"}):
+        env = dict(chosen)
+        yield_when_waiting(env)
+        assert env == chosen
 
 
 # -- the command line -------------------------------------------------------------------------
