@@ -13,10 +13,16 @@ the same starting weights on the same batches, in alternating rounds; the loss a
 steps is printed too (bf16 should follow fp32). Decoding runs `mt.decode.session` with
 `--dtype` fp32, bf16 and auto (and int8) on a checkpoint's test-set translations, in
 alternating rounds; each engine's outputs are compared with fp32's (identical lines, BLEU).
+By default every engine lives in this one process; `--isolate` gives each a fresh process per
+round, as a user runs one: the bf16 engines share oneDNN's kernel cache with all the others in
+one process, which slowed them by a third or more on a Zen 5 CPU. A dtype spec ending in
+"+early" uses CTranslate2's stopping rule for beam search (`--stop-early`), as its rows do.
 
     MT_DATA=../shared/data/multi30k OMP_NUM_THREADS=2 python -m scripts.bench.bf16 \\
         --checkpoint runs/multi30k_de_en/best.pt --rounds 3
     python -m scripts.bench.bf16 --skip-decode --steps 4 --rounds 2     # training only, briefly
+    python -m scripts.bench.bf16 --skip-train --isolate --limit 0 --checkpoint CKPT \\
+        --dtypes fp32,bf16,bf16+early                     # each engine in a process of its own
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import atexit
 import copy
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -137,63 +144,149 @@ def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict
 # -- decoding ---------------------------------------------------------------------------------
 
 
-def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
-    """Sentences/s of greedy and beam 5 per dtype (and int8, CTranslate2 int8), alternating."""
+def engine_keys(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, int]]:
+    """(spec, beam) of every engine to time: each dtype spec per beam, mt int8, CTranslate2.
+
+    A spec is `DTYPE[/GEMM][+early]` ("bf16/torch": bf16 without oneDNN's packed weights;
+    "+early": CTranslate2's stopping rule, `--stop-early`, beam search only), `int8[+early]`
+    (`--int8`) or `ct2-int8`."""
+    keys = []
+    for beam in args.beams:
+        specs = [*dtypes, *(["int8"] if args.int8 and "int8" not in dtypes else [])]
+        specs += ["ct2-int8"] if args.ct2 else []
+        keys += [(s, beam) for s in specs if not (beam == 1 and s.endswith("+early"))]
+    return keys
+
+
+def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]):
+    """A function that translates `lines` with engine `spec` and returns the texts."""
+    if spec == "ct2-int8":
+        return ctranslate2_engine(args, lines, beam)
     from mt.decode.requests import Plan, Request
     from mt.decode.session import DecodeOptions, Session
+
+    asked = [Request(x, plan=Plan(protect=False, recase=False)) for x in lines]  # search alone
+    name, early = spec.removesuffix("+early"), spec.endswith("+early")
+    dtype, _, gemm = name.partition("/")
+    options = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, stop_early=early)
+    if dtype == "int8":
+        dtype, options = "fp32", dataclasses.replace(options, int8=True)
+    if gemm:
+        options = dataclasses.replace(options, gemm=gemm)
+    translator = Session([args.checkpoint], "cpu", dtype=dtype).translator(options)
+
+    def translate() -> list[str]:
+        return [t.text for t in translator.translate(asked)]
+
+    translate.precision = translator.precision.name  # type: ignore[attr-defined]
+    return translate
+
+
+def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
+    """Sentences/s of greedy and beam 5 per engine, alternating; in one process, or with
+    `--isolate` each engine in a fresh process of its own per round."""
     from mt.metrics import bleu
 
     lines = read_lines(args.src)[: args.limit or None]
-    asked = [Request(x, plan=Plan(protect=False, recase=False)) for x in lines]  # search alone
     refs = read_lines(args.ref)[: len(lines)] if args.ref else None
-    engines: dict = {}
-    for beam in args.beams:
-        search = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None)
-        for spec in dtypes:  # a dtype, or dtype/gemm ("bf16/torch": bf16 without oneDNN)
-            dtype, _, gemm = spec.partition("/")
-            session = Session([args.checkpoint], "cpu", dtype=dtype)
-            options = dataclasses.replace(search, gemm=gemm) if gemm else search
-            engines[(spec, beam)] = session.translator(options)
-        if args.int8:
-            int8 = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, int8=True)
-            session = Session([args.checkpoint], "cpu", dtype="fp32")
-            engines[("int8", beam)] = session.translator(int8)
-    ct2 = ctranslate2_engines(args, lines) if args.ct2 else {}
-    runs = {f"{name} beam {beam}": tr for (name, beam), tr in engines.items()}
-    calls = {k: (lambda tr=tr: [t.text for t in tr.translate(asked)]) for k, tr in runs.items()}
-    calls.update(ct2)
-    for call in calls.values():  # warm-up, untimed: first calls allocate and pack weights
-        call()
-    outputs, seconds = alternate(args.rounds, calls)
+    keys = engine_keys(args, dtypes)
+    names = {key: f"{key[0]} beam {key[1]}" for key in keys}
+    first: dict[str, float] = {}
+    resolved: dict[str, str] = {}
+    if args.isolate:
+        outputs, seconds, first, resolved = isolated(args, keys, names)
+    else:
+        calls = {names[k]: make_engine(args, *k, lines) for k in keys}
+        resolved = {n: c.precision for n, c in calls.items() if hasattr(c, "precision")}
+        for call in calls.values():  # warm-up, untimed: first calls allocate and pack weights
+            call()
+        outputs, seconds = alternate(args.rounds, calls)
+    ct2 = {beam: f"ct2-int8 beam {beam}" for beam in args.beams}
     rows = []
-    for key, secs in seconds.items():
-        engine, beam = key.rsplit(" beam ", 1)
-        ref_key = f"{dtypes[0]} beam {beam}"
+    for key in keys:
+        name, secs = names[key], seconds[names[key]]
+        ref_key = f"{dtypes[0]} beam {key[1]}"
         row = {
             "part": "decode",
-            "engine": engine,
-            "beam": int(beam),
+            "engine": key[0],
+            "beam": key[1],
             "sentences": len(lines),
+            "isolated": args.isolate,
             "sent_s_best": round(len(lines) / min(secs), 2),
             "sent_s_median": round(len(lines) / statistics.median(secs), 2),
             f"vs_{dtypes[0]}": round(min(seconds[ref_key]) / min(secs), 3),
-            f"same_as_{dtypes[0]}": sum(a == b for a, b in zip(outputs[key], outputs[ref_key])),
+            f"same_as_{dtypes[0]}": sum(a == b for a, b in zip(outputs[name], outputs[ref_key])),
         }
-        if engine in dtypes:
-            row["resolves_to"] = runs[key].precision.name
+        if ct2[key[1]] in seconds:
+            row["vs_ct2_int8"] = round(min(seconds[ct2[key[1]]]) / min(secs), 3)
+        if name in first:  # a fresh process's first pass: oneDNN builds its kernels in it
+            row["first_pass_s_best"] = round(min(first[name]), 3)
+        if name in resolved:
+            row["resolves_to"] = resolved[name]
         if refs is not None:
-            row["bleu"] = round(bleu(outputs[key], refs), 2)
+            row["bleu"] = round(bleu(outputs[name], refs), 2)
         rows.append(row)
     return rows
 
 
-def ctranslate2_engines(args: argparse.Namespace, lines: list[str]) -> dict:
-    """CTranslate2 int8 (its fastest CPU mode) on the same checkpoint, if it is installed."""
-    try:
-        import ctranslate2
-    except ImportError:
-        say("ctranslate2 is not installed: its rows are left out (pip install -e '.[bench]')")
-        return {}
+def isolated(
+    args: argparse.Namespace, keys: list[tuple[str, int]], names: dict
+) -> tuple[dict, dict, dict, dict]:
+    """Every engine in a fresh child process per round, the engines taking turns: how a user
+    runs one (`mt translate`, `mt serve`), where one process holding every engine shares
+    oneDNN's kernel cache among them and slows the bf16 ones (docs/benchmarks.md). Each child
+    times its first pass and `--passes` more; returns outputs, the later passes' seconds, the
+    first passes' seconds and the precision each mt engine resolved to, per engine."""
+    import subprocess
+    import sys
+
+    outputs: dict[str, list[str]] = {}
+    seconds: dict[str, list[float]] = {names[k]: [] for k in keys}
+    first: dict[str, list[float]] = {names[k]: [] for k in keys}
+    resolved: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-bf16-") as tmp:
+        for r in range(args.rounds):
+            for spec, beam in keys:
+                out = Path(tmp) / "child.json"
+                cmd = [
+                    sys.executable, "-m", "scripts.bench.bf16", "--child", spec,
+                    "--child-beam", str(beam), "--checkpoint", str(args.checkpoint),
+                    "--src", str(args.src), "--limit", str(args.limit), "--threads",
+                    str(args.threads), "--passes", str(args.passes), "--out", str(out),
+                ]  # fmt: skip
+                subprocess.run(cmd, check=True, cwd=REPO)
+                got = json.loads(out.read_text())
+                name = names[(spec, beam)]
+                outputs[name] = got["outputs"]
+                seconds[name] += got["seconds"]
+                first[name].append(got["first"])
+                if got["precision"]:
+                    resolved[name] = got["precision"]
+                say(f"round {r + 1}: {name}: first {got['first']:.2f} s, then {got['seconds']}")
+    return outputs, seconds, first, resolved
+
+
+def child(args: argparse.Namespace) -> None:
+    """One engine in this process: the first pass, then `--passes` timed ones, to `--out`."""
+    lines = read_lines(args.src)[: args.limit or None]
+    call = make_engine(args, args.child, args.child_beam, lines)
+    t = time.perf_counter()
+    call()
+    cold = time.perf_counter() - t
+    times = []
+    for _ in range(args.passes):
+        t = time.perf_counter()
+        texts = call()
+        times.append(time.perf_counter() - t)
+    got = {"first": cold, "seconds": times, "outputs": texts}
+    got["precision"] = getattr(call, "precision", None)
+    args.out.write_text(json.dumps(got))
+
+
+def ctranslate2_engine(args: argparse.Namespace, lines: list[str], beam: int):
+    """CTranslate2 int8 (its fastest CPU mode) on the same checkpoint."""
+    import ctranslate2
+
     from mt.export import to_ctranslate2
     from scripts.common import load_checkpoint
 
@@ -209,17 +302,14 @@ def ctranslate2_engines(args: argparse.Namespace, lines: list[str]) -> dict:
     pieces = [tok.src.encode(x, out_type=str) for x in lines]
     longest = max(len(p) for p in pieces) + 1
 
-    def call(beam: int):
-        def translate() -> list[str]:
-            results = translator.translate_batch(
-                pieces, beam_size=beam, max_batch_size=4096, batch_type="tokens",
-                max_decoding_length=int(d.max_len_a * longest + d.max_len_b),
-            )  # fmt: skip
-            return [tok.tgt.decode_pieces(r.hypotheses[0]) for r in results]
+    def translate() -> list[str]:
+        results = translator.translate_batch(
+            pieces, beam_size=beam, max_batch_size=4096, batch_type="tokens",
+            max_decoding_length=int(d.max_len_a * longest + d.max_len_b),
+        )  # fmt: skip
+        return [tok.tgt.decode_pieces(r.hypotheses[0]) for r in results]
 
-        return translate
-
-    return {f"ct2-int8 beam {beam}": call(beam) for beam in args.beams}
+    return translate
 
 
 # -- report -----------------------------------------------------------------------------------
@@ -239,9 +329,12 @@ def table(rows: list[dict]) -> str:
             same = next(v for k, v in r.items() if k.startswith("same_as_"))
             to = f" (-> {r['resolves_to']})" if "resolves_to" in r else ""
             bleu = f"  BLEU {r['bleu']:.2f}" if "bleu" in r else ""
+            ct2 = f"  {r['vs_ct2_int8']:5.2f}x ct2-int8" if "vs_ct2_int8" in r else ""
+            cold = r.get("first_pass_s_best")
+            cold = f"  first pass {cold:.2f} s" if cold is not None else ""
             lines.append(
                 f"decode {r['engine'] + to:>16} beam {r['beam']} {r['sent_s_best']:>8.1f} sent/s  "
-                f"{ratio:5.2f}x  same {same}/{r['sentences']}{bleu}"
+                f"{ratio:5.2f}x{ct2}  same {same}/{r['sentences']}{bleu}{cold}"
             )
     return "\n".join(lines)
 
@@ -267,6 +360,13 @@ def main() -> None:
     )
     p.add_argument("--no-int8", dest="int8", action="store_false", help="leave mt int8 out")
     p.add_argument("--no-ct2", dest="ct2", action="store_false", help="leave CTranslate2 out")
+    p.add_argument(
+        "--isolate", action="store_true", help="each decoding engine in a fresh process per round"
+    )
+    p.add_argument("--passes", type=int, default=2, help="timed passes per child (--isolate)")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # one engine's spec, in a child process
+    p.add_argument("--child-beam", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-decode", action="store_true")
     p.add_argument("--json", type=Path, help="also write the rows here")
@@ -278,6 +378,11 @@ def main() -> None:
     threads = choose_threads(usable_cores(), args.threads or None)
     set_threads(threads)
     args.threads = threads.count
+    if args.child:
+        return child(args)
+    if args.ct2 and not args.skip_decode and importlib.util.find_spec("ctranslate2") is None:
+        say("ctranslate2 is not installed: its rows are left out (pip install -e '.[bench]')")
+        args.ct2 = False
     info = cpu_report()
     print(json.dumps({"machine": info}), flush=True)
     rows: list[dict] = []
