@@ -14,9 +14,11 @@ steps is printed too (bf16 should follow fp32). Decoding runs `mt.decode.session
 `--dtype` fp32, bf16 and auto (and int8) on a checkpoint's test-set translations, in
 alternating rounds; each engine's outputs are compared with fp32's (identical lines, BLEU).
 By default every engine lives in this one process; `--isolate` gives each a fresh process per
-round, as a user runs one: the bf16 engines share oneDNN's kernel cache with all the others in
-one process, which slowed them by a third or more on a Zen 5 CPU. A dtype spec ending in
-"+early" uses CTranslate2's stopping rule for beam search (`--stop-early`), as its rows do.
+round, as a user runs one (one process holding every engine shares oneDNN's kernel cache among
+them, which slowed the bf16 ones on a Xeon with AMX; on a Zen 5 it made no difference), and
+times each child's first pass apart. A dtype spec ending in "+early" uses CTranslate2's
+stopping rule for beam search (`--stop-early`), as its rows do. The script sets the OpenMP wait
+policy as `mt` does (`mt.device.yield_when_waiting`), for every engine alike.
 
     MT_DATA=../shared/data/multi30k OMP_NUM_THREADS=2 python -m scripts.bench.bf16 \\
         --checkpoint runs/multi30k_de_en/best.pt --rounds 3
