@@ -330,6 +330,9 @@ def main() -> None:
     p.add_argument("--replay", action="store_true", help="the strings workload: the ban alone")
     p.add_argument("--fresh", action="store_true", help="the strings workload: mt translate")
     args = p.parse_args()
+    for name in ("injected", "strings", "spanful"):  # the baseline's children run in its tree
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).resolve())
     # Every rule here starts from what it learns in the run, not from a span cache an earlier
     # `mt translate` left (`mt.spans.kept`); `fresh` sets its children's cache itself.
     os.environ["MT_SPAN_CACHE"] = "off"
