@@ -170,7 +170,9 @@ def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]
     asked = [Request(x, plan=Plan(protect=False, recase=False)) for x in lines]  # search alone
     name, early = spec.removesuffix("+early"), spec.endswith("+early")
     dtype, _, gemm = name.partition("/")
-    options = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, stop_early=early)
+    options = DecodeOptions(
+        beam=beam, nbest=1, greedy=beam == 1 or None, stop_early=True if early else None
+    )  # None: the checkpoint's own setting
     if dtype == "int8":
         dtype, options = "fp32", dataclasses.replace(options, int8=True)
     if gemm:
@@ -193,7 +195,7 @@ def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
     refs = read_lines(args.ref)[: len(lines)] if args.ref else None
     keys = engine_keys(args, dtypes)
     names = {key: f"{key[0]} beam {key[1]}" for key in keys}
-    first: dict[str, float] = {}
+    first: dict[str, list[float]] = {}
     resolved: dict[str, str] = {}
     if args.isolate:
         outputs, seconds, first, resolved = isolated(args, keys, names)
