@@ -369,8 +369,9 @@ def yield_when_waiting(environ: MutableMapping[str, str] = os.environ) -> None:
     and a decoding step is hundreds of small ops microseconds apart. On a 2-core Zen 5, `mt
     translate` of the 1,000 test lines ran 1.22x (greedy) and 1.19x (beam 5) faster with 1,000
     turns (about 70 microseconds) than sleeping at once, and beside a competing training no
-    slower (docs/benchmarks.md, "Idle threads"), and the recipe's bf16 training step 1.17x;
-    3,000 turns gained a little more alone and lost a fifth beside the training, 10,000 lost 80%."""
+    slower (docs/benchmarks.md, "Idle threads"); the recipe's bf16 update ran 1.17x in a
+    benchmark, though a whole `mt train` run reached no more updates. 3,000 turns gained a
+    little more alone and lost a fifth beside the training, 10,000 lost 80%."""
     if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
         return
     environ["GOMP_SPINCOUNT"] = str(SHORT_SPIN)
