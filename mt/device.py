@@ -363,15 +363,16 @@ def yield_when_waiting(environ: MutableMapping[str, str] = os.environ) -> None:
     is imported, so callers do this first: `mt`'s entry point before any command runs, scripts
     before `import torch`.
 
-    Neither extreme serves. libgomp's default spins 300,000 turns (over 15 ms on a Zen 5),
-    which beside other work burns the time that work needs. Sleeping at once
-    (OMP_WAIT_POLICY=PASSIVE) makes every parallel region wake its threads through the kernel,
-    and a decoding step is hundreds of small ops microseconds apart. On a 2-core Zen 5, `mt
-    translate` of the 1,000 test lines ran 1.22x (greedy) and 1.19x (beam 5) faster with 1,000
-    turns (about 70 microseconds) than sleeping at once, and beside a competing training no
-    slower (docs/benchmarks.md, "Idle threads"); the recipe's bf16 update ran 1.17x in a
-    benchmark, though a whole `mt train` run reached no more updates. 3,000 turns gained a
-    little more alone and lost a fifth beside the training, 10,000 lost 80%."""
+    Neither extreme serves. libgomp's default spins 300,000 turns (over 15 ms at the 55-80 ns
+    a turn measured on a Zen 5), which beside other work burns the time that work needs.
+    Sleeping at once (OMP_WAIT_POLICY=PASSIVE) makes every parallel region wake its threads
+    through the kernel, and a decoding step is hundreds of small ops microseconds apart. On a
+    2-core Zen 5, `mt translate` of the 1,000 test lines ran 1.22x (greedy) and 1.19x (beam 5)
+    faster with 1,000 turns (about 70 microseconds) than sleeping at once, and beside a
+    competing training no slower (docs/benchmarks.md, "Idle threads"); the recipe's bf16
+    update ran 1.17x in a benchmark, though a whole `mt train` run reached no more updates.
+    3,000 turns gained a little more alone and lost a fifth beside the training, 10,000 lost
+    80%."""
     if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
         return
     environ["GOMP_SPINCOUNT"] = str(SHORT_SPIN)
