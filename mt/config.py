@@ -285,6 +285,12 @@ class DecodeConfig:
         "source or target+EOS when scoring).",
     )
     buffer_lines: int = setting(2000, "lines read ahead, sorted by length, then written in order")
+    workers: int = setting(
+        1,
+        "CPU: processes that decode shares of each buffer side by side, one thread each "
+        "(CTranslate2's inter_threads); up to the usable cores is faster than one process's "
+        "threads on files of many lines. 1: one process, --threads threads.",
+    )
     greedy: bool = setting(
         False, "greedy search instead of beam search (as is beam 1 with nbest 1)"
     )

@@ -70,6 +70,12 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
             "choose one",
         ),
         in_range(n("decode.buffer_lines"), d.buffer_lines, 1, 10_000_000),
+        in_range(n("decode.workers"), d.workers, 1, 1024),
+        (
+            d.workers == 1 or not d.sample,
+            f"{n('decode.workers')} > 1 cannot be combined with {n('decode.sample')}: the draws "
+            "would depend on which worker took which lines",
+        ),
         in_range(n("decode.no_repeat_ngram"), d.no_repeat_ngram, 0, MAX_LENGTH),
         (d.max_len_a >= 0, f"{n('decode.max_len_a')} must be >= 0"),
         (d.max_len_b >= 0, f"{n('decode.max_len_b')} must be >= 0"),

@@ -91,6 +91,7 @@ def translate(
     from mt.decode.pivot import check_pivot
     from mt.decode.requests import Plan, read_requests
     from mt.decode.translator import translate_stream, write_translations
+    from mt.decode.workers import spread
 
     use_threads("translate", threads)
     if input is not None and not input.is_file():
@@ -131,7 +132,7 @@ def translate(
     def work(lines, out, first: int = 0) -> None:
         requests = read_requests(lines, input_format, name, first, plan)
         write_translations(
-            doubts.watch(translate_stream(translator, requests)),
+            doubts.watch(translate_stream(decoder, requests)),
             out,
             nbest=translator.cfg.nbest,
             alignment=alignment,
@@ -155,7 +156,7 @@ def translate(
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format == "po":
         raise MtError("--input-format po is one catalogue: it cannot be shared out by lines")
-    with settled_heap():
+    with settled_heap(), spread(translator, 1 if typing else None) as decoder:
         if job is not None:
             job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
         else:
@@ -215,6 +216,7 @@ def evaluate(
     from mt.decode.numbers import kept_rate
     from mt.decode.requests import Plan
     from mt.decode.translator import translate_stream
+    from mt.decode.workers import spread
     from mt.metrics import format_scores, score
 
     use_threads("eval", threads)
@@ -240,8 +242,8 @@ def evaluate(
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
         plan = Plan(protect=protect, recase=recase, keep_numbers=keep_numbers, split=split)
-        with settled_heap():
-            done = translate_stream(translator, sources, plan)
+        with settled_heap(), spread(translator) as decoder:
+            done = translate_stream(decoder, sources, plan)
             hyps, where = [t.text for t in doubts.watch(done)], src
         keep_learned()
     if len(hyps) != len(refs):

@@ -35,6 +35,7 @@ from mt.decode.sentences import split_stage
 from mt.decode.stages import Stage, run, spelling_cost
 from mt.decode.steps import Hypothesis, Sampling
 from mt.decode.target import Target, Targets, model_for, strip_mark
+from mt.decode.workers import WorkerPool
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
@@ -247,20 +248,31 @@ class Translator:
 
 
 def translate_stream(
-    translator: Translator, items: Iterable[str | Request], plan: Plan | None = None
+    translator: Translator | WorkerPool,
+    items: Iterable[str | Request],
+    plan: Plan | None = None,
 ) -> Iterator[Translation]:
     """Translate an endless iterable (of lines, or requests) buffer by buffer, yielding in
-    input order; a line becomes a request with `plan` (default: the CLI's defaults)."""
-    it = iter(items)
-    plan = plan or Plan()
-    while True:
-        chunk = [
-            x if isinstance(x, Request) else Request(x.rstrip("\r\n"), plan=plan)
-            for x in itertools.islice(it, translator.cfg.buffer_lines)
-        ]
-        if not chunk:
-            return
+    input order; a line becomes a request with `plan` (default: the CLI's defaults). A
+    `WorkerPool` (mt.decode.workers) in place of the translator spreads each buffer over its
+    processes."""
+    chunks = buffers(items, translator.cfg.buffer_lines, plan or Plan())
+    if isinstance(translator, WorkerPool):
+        for done in translator.stream(chunks):
+            yield from done
+        return
+    for chunk in chunks:
         yield from isolated(translator.translate, chunk)
+
+
+def buffers(items: Iterable[str | Request], size: int, plan: Plan) -> Iterator[list[Request]]:
+    """`items` as requests (a line gets `plan`), `size` at a time."""
+    it = iter(items)
+    while chunk := [
+        x if isinstance(x, Request) else Request(x.rstrip("\r\n"), plan=plan)
+        for x in itertools.islice(it, size)
+    ]:
+        yield chunk
 
 
 def format_translation(t: Translation, index: int, nbest: int, alignment: bool) -> list[str]:

@@ -1,0 +1,212 @@
+"""Decoding spread over processes of one thread each (`decode.workers`), as CTranslate2's
+`inter_threads` spreads it over replicas.
+
+A decoding step is hundreds of small ops. torch splits each op over its intra-op threads, but
+an op on a few hundred rows is too small to split (it runs on one core while the others wait)
+and the threads meet at the end of every op; a process that decodes its own batches on one
+thread pays neither. On a 2-core Zen 5 the 1,000 test lines split over two such processes
+decoded beam 5 1.3x faster than one process with two threads, and CTranslate2 gained more
+than that from the same change (docs/benchmarks.md, "Workers").
+
+The pool forks its workers once, from the process that holds the loaded translator, so they
+share its weights copy-on-write and need nothing pickled but requests and translations.
+`translate(requests)` sorts the requests by length, cuts them into shares of about one
+batch, gives the longest shares out first and each free worker the next one, then puts the
+translations back in input order: every request goes through the same stages and search it
+would take in one process. Forking is why it is CPU-only and refused alongside CUDA, and why
+a worker starts with one thread (libgomp's pool does not survive a fork; a process that never
+opens a parallel region does not need it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import torch
+
+from mt.batching import token_batches
+from mt.decode.requests import Request, Translation, isolated
+from mt.errors import MtError
+
+SHARES_PER_WORKER = 4  # batches a buffer is cut into per worker, at least: evens out the ends
+MIN_SHARE_TOKENS = 1024  # below this a batch's fixed cost per step weighs more than the tail
+
+
+def shares(translator: Any, requests: list[Request], count: int) -> list[list[int]]:
+    """Indices of `requests` cut into batches by source length, as one process cuts them but
+    small enough that each of `count` workers gets several (`SHARES_PER_WORKER`; at most
+    `decode.max_tokens` and at least `MIN_SHARE_TOKENS` each), the largest first. With five
+    batches of 4,096 tokens for two workers, one waited a batch's time for the other at the
+    end: the 1,000 test lines, beam 5, took 2.95 s against 2.59 s in batches of 2,048 (2-core
+    Zen 5)."""
+    ids = translator.tokenizer.encode_src([r.src.strip() for r in requests])
+    sizes = [max(len(x), 1) for x in ids]
+    even = sum(sizes) // (SHARES_PER_WORKER * count)
+    budget = min(translator.cfg.max_tokens, max(MIN_SHARE_TOKENS, even))
+    batches = [[int(i) for i in b] for b in token_batches(sizes, budget)]
+    return sorted(batches, key=lambda b: -sum(sizes[i] for i in b))
+
+
+@dataclass
+class _Buffer:
+    """One buffer of requests in flight: its translations so far and its shares not yet given."""
+
+    requests: list[Request]
+    out: list[Translation | None]
+    todo: list[list[int]]  # popped from the end: the smallest last
+    left: int  # requests not yet translated
+
+
+def _serve(translator: Any, conn: Connection) -> None:
+    """A worker's loop: a share in, its translations out (with the lines it cut to the model's
+    longest input), until None or the pipe closes. A user's error (MtError) goes back as its
+    message, for the parent to raise."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    torch.set_num_threads(1)
+    while True:
+        try:
+            share = conn.recv()
+        except EOFError:
+            return
+        if share is None:
+            return
+        before = translator.truncated
+        try:
+            done = isolated(translator.translate, share)
+        except MtError as err:
+            conn.send(("error", str(err)))
+            continue
+        conn.send(("ok", done, translator.truncated - before))
+
+
+class WorkerPool:
+    """`count` forked processes that each translate whole shares of a buffer with `translator`.
+
+    Offers what `translate_stream` reads of a translator (`translate`, `cfg`), so a caller
+    passes the pool where it passed the translator. Close it (or use it as a context manager)
+    to end the workers."""
+
+    def __init__(self, translator: Any, count: int) -> None:
+        if translator.device.type != "cpu":
+            raise MtError("decode.workers > 1 runs on a CPU only (its workers are forked)")
+        self.translator = translator
+        self.cfg = translator.cfg
+        self.count = count
+        ctx = multiprocessing.get_context("fork")
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        for _ in range(count):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(translator, child), daemon=True)
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+
+    def translate(self, requests: list[Request]) -> list[Translation]:
+        """Translations of `requests` in their order, their batches decoded side by side."""
+        return next(iter(self.stream([requests])), []) if requests else []
+
+    def stream(self, buffers: Iterable[list[Request]]) -> Iterator[list[Translation]]:
+        """The translations of each buffer, in order, the workers kept busy across buffers: a
+        worker done with the last batches of one starts on the next (at most two buffers are
+        held), so no worker waits for the slowest batch of a buffer."""
+        it = iter(buffers)
+        held: deque[_Buffer] = deque()
+        busy: dict[Connection, tuple[_Buffer, list[int]]] = {}
+        ended = False
+        while True:
+            free = [c for c in self._conns if c not in busy]
+            while free:
+                buf = next((b for b in held if b.todo), None)
+                if buf is None:
+                    if ended or len(held) > 1:
+                        break
+                    requests = next(it, None)
+                    if requests is None:
+                        ended = True
+                        break
+                    held.append(self._buffer(requests))
+                    continue
+                conn, share = free.pop(), buf.todo.pop()
+                try:
+                    conn.send([buf.requests[i] for i in share])
+                except OSError:  # a broken pipe: the worker is gone
+                    raise MtError(f"a decoding worker stopped ({self._exits()})") from None
+                busy[conn] = (buf, share)
+            while held and held[0].left == 0:
+                yield held.popleft().out  # type: ignore[misc]
+            if not busy:
+                if ended and not held:
+                    return
+                continue
+            for conn in wait(list(busy)):
+                assert isinstance(conn, Connection)
+                buf, share = busy.pop(conn)
+                for i, t in zip(share, self._receive(conn)):
+                    buf.out[i] = t
+                buf.left -= len(share)
+
+    def _buffer(self, requests: list[Request]) -> _Buffer:
+        todo = shares(self.translator, requests, self.count)[::-1] if requests else []
+        return _Buffer(requests, [None] * len(requests), todo, len(requests))
+
+    def _receive(self, conn: Connection) -> list[Translation]:
+        """A worker's translations of the share it was given; its user error raised here."""
+        try:
+            answer = conn.recv()
+        except EOFError:
+            raise MtError(f"a decoding worker stopped ({self._exits()})") from None
+        if answer[0] == "error":
+            raise MtError(answer[1])
+        _, done, cut = answer
+        self.translator.truncated += cut  # what the caller reports, as in one process
+        return done
+
+    def _exits(self) -> str:
+        for proc in self._procs:
+            proc.join(timeout=1)  # a worker that closed its pipe is ending: read its exit code
+        codes = [p.exitcode for p in self._procs if p.exitcode is not None]
+        return "exit codes " + ", ".join(str(c) for c in codes) if codes else "no exit code"
+
+    def close(self) -> None:
+        """End the workers: each is asked to stop, then killed if it has not within 5 s."""
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            conn.close()
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self._conns, self._procs = [], []
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def spread(translator: Any, count: int | None = None) -> Iterator[Any]:
+    """What to translate with: a pool of `count` workers (default `decode.workers`) around
+    `translator`, ended on leaving, or `translator` itself for one process (or where this
+    system cannot fork)."""
+    count = translator.cfg.workers if count is None else count
+    if count <= 1 or not hasattr(os, "fork"):
+        yield translator
+        return
+    with WorkerPool(translator, count) as pool:
+        yield pool
