@@ -177,7 +177,8 @@ def test_serve_takes_the_dtype_for_every_decode(tiny_run, capsys, monkeypatch):
 def test_the_speed_script_gives_each_engine_a_process(tiny_run, multi30k_dir, tmp_path):
     """scripts/bench/bf16.py --isolate: one child process per engine and round, every engine's
     row with its first (cold) pass, the ratios against the first dtype, CTranslate2's stopping
-    rule only where there is a beam, and the outputs compared with fp32's line by line."""
+    rule only where there is a beam, two worker processes (":w2") giving fp32's lines, and the
+    outputs compared with fp32's line by line."""
     import json
     import os
     import subprocess
@@ -185,7 +186,7 @@ def test_the_speed_script_gives_each_engine_a_process(tiny_run, multi30k_dir, tm
     out = tmp_path / "rows.json"
     args = [sys.executable, "-m", "scripts.bench.bf16", "--skip-train", "--isolate"]
     args += ["--checkpoint", tiny_run / "best.pt", "--limit", "3", "--rounds", "1"]
-    args += ["--passes", "1", "--beams", "1,2", "--dtypes", "fp32,bf16,fp32+early"]
+    args += ["--passes", "1", "--beams", "1,2", "--dtypes", "fp32,bf16,fp32+early,fp32:w2"]
     args += ["--no-ct2", "--no-int8", "--threads", "1", "--json", out]
     args += ["--src", multi30k_dir / "test_2016_flickr.de.gz"]
     args += ["--ref", multi30k_dir / "test_2016_flickr.en.gz"]
@@ -194,12 +195,16 @@ def test_the_speed_script_gives_each_engine_a_process(tiny_run, multi30k_dir, tm
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["rows"]
     keys = [(r["engine"], r["beam"]) for r in rows]
-    assert keys == [("fp32", 1), ("bf16", 1), ("fp32", 2), ("bf16", 2), ("fp32+early", 2)]
-    assert done.stderr.count("first") == 5  # a child each, reported as it ends
+    assert keys == [
+        ("fp32", 1), ("bf16", 1), ("fp32:w2", 1),
+        ("fp32", 2), ("bf16", 2), ("fp32+early", 2), ("fp32:w2", 2),
+    ]  # fmt: skip
+    assert done.stderr.count("first") == 7  # a child each, reported as it ends
     by = {k: r for k, r in zip(keys, rows)}
     for (engine, _), r in by.items():
         assert r["isolated"] and r["sentences"] == 3 and r["first_pass_s_best"] > 0
-        assert r["resolves_to"] == engine.split("+")[0]
+        assert r["resolves_to"] == engine.split("+")[0].split(":")[0]
         assert 0 <= r["same_as_fp32"] <= 3 and 0 <= r["bleu"] <= 100
     assert by[("fp32", 1)]["vs_fp32"] == 1.0 and by[("fp32", 1)]["same_as_fp32"] == 3
     assert by[("fp32", 2)]["vs_fp32"] == 1.0 and by[("fp32", 2)]["same_as_fp32"] == 3
+    assert by[("fp32:w2", 1)]["same_as_fp32"] == 3 and by[("fp32:w2", 2)]["same_as_fp32"] == 3
