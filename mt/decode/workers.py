@@ -202,10 +202,11 @@ class WorkerPool:
 @contextlib.contextmanager
 def spread(translator: Any, count: int | None = None) -> Iterator[Any]:
     """What to translate with: a pool of `count` workers (default `decode.workers`) around
-    `translator`, ended on leaving, or `translator` itself for one process (or where this
-    system cannot fork)."""
+    `translator`, ended on leaving, or `translator` itself for one process, on a GPU (a
+    checkpoint's setting from CPU decoding does not stop a GPU run) or where this system
+    cannot fork."""
     count = translator.cfg.workers if count is None else count
-    if count <= 1 or not hasattr(os, "fork"):
+    if count <= 1 or translator.device.type != "cpu" or not hasattr(os, "fork"):
         yield translator
         return
     with WorkerPool(translator, count) as pool:

@@ -98,6 +98,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.max_len_b": ("WEW", ["model.max_positions=64"]),
     "decode.max_tokens": ("EEE",),
     "decode.buffer_lines": ("EEE",),
+    "decode.workers": ("EEE",),  # 1 to 1,024 processes
     "decode.topk": ("WEW",),  # 0: no limit; huge: all tokens
     "decode.topp": ("EEE",),
     "decode.temperature": ("EEW",),
@@ -135,6 +136,8 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("attention", "--beam"): "EEE",
     ("score", "--max-tokens"): "EEE",
     ("translate", "--buffer-lines"): "EEE",
+    ("translate", "--workers"): "EEE",
+    ("eval", "--workers"): "EEE",
     ("translate", "--chunk-lines"): "EEE",
     ("score", "--buffer-lines"): "EEE",
     ("score", "--chunk-lines"): "EEE",
