@@ -4,18 +4,19 @@
 A decoding step is hundreds of small ops. torch splits each op over its intra-op threads, but
 an op on a few hundred rows is too small to split (it runs on one core while the others wait)
 and the threads meet at the end of every op; a process that decodes its own batches on one
-thread pays neither. On a 2-core Zen 5 the 1,000 test lines split over two such processes
-decoded beam 5 1.3x faster than one process with two threads, and CTranslate2 gained more
-than that from the same change (docs/benchmarks.md, "Workers").
+thread pays neither. On a 2-core Zen 5, two such processes decoded the 1,000 test lines 1.41x
+faster greedy and 1.15x at beam 5 than one process with two threads (bf16), and CTranslate2
+gained more than that from the same change (docs/benchmarks.md, "Workers, and CTranslate2's
+replicas").
 
 The pool forks its workers once, from the process that holds the loaded translator, so they
 share its weights copy-on-write and need nothing pickled but requests and translations.
-`translate(requests)` sorts the requests by length, cuts them into shares of about one
-batch, gives the longest shares out first and each free worker the next one, then puts the
-translations back in input order: every request goes through the same stages and search it
-would take in one process. Forking is why it is CPU-only and refused alongside CUDA, and why
-a worker starts with one thread (libgomp's pool does not survive a fork; a process that never
-opens a parallel region does not need it).
+Each buffer is cut into batches by length (`shares`), the largest given out first and each
+free worker the next, across buffers; the translations go back in input order, and every
+request goes through the same stages and search it would take in one process. Forking is why
+it is CPU-only (a GPU run decodes in one process), and why a worker runs one thread: the
+parent's OpenMP threads do not exist in a forked child, and a process that never opens a
+parallel region needs none.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,11 +37,14 @@ from mt.batching import token_batches
 from mt.decode.requests import Request, Translation, isolated
 from mt.errors import MtError
 
+if TYPE_CHECKING:  # the translator module imports this one
+    from mt.decode.translator import Translator
+
 SHARES_PER_WORKER = 4  # batches a buffer is cut into per worker, at least: evens out the ends
 MIN_SHARE_TOKENS = 1024  # below this a batch's fixed cost per step weighs more than the tail
 
 
-def shares(translator: Any, requests: list[Request], count: int) -> list[list[int]]:
+def shares(translator: Translator, requests: list[Request], count: int) -> list[list[int]]:
     """Indices of `requests` cut into batches by source length, as one process cuts them but
     small enough that each of `count` workers gets several (`SHARES_PER_WORKER`; at most
     `decode.max_tokens` and at least `MIN_SHARE_TOKENS` each), the largest first. With five
@@ -65,7 +69,7 @@ class _Buffer:
     left: int  # requests not yet translated
 
 
-def _serve(translator: Any, conn: Connection) -> None:
+def _serve(translator: Translator, conn: Connection) -> None:
     """A worker's loop: a share in, its translations out (with the lines it cut to the model's
     longest input), until None or the pipe closes. A user's error (MtError) goes back as its
     message, for the parent to raise."""
@@ -94,7 +98,7 @@ class WorkerPool:
     passes the pool where it passed the translator. Close it (or use it as a context manager)
     to end the workers."""
 
-    def __init__(self, translator: Any, count: int) -> None:
+    def __init__(self, translator: Translator, count: int) -> None:
         if translator.device.type != "cpu":
             raise MtError("decode.workers > 1 runs on a CPU only (its workers are forked)")
         self.translator = translator
@@ -200,7 +204,7 @@ class WorkerPool:
 
 
 @contextlib.contextmanager
-def spread(translator: Any, count: int | None = None) -> Iterator[Any]:
+def spread(translator: Translator, count: int | None = None) -> Iterator[Translator | WorkerPool]:
     """What to translate with: a pool of `count` workers (default `decode.workers`) around
     `translator`, ended on leaving, or `translator` itself for one process, on a GPU (a
     checkpoint's setting from CPU decoding does not stop a GPU run) or where this system
