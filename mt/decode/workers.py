@@ -122,7 +122,8 @@ class WorkerPool:
     def stream(self, buffers: Iterable[list[Request]]) -> Iterator[list[Translation]]:
         """The translations of each buffer, in order, the workers kept busy across buffers: a
         worker done with the last batches of one starts on the next (at most two buffers are
-        held), so no worker waits for the slowest batch of a buffer."""
+        held), so no worker waits for the slowest batch of a buffer. The price: a buffer is
+        yielded only after the next one has been read (or the input has ended)."""
         it = iter(buffers)
         held: deque[_Buffer] = deque()
         busy: dict[Connection, tuple[_Buffer, list[int]]] = {}
