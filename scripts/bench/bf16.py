@@ -29,7 +29,7 @@ the faster of the two at each beam.
     python -m scripts.bench.bf16 --skip-decode --steps 4 --rounds 2     # training only, briefly
     python -m scripts.bench.bf16 --skip-train --isolate --limit 0 --checkpoint CKPT \\
         --dtypes fp32,bf16,bf16+early                     # each engine in a process of its own
-    python -m scripts.bench.bf16 --skip-train --isolate --limit 0 --checkpoint CKPT \
+    python -m scripts.bench.bf16 --skip-train --isolate --limit 0 --checkpoint CKPT \\
         --dtypes bf16,bf16:w2,int8+early:w2                # workers against CTranslate2's modes
 """
 
