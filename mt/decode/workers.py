@@ -29,16 +29,29 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from multiprocessing.process import BaseProcess
+from typing import Protocol
 
 import torch
 
 from mt.batching import token_batches
+from mt.config import DecodeConfig
 from mt.decode.requests import Request, Translation, isolated
 from mt.errors import MtError
+from mt.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # the translator module imports this one
-    from mt.decode.translator import Translator
+
+class Translator(Protocol):
+    """What the pool reads of `mt.decode.translator.Translator` (which imports this module, so
+    it is named by what it offers)."""
+
+    cfg: DecodeConfig
+    device: torch.device
+    tokenizer: Tokenizer
+    truncated: int  # lines cut to the model's longest input so far
+
+    def translate(self, requests: list[Request]) -> list[Translation]: ...
+
 
 SHARES_PER_WORKER = 4  # batches a buffer is cut into per worker, at least: evens out the ends
 MIN_SHARE_TOKENS = 1024  # below this a batch's fixed cost per step weighs more than the tail
@@ -106,7 +119,7 @@ class WorkerPool:
         self.count = count
         ctx = multiprocessing.get_context("fork")
         self._conns: list[Connection] = []
-        self._procs: list[Any] = []
+        self._procs: list[BaseProcess] = []
         for _ in range(count):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_serve, args=(translator, child), daemon=True)
