@@ -20,3 +20,7 @@ class MtError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
+
+    def __reduce__(self) -> tuple[type, tuple[str, int]]:
+        """Pickled with its exit code (a decoding worker's error crosses a pipe)."""
+        return (type(self), (str(self), self.code))

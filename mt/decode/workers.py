@@ -25,6 +25,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -84,8 +85,8 @@ class _Buffer:
 
 def _serve(translator: Translator, conn: Connection) -> None:
     """A worker's loop: a share in, its translations out (with the lines it cut to the model's
-    longest input), until None or the pipe closes. A user's error (MtError) goes back as its
-    message, for the parent to raise."""
+    longest input), until None or the pipe closes. A user's error (MtError) goes back, for
+    the parent to raise."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     torch.set_num_threads(1)
     while True:
@@ -99,9 +100,26 @@ def _serve(translator: Translator, conn: Connection) -> None:
         try:
             done = isolated(translator.translate, share)
         except MtError as err:
-            conn.send(("error", str(err)))
+            conn.send(("error", err))
             continue
         conn.send(("ok", done, translator.truncated - before))
+
+
+def _read_ahead(buffers: Iterable[list[Request]], out: Connection) -> None:
+    """Send each buffer of `buffers` down `out`, then ("end", None); a user's error reading
+    them (a malformed line) as ("end", the error), in its place in the order. Stops when the
+    pool closes its end."""
+    try:
+        for requests in buffers:
+            out.send(("buffer", requests))
+        out.send(("end", None))
+    except MtError as err:
+        with contextlib.suppress(OSError):
+            out.send(("end", err))
+    except OSError:  # the pool stopped listening
+        pass
+    finally:
+        out.close()
 
 
 class WorkerPool:
@@ -135,43 +153,60 @@ class WorkerPool:
     def stream(self, buffers: Iterable[list[Request]]) -> Iterator[list[Translation]]:
         """The translations of each buffer, in order, the workers kept busy across buffers: a
         worker done with the last batches of one starts on the next (at most two buffers are
-        held), so no worker waits for the slowest batch of a buffer. The price: a buffer is
-        yielded only after the next one has been read (or the input has ended)."""
-        it = iter(buffers)
+        held), so no worker waits for the slowest batch of a buffer. A thread reads the input
+        ahead (`_read_ahead`), so a buffer is yielded as soon as it is translated, whether or
+        not the next has come in (a live pipe gets its answers as one process gives them); an
+        error reading the input is raised after the buffers before it are yielded."""
+        inbox, outbox = multiprocessing.Pipe(duplex=False)
+        threading.Thread(target=_read_ahead, args=(buffers, outbox), daemon=True).start()
         held: deque[_Buffer] = deque()
         busy: dict[Connection, tuple[_Buffer, list[int]]] = {}
-        ended = False
-        while True:
-            free = [c for c in self._conns if c not in busy]
-            while free:
-                buf = next((b for b in held if b.todo), None)
-                if buf is None:
-                    if ended or len(held) > 1:
-                        break
-                    requests = next(it, None)
-                    if requests is None:
-                        ended = True
-                        break
-                    held.append(self._buffer(requests))
-                    continue
-                conn, share = free.pop(), buf.todo.pop()
-                try:
-                    conn.send([buf.requests[i] for i in share])
-                except OSError:  # a broken pipe: the worker is gone
-                    raise MtError(f"a decoding worker stopped ({self._exits()})") from None
-                busy[conn] = (buf, share)
-            while held and held[0].left == 0:
-                yield held.popleft().out  # type: ignore[misc]
-            if not busy:
-                if ended and not held:
+        ended, failure = False, None
+        try:
+            while True:
+                self._hand_out(held, busy)
+                while held and held[0].left == 0:
+                    yield held.popleft().out  # type: ignore[misc]
+                if ended and not held and not busy:
+                    if failure is not None:
+                        raise failure
                     return
-                continue
-            for conn in wait(list(busy)):
-                assert isinstance(conn, Connection)
-                buf, share = busy.pop(conn)
-                for i, t in zip(share, self._receive(conn)):
-                    buf.out[i] = t
-                buf.left -= len(share)
+                watch: list[Connection] = list(busy)
+                if not ended and len(held) < 2 and not any(b.todo for b in held):
+                    watch.append(inbox)  # room for the next buffer, and a worker to give it
+                for conn in wait(watch):
+                    assert isinstance(conn, Connection)
+                    if conn is inbox:
+                        try:
+                            kind, payload = inbox.recv()
+                        except EOFError:  # the reader failed: its traceback is above
+                            raise MtError("the input could not be read") from None
+                        if kind == "buffer":
+                            held.append(self._buffer(payload))
+                        else:
+                            ended, failure = True, payload
+                        continue
+                    buf, share = busy.pop(conn)
+                    for i, t in zip(share, self._receive(conn)):
+                        buf.out[i] = t
+                    buf.left -= len(share)
+        finally:
+            inbox.close()  # the reader's next send fails, and it stops
+
+    def _hand_out(
+        self, held: deque[_Buffer], busy: dict[Connection, tuple[_Buffer, list[int]]]
+    ) -> None:
+        """Give each free worker the next share of the oldest buffer that has one."""
+        for conn in [c for c in self._conns if c not in busy]:
+            buf = next((b for b in held if b.todo), None)
+            if buf is None:
+                return
+            share = buf.todo.pop()
+            try:
+                conn.send([buf.requests[i] for i in share])
+            except OSError:  # a broken pipe: the worker is gone
+                raise MtError(f"a decoding worker stopped ({self._exits()})") from None
+            busy[conn] = (buf, share)
 
     def _buffer(self, requests: list[Request]) -> _Buffer:
         todo = shares(self.translator, requests, self.count)[::-1] if requests else []
@@ -184,7 +219,7 @@ class WorkerPool:
         except EOFError:
             raise MtError(f"a decoding worker stopped ({self._exits()})") from None
         if answer[0] == "error":
-            raise MtError(answer[1])
+            raise answer[1]
         _, done, cut = answer
         self.translator.truncated += cut  # what the caller reports, as in one process
         return done

@@ -5,8 +5,10 @@ order, across buffers; a worker's error or death is one line in the parent."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import signal
+import threading
 
 import pytest
 
@@ -93,3 +95,42 @@ def test_bad_worker_settings_are_one_line(tiny_run, mt_cli, flags, message):
     result = mt_cli("translate", tiny_run / "last.pt", "--device", "cpu", *flags, stdin="Hallo\n")
     assert result.rc != 0 and message in result.err
     assert "Traceback" not in result.err and result.out == ""
+
+
+def test_a_buffer_comes_out_before_the_next_comes_in(tiny_run, german):
+    """A live pipe: the first buffer's lines are answered while the input waits for them."""
+    options = DecodeOptions(workers=2, buffer_lines=3)
+    translator = Session([tiny_run / "last.pt"], "cpu").translator(options)
+    answered = threading.Event()
+
+    def live():  # the rest of the input comes only once the first lines are answered
+        yield from german[:3]
+        if not answered.wait(timeout=60):
+            raise MtError("the first buffer was not written before more input came")
+        yield from german[3:7]
+
+    with spread(translator) as pool:
+        out = translate_stream(pool, live(), Plan())
+        first = [next(out) for _ in range(3)]
+        answered.set()
+        rest = list(out)
+    assert len(first) == 3 and len(rest) == 4
+    assert [t.text for t in first + rest] == [
+        t.text for t in translator.translate([Request(s) for s in german[:7]])
+    ]
+
+
+def test_a_bad_line_stops_the_run_where_one_process_stops(tiny_run, mt_cli, german):
+    """The lines of the buffers before a malformed one are written, then the same one line."""
+    lines = (
+        [json.dumps({"src": s}) for s in german[:5]]
+        + ["{not json"]
+        + [json.dumps({"src": s}) for s in german[5:8]]
+    )
+    text = "\n".join(lines) + "\n"
+    common = ("--device", "cpu", "--input-format", "jsonl", "--buffer-lines", "2")
+    one = mt_cli("translate", tiny_run / "last.pt", *common, stdin=text)
+    two = mt_cli("translate", tiny_run / "last.pt", *common, "--workers", "2", stdin=text)
+    assert one.rc == two.rc != 0 and "<stdin>:6" in two.err and "Traceback" not in two.err
+    assert two.out == one.out and len(two.out.splitlines()) == 4
+    assert two.err.strip().splitlines()[-1] == one.err.strip().splitlines()[-1]
