@@ -76,12 +76,14 @@ def test_a_user_error_in_a_worker_is_the_parents_one_line(tiny_run):
 def test_a_killed_worker_stops_the_run_with_one_line(tiny_run, german):
     translator = Session([tiny_run / "last.pt"], "cpu").translator(DecodeOptions(workers=2))
     with WorkerPool(translator, 2) as pool:
+        procs = list(pool._procs)
         assert len(pool.translate([Request(s) for s in german[:4]])) == 4
-        os.kill(pool._procs[0].pid, signal.SIGKILL)
-        pool._procs[0].join(timeout=10)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        procs[0].join(timeout=10)
         with pytest.raises(MtError, match=r"a decoding worker stopped \(exit codes -9\)"):
             list(translate_stream(pool, german, Plan()))
-    assert all(not p.is_alive() for p in pool._procs) or not pool._procs
+    # closing ended the survivor too: no worker outlives the pool
+    assert [p.is_alive() for p in procs] == [False, False] and procs[1].exitcode is not None
 
 
 @pytest.mark.parametrize(
