@@ -45,6 +45,12 @@ def sinusoids(length: int, dim: int, layout: str = "interleaved") -> torch.Tenso
 ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
 
+def applied(x: torch.Tensor) -> torch.Tensor:
+    """The activation of a decoding copy's feed-forward layer whose first Linear layer applies
+    the ReLU itself, in the same call (mt.decode.onednn, mt.decode.int8)."""
+    return x
+
+
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mt.model import FeedForward, applied
+
 ROW_STEP = 8
 MAX_ROWS = 256  # mt.decode.steps.ROWS_PER_CHUNK: search projects this many rows at a time
 LONG_ROW_STEP = 64  # bf16: more rows (the encoder's, a batch's first step) pad to this
@@ -73,31 +75,38 @@ class OneDnnLinear(nn.Module):
 
 class PackedLinear(nn.Module):
     """A bf16 Linear layer for decoding on a CPU: the weight is held only in oneDNN's blocked
-    layout, so the half copy costs no more memory than before; inputs are cast to bf16."""
+    layout, so the half copy costs no more memory than before; inputs are cast to bf16.
+    `post` "relu" applies a ReLU inside the same call (oneDNN's post-op), sparing a pass over
+    the feed-forward layer's widest activations."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, post: str = "none") -> None:
         super().__init__()
         weight = weight.detach().to(torch.bfloat16)
         self.out_features = weight.size(0)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)
         self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
+        self.post = post
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.to(torch.bfloat16).reshape(-1, x.size(-1))
         step = ROW_STEP if flat.size(0) <= MAX_ROWS else LONG_ROW_STEP
-        y = _padded(flat, self.packed, self.bias, step)
+        y = _padded(flat, self.packed, self.bias, step, self.post)
         return y.view(*x.shape[:-1], self.out_features)
 
 
 def _padded(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, step: int = ROW_STEP
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    step: int = ROW_STEP,
+    post: str = "none",
 ) -> torch.Tensor:
     """oneDNN's product of `x`'s rows, padded to a multiple of `step` for the call."""
     rows = x.size(0)
     pad = -rows % step
     if pad:
         x = torch.cat([x, x.new_zeros(pad, x.size(1))])
-    y = torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    y = torch.ops.mkldnn._linear_pointwise(x, weight, bias, post, [], "")
     return y[:rows] if pad else y
 
 
@@ -131,13 +140,16 @@ def bf16_available() -> bool:
 def onednn_bf16(model: nn.Module) -> nn.Module:
     """A bf16 copy of `model` (a Transformer or an Ensemble of them) in eval mode whose Linear
     layers, the output layer and its logits bias included, compute through oneDNN with packed
-    weights. The embeddings stay plain bf16 tables (a tied output layer gets its own packed
-    copy)."""
+    weights, and a ReLU feed-forward layer's activation inside its first product. The
+    embeddings stay plain bf16 tables (a tied output layer gets its own packed copy)."""
     half = copy.deepcopy(model).to(torch.bfloat16).eval()
     for member in getattr(half, "members", [half]):
         member.output = PackedLinear(member.output.weight, member.output_bias)
         member.output_bias = None
     for module in list(half.modules()):
+        if isinstance(module, FeedForward) and module.activation is F.relu:
+            module.fc1 = PackedLinear(module.fc1.weight, module.fc1.bias, post="relu")
+            module.activation = applied
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
                 setattr(module, name, PackedLinear(child.weight, child.bias))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
 from mt.decode.int8 import quantize_linears
-from mt.model import Transformer
+from mt.model import Transformer, applied
 
 
 def small_model(tie: bool = True) -> Transformer:
@@ -32,3 +33,29 @@ def test_int8_copy_is_close_and_cpu_only():
     assert (got - want).abs().max() < 0.05 * want.abs().max()  # int8 error, not a new model
     with pytest.raises(ValueError, match="CPU only"):
         quantize_linears(small_model().to("meta"))
+
+
+@pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")
+def test_int8_relu_layers_are_fused_with_the_values_of_the_unfused_copy():
+    """A ReLU feed-forward layer's first product applies the ReLU itself: the same logits as
+    quantising each Linear layer alone and applying the ReLU after it."""
+    model = small_model().eval()
+    fused = quantize_linears(model)
+    for layer in [*fused.encoder, *fused.decoder]:
+        assert "ReLU" in type(layer.ffn.fc1).__name__ and layer.ffn.activation is applied
+    plain = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    assert all(layer.ffn.activation is F.relu for layer in plain.decoder)
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(fused(src, tgt), plain(src, tgt), rtol=1e-6, atol=1e-6)
+    assert all(layer.ffn.activation is F.relu for layer in model.decoder)  # source untouched
+
+
+def test_int8_other_activations_stay_apart():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_heads=2, d_ff=64, encoder_layers=1, decoder_layers=1)
+    cfg.activation = "gelu"
+    quantized = quantize_linears(Transformer(cfg, 40, 40).eval())
+    assert quantized.decoder[0].ffn.activation is F.gelu
+    assert "ReLU" not in type(quantized.decoder[0].ffn.fc1).__name__

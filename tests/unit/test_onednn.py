@@ -22,7 +22,7 @@ from mt.decode.requests import Plan, Request
 from mt.decode.session import DecodeOptions, Session
 from mt.device import Precision
 from mt.errors import MtError
-from mt.model import Transformer
+from mt.model import Transformer, applied
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch lacks the oneDNN op")
 
@@ -121,6 +121,23 @@ def test_the_packed_bf16_layer_computes_linear_for_any_row_count(rows):
     want3 = F.linear(x3.float(), weight.float(), bias.float())
     got3 = onednn.PackedLinear(weight, bias)(x3)
     torch.testing.assert_close(got3.float(), want3, rtol=2e-2, atol=5e-2)
+
+
+@needs_bf16
+def test_the_packed_layer_applies_a_relu_inside_its_product_exactly():
+    """`post` "relu" gives the plain packed layer's values with the ReLU applied after them,
+    bit for bit, and the bf16 copy's feed-forward layers use it."""
+    torch.manual_seed(3)
+    weight, bias = torch.randn(64, 24).bfloat16(), torch.randn(64).bfloat16()
+    x = torch.randn(2, 13, 24).bfloat16()
+    plain = onednn.PackedLinear(weight, bias)(x)
+    fused = onednn.PackedLinear(weight, bias, post="relu")(x)
+    assert fused.min() == 0 and plain.min() < 0
+    assert torch.equal(fused, plain.relu())
+    fast = decode_model(small_model(), BF16, CPU, False, "auto")
+    for layer in [*fast.encoder, *fast.decoder]:
+        assert layer.ffn.fc1.post == "relu" and layer.ffn.activation is applied
+        assert layer.ffn.fc2.post == "none"
 
 
 @needs_bf16
