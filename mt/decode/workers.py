@@ -4,8 +4,8 @@
 A decoding step is hundreds of small ops. torch splits each op over its intra-op threads, but
 an op on a few hundred rows is too small to split (it runs on one core while the others wait)
 and the threads meet at the end of every op; a process that decodes its own batches on one
-thread pays neither. On a 2-core Zen 5, two such processes decoded the 1,000 test lines 1.41x
-faster greedy and 1.15x at beam 5 than one process with two threads (bf16), and CTranslate2
+thread pays neither. On a 2-core Zen 5, two such processes decoded the 1,000 test lines 1.34x
+faster greedy and 1.16x at beam 5 than one process with two threads (bf16), and CTranslate2
 gained more than that from the same change (docs/benchmarks.md, "Workers, and CTranslate2's
 replicas").
 

@@ -317,7 +317,8 @@ def child(args: argparse.Namespace) -> None:
 def ctranslate2_engine(args: argparse.Namespace, lines: list[str], beam: int, replicas: bool):
     """CTranslate2 int8 (its fastest CPU compute type) on the same checkpoint: one translator
     whose ops use every thread, or with `replicas` one replica per thread (`inter_threads`),
-    each translating its own batches of 2,048 tokens (its best of 2,048 and 4,096 measured)."""
+    each translating its own batches of 2,048 tokens (its best of 2,048 and 4,096 measured).
+    The timed call takes the lines as text and returns texts, as mt's engines do."""
     import ctranslate2
 
     from mt.export import to_ctranslate2
@@ -334,10 +335,11 @@ def ctranslate2_engine(args: argparse.Namespace, lines: list[str], beam: int, re
         str(folder), device="cpu", inter_threads=inter, intra_threads=intra, compute_type="int8",
     )  # fmt: skip
     batch = 2048 if replicas else 4096
-    pieces = [tok.src.encode(x, out_type=str) for x in lines]
-    longest = max(len(p) for p in pieces) + 1
 
     def translate() -> list[str]:
+        # Tokenized inside the timed call, as mt's engines tokenize theirs.
+        pieces = [tok.src.encode(x, out_type=str) for x in lines]
+        longest = max(len(p) for p in pieces) + 1
         results = translator.translate_batch(
             pieces, beam_size=beam, max_batch_size=batch, batch_type="tokens",
             max_decoding_length=int(d.max_len_a * longest + d.max_len_b),
