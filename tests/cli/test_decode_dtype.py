@@ -208,3 +208,23 @@ def test_the_speed_script_gives_each_engine_a_process(tiny_run, multi30k_dir, tm
     assert by[("fp32", 1)]["vs_fp32"] == 1.0 and by[("fp32", 1)]["same_as_fp32"] == 3
     assert by[("fp32", 2)]["vs_fp32"] == 1.0 and by[("fp32", 2)]["same_as_fp32"] == 3
     assert by[("fp32:w2", 1)]["same_as_fp32"] == 3 and by[("fp32:w2", 2)]["same_as_fp32"] == 3
+
+
+@pytest.mark.slow
+def test_the_compiled_step_script_compares_with_the_eager_step(tiny_run, multi30k_dir):
+    """scripts/bench/compiled_step.py: the step compiled by torch.compile searches the same
+    fp32 tokens as the eager step, greedy and beam, and each row reports both rates."""
+    import os
+    import re
+    import subprocess
+
+    args = [sys.executable, "-m", "scripts.bench.compiled_step", tiny_run / "best.pt"]
+    args += ["--src", multi30k_dir / "test_2016_flickr.de.gz", "--limit", "6", "--rounds", "1"]
+    args += ["--dtypes", "fp32", "--beams", "1,2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"^fp32 beam (\d): eager ([\d.]+), compiled ([\d.]+) .* same tokens: (\w+)$",
+                      done.stdout, re.M)  # fmt: skip
+    assert [r[0] for r in rows] == ["1", "2"], done.stdout
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and r[3] == "True" for r in rows)
