@@ -26,14 +26,15 @@ from pathlib import Path
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines
 
 
-def batches(tokenizer, lines: list[str], max_tokens: int):  # noqa: ANN001, ANN201
-    """(B, S) source tensors of the lines, cut as `mt translate` cuts them."""
+def batches(tokenizer, lines: list[str], max_tokens: int, longest: int):  # noqa: ANN001, ANN201
+    """(B, S) source tensors of the lines (EOS included, at most `longest` ids), cut into
+    batches as `mt translate` cuts them."""
     import torch
 
     from mt.batching import token_batches
     from mt.tokenizer import EOS, PAD
 
-    ids = [tokenizer.src.encode(x)[:254] + [EOS] for x in lines]
+    ids = [tokenizer.src.encode(x)[: longest - 1] + [EOS] for x in lines]
     out = []
     for rows in token_batches([len(x) for x in ids], max_tokens):
         rows = rows.tolist()
@@ -78,7 +79,9 @@ def main() -> None:
         f"{data.test}.{data.src_lang}.gz"
     )
     lines = read_lines(src)[: args.limit or None]
-    srcs = batches(loaded.tokenizer, lines, loaded.cfg.decode.max_tokens)
+    srcs = batches(
+        loaded.tokenizer, lines, loaded.cfg.decode.max_tokens, loaded.model.cfg.max_positions
+    )
     torch._dynamo.config.cache_size_limit = 64  # guards on the caches' growth, not on rows
     print(f"{describe_machine()}, torch {torch.__version__}, {args.threads} thread(s), "
           f"{len(lines)} lines")  # fmt: skip
