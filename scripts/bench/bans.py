@@ -104,12 +104,22 @@ print(time.process_time() - start)
 """
 
 
+def run_child(cmd: list[str], tree: Path, env: dict[str, str]) -> str:
+    """Run `cmd` in `tree`; its stdout. A failure stops the benchmark with the child's last
+    line of stderr (an older commit cannot read the config of a newer checkpoint, say) and
+    the commit's folder, rather than a traceback."""
+    done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bans: a child in {tree} exited {done.returncode}: {last}")
+    return done.stdout
+
+
 def child_replay(tree: Path, calls: Path, checkpoint: Path) -> float:
     """CPU seconds of the ban of `tree` replaying the pickled `calls`, in a child process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-c", _CHILD_REPLAY, str(calls), str(checkpoint)]
-    done = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
-    return float(done.stdout.split()[-1])
+    return float(run_child(cmd, tree, env).split()[-1])
 
 
 def new_index_rule(tokenizer, device: torch.device) -> SpanRule:
@@ -259,7 +269,7 @@ def fresh(checkpoint: Path, lines: list[str], rounds: int, baseline: Path,
                    "MT_SPAN_CACHE": str(kept)}  # fmt: skip
             cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint.resolve()),
                    "--protect", "-i", str(other), "-o", str(out)]  # fmt: skip
-            subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+            run_child(cmd, REPO, env)
             runs[f"--protect, span cache from {len(warm)} other lines"] = (
                 REPO, "--protect", str(Path(tmp) / "cache"))  # fmt: skip
         secs: dict[str, list[float]] = {k: [] for k in runs}
@@ -274,7 +284,7 @@ def fresh(checkpoint: Path, lines: list[str], rounds: int, baseline: Path,
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cmd = [sys.executable, "-m", "mt", "translate", str(checkpoint.resolve()), flag,
                        "-i", str(src), "-o", str(out)]  # fmt: skip
-                subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True)
+                run_child(cmd, tree, env)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 secs[k].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
                 outs[k].add(out.read_bytes())
