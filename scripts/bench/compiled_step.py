@@ -18,31 +18,28 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import time
 from functools import partial
 from pathlib import Path
 
-from scripts.common import alternate, describe_machine, load_checkpoint, read_lines
+from scripts.common import (
+    alternate,
+    describe_machine,
+    load_checkpoint,
+    multi30k_dir,
+    read_lines,
+)
 
 
 def batches(tokenizer, lines: list[str], max_tokens: int, longest: int):  # noqa: ANN001, ANN201
     """(B, S) source tensors of the lines (EOS included, at most `longest` ids), cut into
     batches as `mt translate` cuts them."""
-    import torch
-
-    from mt.batching import token_batches
-    from mt.tokenizer import EOS, PAD
+    from mt.batching import pad, token_batches
+    from mt.tokenizer import EOS
 
     ids = [tokenizer.src.encode(x)[: longest - 1] + [EOS] for x in lines]
-    out = []
-    for rows in token_batches([len(x) for x in ids], max_tokens):
-        rows = rows.tolist()
-        t = torch.full((len(rows), max(len(ids[i]) for i in rows)), PAD, dtype=torch.long)
-        for j, i in enumerate(rows):
-            t[j, : len(ids[i])] = torch.tensor(ids[i])
-        out.append(t)
-    return out
+    cuts = token_batches([len(x) for x in ids], max_tokens)
+    return [pad([ids[i] for i in rows]) for rows in cuts]
 
 
 def search(model, srcs: list, cfg) -> list[list[int]]:  # noqa: ANN001
@@ -57,7 +54,7 @@ def search(model, srcs: list, cfg) -> list[list[int]]:  # noqa: ANN001
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("checkpoint", type=Path)
-    p.add_argument("--src", type=Path, help="default: $MT_DATA's test_2016_flickr source side")
+    p.add_argument("--src", type=Path, help="default: the test part's source side in $MT_DATA")
     p.add_argument("--dtypes", default="fp32", help="comma-separated: fp32, bf16, int8")
     p.add_argument("--beams", default="1", help="comma-separated beam sizes (1: greedy)")
     p.add_argument("--limit", type=int, default=0, help="lines (0: all)")
@@ -75,9 +72,7 @@ def main() -> None:
 
     loaded = load_checkpoint(args.checkpoint, args.threads)
     data = loaded.cfg.data
-    src = args.src or Path(os.environ.get("MT_DATA", "data/multi30k")) / (
-        f"{data.test}.{data.src_lang}.gz"
-    )
+    src = args.src or multi30k_dir() / f"{data.test}.{data.src_lang}.gz"
     lines = read_lines(src)[: args.limit or None]
     srcs = batches(
         loaded.tokenizer, lines, loaded.cfg.decode.max_tokens, loaded.model.cfg.max_positions
@@ -90,7 +85,7 @@ def main() -> None:
         int8 = dtype == "int8"
         precision = Precision("fp32" if int8 else dtype, "asked")
         cpu = torch.device("cpu")
-        eager = decode_model(copy.deepcopy(loaded.model), precision, cpu, int8, "auto")
+        eager = decode_model(loaded.model, precision, cpu, int8, "auto")  # a copy, or the model
         compiled = decode_model(copy.deepcopy(loaded.model), precision, cpu, int8, "auto")
         compiled.step_hidden = torch.compile(compiled.step_hidden, dynamic=True)
         for beam in (int(b) for b in args.beams.split(",")):
