@@ -5,7 +5,7 @@ and scripts.
 missing) and on a CPU bf16 only where the CPU computes bf16 dot products natively (AVX-512 BF16
 or AMX, read once from /proc/cpuinfo): without them torch emulates bf16 through fp32 and its
 matmuls run several times slower than fp32, so fp32 is the right default there. Decoding's
-`auto` (`decode.dtype`) is the same, but fp32 under int8 (`choose_decode_dtype`).
+`auto` (`decode.dtype`) is the same on CUDA and fp32 on every CPU (`choose_decode_dtype`).
 
 Threads follow the cores this process may really use: the affinity mask (taskset, a cpuset)
 capped by the cgroup's CPU quota (a container's `--cpus`), which torch does not read (it sizes
@@ -124,14 +124,16 @@ def choose_decode_dtype(
     int8: bool = False,
     option: str = "decode.dtype",
 ) -> Precision:
-    """What decoding computes in: `auto` is what training's would be (bf16 on CUDA, fp16 on a
-    GPU without bf16, bf16 on a CPU with native bf16 and fp32 on others), and fp32 under int8,
-    whose Linear layers compute in int8 and take fp32 inputs only (so bf16 and int8 do not
-    combine).
+    """What decoding computes in: `auto` is bf16 on CUDA (fp16 on a GPU without bf16) and fp32
+    on every CPU, and fp32 under int8, whose Linear layers compute in int8 and take fp32 inputs
+    only (so bf16 and int8 do not combine).
 
-    On a CPU with native bf16 a bf16 copy of the weights, attending in fp32 (mt.model.attend),
-    decoded greedy and beam 5 faster than fp32 with BLEU within 0.2 (docs/benchmarks.md).
-    `bf16` asked for on a CPU without it still runs, slowly, and says so."""
+    A CPU decodes fp32 by default, even one with native bf16, because the equalities users
+    check rest on it: an imported model's output is HF `generate`'s, a translation's score is
+    `mt score`'s, the CTranslate2 export writes what `mt translate` writes. A bf16 copy broke
+    each of them on some lines and gained at most a fifth in speed on the models measured
+    (docs/decoding.md), so it is asked for (`--dtype bf16`), not chosen by the CPU's flags.
+    `bf16` asked for on a CPU without native bf16 still runs, slowly, and says so."""
     if name not in ("auto", "fp32", "bf16", "fp16"):
         raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")
     if name == "fp16" and device_type != "cuda":
@@ -145,6 +147,8 @@ def choose_decode_dtype(
         return Precision("fp32", f"{option}, int8 Linear layers")
     if int8:
         return Precision("fp32", "auto: int8 Linear layers take fp32 inputs")
+    if name == "auto" and device_type == "cpu":
+        return Precision("fp32", "auto: a CPU decodes fp32 (--dtype bf16 for a bf16 copy)")
     return choose_precision(name, device_type, flags, cuda_bf16, option)
 
 

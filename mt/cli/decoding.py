@@ -81,7 +81,7 @@ def translate(
     split_sentences: SplitSentencesOption = False,
     max_doubt: MaxDoubtOption = None,
     recase: RecaseOption = True,
-    keep_numbers: KeepNumbersOption = False,
+    keep_numbers: KeepNumbersOption = True,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
 
@@ -204,7 +204,7 @@ def evaluate(
     split_sentences: SplitSentencesOption = False,
     max_doubt: MaxDoubtOption = None,
     recase: RecaseOption = True,
-    keep_numbers: KeepNumbersOption = False,
+    keep_numbers: KeepNumbersOption = True,
     check_numbers: Annotated[
         bool, typer.Option(help="Report the share of lines whose source numbers all appear.")
     ] = False,

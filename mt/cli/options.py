@@ -268,8 +268,9 @@ RecaseOption = Annotated[
 KeepNumbersOption = Annotated[
     bool,
     typer.Option(
-        help="Translate a line that lost a number of its source again, the number a "
-        "constraint (beam search)."
+        help="Translate a line that lost a number of its source again, its numbers as "
+        "placeholders put back as written, so every number comes through (only such lines "
+        "pay a second search)."
     ),
 ]
 MaxDoubtOption = Annotated[

@@ -49,7 +49,7 @@ def serve(
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
     threads: ThreadsOption = None,
-    keep_numbers: KeepNumbersOption = False,
+    keep_numbers: KeepNumbersOption = True,
 ) -> None:
     r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
     serve extra: pip install 'mt\[serve]')."""

@@ -13,7 +13,7 @@ import torch
 
 from mt.batching import pad
 from mt.config import DecodeConfig
-from mt.decode.search import beam_search
+from mt.decode.dispatch import search
 from mt.decode.target import Target, model_for
 from mt.model import AttentionMaps, Transformer
 from mt.tokenizer import BOS, EOS, Tokenizer
@@ -74,17 +74,18 @@ def translate_with_attention(
     cfg: DecodeConfig,
     target: Target | None = None,
 ) -> SentenceAttention:
-    """Translate `sentence` with beam search (into `target`'s language, for a multilingual
-    model), then run the model teacher-forced on its output to read every attention weight it
-    computes for that translation. The language token shows where the model reads it."""
+    """Translate `sentence` with the settings' search, greedy or beam (into `target`'s
+    language, for a multilingual model), then run the model teacher-forced on its output to
+    read every attention weight it computes for that translation. The language token shows
+    where the model reads it."""
     model.eval()
     device = next(model.parameters()).device
     target = target or Target(None, [], None, None)
     model = model_for(model, target)  # type: ignore[assignment]
     src = pad([target.src_mark + tokenizer.encode_src([sentence])[0]]).to(device)
-    # The best output of plain beam search: n-best, stop-early and n-gram bans do not apply.
+    # The best output of plain search: n-best, stop-early and n-gram bans do not apply.
     plain = dataclasses.replace(cfg, nbest=1, stop_early=False, no_repeat_ngram=0)
-    hyp = beam_search(model, src, plain)[0][0]
+    hyp = search(model, src, plain)[0][0]
     tgt_in = torch.tensor([[BOS] + hyp.tokens], device=device)
     marks = [tokenizer.src.id_to_piece(i) for i in target.src_mark]
     start = target.start if target.forced is None else target.forced  # the row shown first

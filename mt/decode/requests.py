@@ -27,7 +27,7 @@ class Plan:
 
     protect: bool = True  # spans (placeholders, tags, URLs) kept as written: mt.decode.protect
     recase: bool = True  # ALL-CAPS and Title Case lines in their usual case: mt.decode.casing
-    keep_numbers: bool = False  # a line that lost a number again, numbers masked: .numbers
+    keep_numbers: bool = True  # a line that lost a number again, numbers masked: .numbers
     html: bool = False  # the source is an HTML fragment: mt.decode.html
     pivot: str | None = None  # through this language (a multilingual model): mt.decode.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences

@@ -60,6 +60,31 @@ def flag_name(key: str) -> str:
     return "--" + key.split(".")[-1].replace("_", "-")
 
 
+def explicit_search(given: dict[str, Any], n: Callable[[str], str]) -> dict[str, Any]:
+    """The search a caller's options ask for wins over the checkpoint's default search.
+
+    A checkpoint names a default search (an imported OPUS-MT folder without `num_beams` says
+    greedy); a caller who gives `--beam 4` or `--nbest 2` means beam search, and `--sample`
+    means sampling, whatever that default. Only the caller's own flags can contradict each
+    other, and then the caller must choose: one line. Returns `given` with the switches of the
+    other searches turned off where the caller did not set them."""
+    out = dict(given)
+    wide = next(
+        (f"{n('decode.' + k)} {given[k]}" for k in ("beam", "nbest") if given.get(k, 1) > 1),
+        None,
+    )
+    if given.get("greedy") and wide is not None:
+        raise MtError(
+            f"{n('decode.greedy')} and {wide} contradict each other: greedy search keeps one "
+            f"hypothesis; give one of them"
+        )
+    if wide is not None or given.get("sample"):
+        out.setdefault("greedy", False)
+    if wide is not None or given.get("greedy"):
+        out.setdefault("sample", False)
+    return out
+
+
 class Session:
     """One model (or ensemble) loaded on one device, ready for any number of decodes."""
 
@@ -127,6 +152,7 @@ class Session:
                 f"{n('decode.sample')} draws one output per line: it cannot be combined with "
                 f"{n('decode.greedy')}, {n('decode.beam')} or {n('decode.nbest')}"
             )
+        given = explicit_search(given, n)
         if "dtype" not in given and (self.dtype is not None or self.device.type == "cpu"):
             given["dtype"] = self.dtype or "auto"
         dcfg = dataclasses.replace(self.cfg.decode, **given)

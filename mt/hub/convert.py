@@ -47,7 +47,7 @@ def decode_settings(
     early = gen.get("early_stopping", False)
     return DecodeConfig(
         beam=beams,
-        greedy=beams == 1,
+        greedy=False,  # beam 1 is greedy search already; a `--beam N` given widens it
         alpha=float(gen.get("length_penalty", 1.0)),
         penalty="power",
         length_offset=forced,

@@ -76,7 +76,7 @@ def serve(
     log_level: str = "info",
     start_line: str = "",
     dtype: str | None = None,
-    keep_numbers: bool = False,
+    keep_numbers: bool = True,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
     (mt.decode.numbers) on every translation."""

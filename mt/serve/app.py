@@ -51,7 +51,7 @@ class ServeConfig:
     api_keys: list[bytes] | None = None
     cors_origins: list[str] = field(default_factory=list)
     dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
-    keep_numbers: bool = False  # the number guard on every translation (mt.decode.numbers)
+    keep_numbers: bool = True  # the number guard on every translation (mt.decode.numbers)
 
 
 def _static(name: str) -> bytes:

@@ -93,7 +93,7 @@ class ModelWorker:
         limits: Limits,
         metrics: Metrics,
         dtype: str | None = None,
-        keep_numbers: bool = False,
+        keep_numbers: bool = True,
     ) -> None:
         self.name = name
         self.keep_numbers = keep_numbers  # the number guard (mt.decode.numbers)
