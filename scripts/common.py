@@ -55,6 +55,7 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpu": fields.get("Model name", "unknown"),
         "family": fields.get("CPU family", "?"),
+        "model": fields.get("Model", "?"),
         "cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
@@ -72,14 +73,18 @@ def machine() -> dict[str, Any]:
 
 
 def describe_machine(info: dict[str, Any] | None = None) -> str:
-    """One line for a report: 'AMD EPYC (family 25), 2 cores (AVX2), load 1.2'. The family
-    tells CPUs apart that share a model name (Zen 3 is 25, Zen 5 is 26)."""
+    """One line for a report: 'AMD EPYC (family 25, model 1), 2 cores (AVX2), load 1.2'. The
+    family and model tell CPUs apart that share a model name (Zen 3 is family 25 model 1, Zen 4
+    family 25 model 17, Zen 5 family 26)."""
     info = info or machine()
     isa = (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("avx512_bf16", "avx512_bf16"),
            ("AMX", "amx_bf16"))  # fmt: skip
     have = [name for name, key in isa if info.get(key)]
     sets = f" ({', '.join(have)})" if have else ""
-    family = f" (family {info['family']})" if info.get("family", "?") != "?" else ""
+    family = f" (family {info['family']}" if info.get("family", "?") != "?" else ""
+    if family and info.get("model", "?") != "?":
+        family += f", model {info['model']}"
+    family += ")" if family else ""
     return f"{info['cpu']}{family}, {info['cpus']} cores{sets}, load {info['loadavg'][0]}"
 
 

@@ -13,11 +13,16 @@ import pytest
 import torch
 from inprocess import CliResult, run_mt_here
 
+from mt.device import read_cpu_flags
+
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
 torch.set_num_threads(1)
+# The machine's own CPU flags, read before the stand-in below hides them (`own_cpu`).
+OWN_CPU_FLAGS = " ".join(sorted(read_cpu_flags()))
 # `auto` precision chooses as on a CPU without native bf16 (mt/device.py), here and in every
-# `mt` the tests start, so no test passes or fails by the CPU it runs on; the bf16 paths are
-# tested by name (tests/unit/test_precision.py, tests/cli/test_decode_dtype.py). Set MT_CPU_FLAGS
+# `mt` the tests start, so no training fixture passes or fails by the CPU it runs on; the bf16
+# paths are tested by name (tests/unit/test_precision.py, tests/cli/test_decode_dtype.py), and
+# the equalities the docs promise under the CPU's own flags (`own_cpu`). Set MT_CPU_FLAGS
 # yourself (e.g. "avx512_bf16") to run the suite as a native-bf16 CPU would.
 os.environ.setdefault("MT_CPU_FLAGS", "")
 # What the span ban learns of a vocabulary is kept on disk between runs (mt/spans/kept.py): the
@@ -102,6 +107,13 @@ def mt_cli() -> Callable[..., CliResult]:
     """Runs `mt ARGS` (keywords: stdin, env, cwd) in this process and returns a CliResult:
     what a command does, without an interpreter start (tests/inprocess.py)."""
     return run_mt_here
+
+
+@pytest.fixture(scope="session")
+def own_cpu() -> dict[str, str]:
+    """The environment (for `mt_cli`'s `env`) under which `mt` sees this machine's own CPU flags
+    rather than the suite's stand-in: a decode's `auto` as a user's would choose it here."""
+    return {"MT_CPU_FLAGS": OWN_CPU_FLAGS}
 
 
 @pytest.fixture(scope="session")

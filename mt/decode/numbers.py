@@ -25,7 +25,7 @@ from mt.decode.doubt import Bounds, flags
 from mt.decode.protect import masked_request
 from mt.decode.requests import Request
 from mt.decode.stages import Ask, Rounds, Stage
-from mt.spans import Span
+from mt.spans import WIDEST, Span, find_spans
 from mt.spans.placeholders import mask, placeholders_for, restore
 from mt.tokenizer import Tokenizer
 
@@ -34,9 +34,20 @@ from mt.tokenizer import Tokenizer
 NUMBER = re.compile(r"\d+(?:[.,:\u202f\u00a0]\d+)*")
 
 
+def number_matches(text: str) -> list[re.Match[str]]:
+    """The numbers of `text`, but those inside a protected span (`{1}`, `%1$s`, a URL, a tag's
+    attribute): such a span is kept whole by the protection stage, and its digits are part of
+    it, not a number a reader checks."""
+    found = list(NUMBER.finditer(text))
+    if not found:
+        return found
+    spans = find_spans(text, WIDEST)
+    return [m for m in found if not any(s.start < m.end() and m.start() < s.end for s in spans)]
+
+
 def numbers(text: str) -> list[str]:
-    """The numbers of `text` as written."""
-    return NUMBER.findall(text)
+    """The numbers of `text` as written (outside protected spans)."""
+    return [m.group() for m in number_matches(text)]
 
 
 def digits(number: str) -> str:
@@ -63,7 +74,7 @@ def kept(src: str, out: str) -> bool:
 def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
     """`mt eval --check-numbers`: of the lines whose source has digits, the share (in %) whose
     translation keeps every number."""
-    pairs = [(s, o) for s, o in zip(sources, outputs) if NUMBER.search(s)]
+    pairs = [(s, o) for s, o in zip(sources, outputs) if numbers(s)]
     rate = sum(kept(s, o) for s, o in pairs) / len(pairs) if pairs else 1.0
     return {"lines": len(pairs), "kept": round(100 * rate, 2)}
 
@@ -85,7 +96,7 @@ def numbers_stage(tokenizer: Tokenizer, constrain: bool, bounds: Bounds) -> Stag
         masks = {}
         for i in retry:
             src = requests[i].src.strip()
-            spans = [Span(m.start(), m.end(), "number", m.group()) for m in NUMBER.finditer(src)]
+            spans = [Span(m.start(), m.end(), "number", m.group()) for m in number_matches(src)]
             masks[i] = mask(src, ph, spans)
         again = [masked_request(requests[i], m, constrain) for i, m in masks.items() if m]
         second = (yield Ask(again, isolate=True)) if again else []

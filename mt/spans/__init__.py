@@ -211,9 +211,11 @@ def find_spans_each(texts: list[str], flags: frozenset[str] = WIDEST) -> list[li
 def gluable(span: str) -> tuple[bool, bool]:
     """Whether `span` stays one span with a letter or digit touching it on its left, and on
     its right: a translation may put a word where the source had another, and `ahttps://x`
-    or `5%s` is no span. A text that is no span by itself has nothing to lose."""
+    or `5%s` is no span. A text that is no span by itself (a number the guard of
+    mt.decode.numbers put back) stays whole where its edge is no letter or digit: `42` beside
+    `a` or `17` reads as another word or number."""
     if [s.text for s in find_spans(span, WIDEST)] != [span]:
-        return True, True
+        return not span[:1].isalnum(), not span[-1:].isalnum()
 
     def whole(before: str, after: str) -> bool:
         found = find_spans(before + span + after, WIDEST)

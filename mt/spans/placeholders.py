@@ -128,6 +128,30 @@ def restore(m: Masked, out: str) -> str:
     return text if Counter(x.text for x in find_spans(text)) == want else _restore(m, out, False)
 
 
+_MARK_END = re.compile(r"\ue000(\d+)\ue001$")  # the mark just before a position
+_MARK_START = re.compile(r"\ue000(\d+)\ue001")  # the mark at a position
+
+
+def _beside(m: Masked, text: str, pos: int, side: int) -> str:
+    """The character that will stand at `text[pos + side]` once every span is spelled out:
+    the text's own, or the edge of the span whose mark is there ("" at the text's ends). A
+    span the model wrote right beside another must not run into it (`42` and `17` are two
+    numbers, not `4217`), though tags and placeholders may touch (`<b>%s</b>`)."""
+    if side < 0:
+        if pos == 0:
+            return ""
+        if text[pos - 1] == "\ue001":
+            hit = _MARK_END.search(text, 0, pos)
+            return m.spans[int(hit.group(1))].text[-1:] if hit else ""
+        return text[pos - 1]
+    if pos >= len(text):
+        return ""
+    if text[pos] == "\ue000":
+        hit = _MARK_START.match(text, pos)
+        return m.spans[int(hit.group(1))].text[:1] if hit else ""
+    return text[pos]
+
+
 def _restore(m: Masked, out: str, glue: bool) -> str:
     seen: set[int] = set()
     parts, pos = [], 0
@@ -146,14 +170,15 @@ def _restore(m: Masked, out: str, glue: bool) -> str:
     def spell(hit: re.Match[str]) -> str:
         k = int(hit.group(2))
         can_left, can_right = gluable(m.spans[k].text)  # else a space keeps it whole
-        prev, nxt = text[hit.start() - 1 : hit.start()], text[hit.end() : hit.end() + 1]
+        prev, nxt = _beside(m, text, hit.start(), -1), _beside(m, text, hit.end(), 0)
         left = glue and m.glue[k][0] and (can_left or not prev.isalnum())
         right = glue and m.glue[k][1] and (can_right or not nxt.isalnum())
         before, after = hit.group(1), hit.group(3)
-        # A span that stood apart in the source stands apart in the output too ("%ss" -> "%s s").
-        if not left and not before and hit.start() > 0 and text[hit.start() - 1].isalnum():
+        # A span that stood apart in the source stands apart in the output too ("%ss" -> "%s s"),
+        # from a word or from another span the model wrote beside it ("42 17", not "4217").
+        if not left and not before and prev.isalnum():
             before = " "
-        if not right and not after and hit.end() < len(text) and text[hit.end()].isalnum():
+        if not right and not after and nxt.isalnum():
             after = " "
         return ("" if left else before) + m.spans[k].text + ("" if right else after)
 

@@ -53,13 +53,16 @@ def test_source_pieces_and_language_token_are_hf(m2m_imported, hf):
         assert ["__de__"] + pieces[1:] == hf_pieces and pieces[0] == "<2de>"
 
 
+@pytest.mark.parametrize("dtype", ["auto", "fp32"])
 @pytest.mark.parametrize("lang", ["en", "fr"])
-def test_translation_equals_hf_generate(m2m_imported, hf, sources, mt_cli, lang):
+def test_translation_equals_hf_generate(m2m_imported, hf, sources, mt_cli, own_cpu, lang, dtype):
+    """Under the CPU's own `auto` (a user's default) and in fp32 named."""
     lines = sources.read_text(encoding="utf-8").splitlines()
     for beams, flags in ((1, ("--greedy",)), (4, ("--beam", "4"))):
         result = mt_cli(
-            "translate", m2m_imported, *flags, "--from", "de", "--to", lang, "--input", sources
-        )
+            "translate", m2m_imported, *flags, "--from", "de", "--to", lang, "--dtype", dtype,
+            "--input", sources, env=own_cpu,
+        )  # fmt: skip
         assert result.rc == 0, result.err
         assert result.out.splitlines() == hf_generate(hf, lines, lang, beams), (lang, beams)
 
@@ -72,14 +75,14 @@ def test_the_source_language_defaults_to_the_imported_one(m2m_imported, sources,
     assert missing.rc == 2 and "--to" in missing.err
 
 
-def test_score_equals_hf_log_probabilities(m2m_imported, hf, sources, tmp_path, mt_cli):
+def test_score_equals_hf_log_probabilities(m2m_imported, hf, sources, tmp_path, mt_cli, own_cpu):
     model, tok = hf
     src = sources.read_text(encoding="utf-8").splitlines()[:8]
     tgt = hf_generate(hf, src, "fr", 1)[:4] + ["Un chien court.", "Deux hommes."] * 2
     (tmp_path / "s").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     args = ("--src", tmp_path / "s", "--tgt", tmp_path / "t", "--to", "fr")
-    result = mt_cli("score", m2m_imported, *args)
+    result = mt_cli("score", m2m_imported, *args, env=own_cpu)
     assert result.rc == 0, result.err
     ours = [float(line.split("\t")[0]) for line in result.out.splitlines()]
     tok.tgt_lang = "fr"

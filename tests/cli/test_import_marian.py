@@ -3,9 +3,10 @@
 A small Marian model is built with transformers' own classes (tests/hub_models.py: spm models
 and weights briefly trained on a Multi30k slice, random logit biases), saved as
 `save_pretrained` saves it, and imported through the real command line. On that model
-`mt translate` must print what HF `generate` writes, greedy and with beam 4 (with no flag
-but `--beam`: the checkpoint carries HF's rules), `mt score` HF's log-probabilities, and the
-tokenizer HF's pieces and ids.
+`mt translate` must print what HF `generate` writes, greedy and with beam 4 (with no flag: the
+checkpoint carries HF's rules; up to 62 new tokens), under the CPU's own `auto` and in fp32
+named, `mt score` HF's log-probabilities, and the tokenizer HF's pieces and ids. A folder
+whose generation config names no `num_beams` decodes greedy, and `--beam 4` beam search.
 """
 
 from __future__ import annotations
@@ -68,22 +69,69 @@ def test_the_tokenizer_cuts_and_numbers_text_as_hf(imported, hf):
     assert mt_tok.encode_src([""]) == [[3]]  # an empty line is EOS alone, as HF's [eos]
 
 
-def test_greedy_output_equals_hf_generate(imported, hf, sources, mt_cli):
+# How a test decodes: the CPU's own `auto` (what a user gets with no --dtype) and fp32 named.
+DTYPES = {"auto": (), "fp32": ("--dtype", "fp32")}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_greedy_output_equals_hf_generate(imported, hf, sources, mt_cli, own_cpu, dtype):
     lines = sources.read_text(encoding="utf-8").splitlines()
-    result = mt_cli("translate", imported, "--greedy", "--input", sources)
+    result = mt_cli(
+        "translate", imported, "--greedy", *DTYPES[dtype], "--input", sources, env=own_cpu
+    )
     assert result.rc == 0, result.err
     ours = result.out.splitlines()
     assert ours == hf_generate(hf, lines, num_beams=1)
     assert len(set(ours)) > LINES // 3, "the model should say different things"
 
 
-def test_beam_output_equals_hf_generate_with_only_the_beam_flag(imported, hf, sources, mt_cli):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_beam_output_equals_hf_generate_with_only_the_beam_flag(
+    imported, hf, sources, mt_cli, own_cpu, dtype
+):
     lines = sources.read_text(encoding="utf-8").splitlines()
-    result = mt_cli("translate", imported, "--beam", "4", "--input", sources)
-    assert result.rc == 0, result.err
-    assert result.out.splitlines() == hf_generate(hf, lines, num_beams=4)
-    wide = mt_cli("translate", imported, "--beam", "6", "--input", sources)
+    flags = (*DTYPES[dtype], "--input", sources)
+    # No flag: the folder's own generation config (4 beams, max_length 64), as generate() reads it.
+    plain = mt_cli("translate", imported, *flags, env=own_cpu)
+    assert plain.rc == 0, plain.err
+    assert plain.out.splitlines() == hf_generate(hf, lines)
+    wide = mt_cli("translate", imported, "--beam", "6", *flags, env=own_cpu)
     assert wide.out.splitlines() == hf_generate(hf, lines, num_beams=6)
+
+
+@pytest.fixture(scope="module")
+def greedy_folder(marian_dir: Path, mt_cli, tmp_path_factory) -> tuple[Path, Path]:
+    """The folder as `save_pretrained` writes one whose config names no `num_beams` (HF's
+    default: greedy), and its import."""
+    folder = tmp_path_factory.mktemp("plain") / "marian"
+    folder.mkdir()
+    for f in marian_dir.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    gen = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+    del gen["num_beams"]
+    (folder / "generation_config.json").write_text(json.dumps(gen), encoding="utf-8")
+    out = folder.parent / "plain.pt"
+    result = mt_cli("import", folder, "-o", out)
+    assert result.rc == 0, result.err
+    return folder, out
+
+
+def test_a_folder_without_num_beams_decodes_greedy_and_beam_as_asked(
+    greedy_folder, hf, sources, mt_cli, own_cpu
+):
+    """HF's default search is greedy; `--beam 4` is beam search all the same."""
+    from transformers import MarianMTModel
+
+    folder, imported = greedy_folder
+    model = MarianMTModel.from_pretrained(folder).eval()
+    assert model.generation_config.num_beams in (None, 1)  # generate() decodes greedy
+    lines = sources.read_text(encoding="utf-8").splitlines()
+    plain = mt_cli("translate", imported, "--input", sources, env=own_cpu)
+    beam = mt_cli("translate", imported, "--beam", "4", "--input", sources, env=own_cpu)
+    assert plain.rc == beam.rc == 0, beam.err
+    assert plain.out.splitlines() == hf_generate((model, hf[1]), lines)
+    assert beam.out.splitlines() == hf_generate((model, hf[1]), lines, num_beams=4)
+    assert plain.out != beam.out  # the two searches part on this slice
 
 
 def test_the_checkpoint_carries_hf_decoding_rules(imported):
@@ -101,14 +149,16 @@ def test_length_flags_limit_the_output_as_max_length(imported, hf, sources, mt_c
     assert result.out.splitlines() == hf_generate(hf, lines, num_beams=1, max_length=5)
 
 
-def test_score_equals_hf_log_probabilities(imported, hf, sources, tmp_path, mt_cli):
+def test_score_equals_hf_log_probabilities(imported, hf, sources, tmp_path, mt_cli, own_cpu):
     model, tok = hf
     src = sources.read_text(encoding="utf-8").splitlines()
     tgt = hf_generate(hf, src, num_beams=1)[:10] + ["A dog runs.", "Zwei Männer."] * 5
     src = src[:20]
     (tmp_path / "s").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")
-    result = mt_cli("score", imported, "--src", tmp_path / "s", "--tgt", tmp_path / "t")
+    result = mt_cli(
+        "score", imported, "--src", tmp_path / "s", "--tgt", tmp_path / "t", env=own_cpu
+    )
     assert result.rc == 0, result.err
     ours = [float(line.split("\t")[0]) for line in result.out.splitlines()]
     for s, t, mine in zip(src, tgt, ours):

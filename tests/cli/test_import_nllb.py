@@ -91,25 +91,27 @@ def test_the_import_reads_nllb_codes_and_the_default_source(nllb_imported, hf):
 
 @pytest.mark.parametrize("code, iso", [("fra_Latn", "fr"), ("eng_Latn", "en")])
 def test_translation_equals_hf_generate_with_forced_bos(
-    nllb_imported, hf, sources, mt_cli, code, iso
+    nllb_imported, hf, sources, mt_cli, own_cpu, code, iso
 ):
+    """Under the CPU's own `auto`: what a user gets with no --dtype."""
     lines = sources.read_text(encoding="utf-8").splitlines()
     for beams, flags in ((1, ("--greedy",)), (4, ("--beam", "4"))):
-        result = mt_cli("translate", nllb_imported, *flags, "--to", code, "--input", sources)
+        args = ("--to", code, "--input", sources)
+        result = mt_cli("translate", nllb_imported, *flags, *args, env=own_cpu)
         assert result.rc == 0, result.err
         assert result.out.splitlines() == hf_generate(hf, lines, code, beams), (code, beams)
         by_iso = mt_cli("translate", nllb_imported, *flags, "--to", iso, "--input", sources)
         assert by_iso.rc == 0 and by_iso.out == result.out, by_iso.err
 
 
-def test_score_equals_hf_log_probabilities(nllb_imported, hf, sources, tmp_path, mt_cli):
+def test_score_equals_hf_log_probabilities(nllb_imported, hf, sources, tmp_path, mt_cli, own_cpu):
     model, tok = hf
     src = sources.read_text(encoding="utf-8").splitlines()[:6]
     tgt = hf_generate(hf, src, "fra_Latn", 1)[:3] + ["Un chien court.", "Deux hommes.", ""]
     (tmp_path / "s").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "t").write_text("\n".join(tgt) + "\n", encoding="utf-8")
     args = ("--src", tmp_path / "s", "--tgt", tmp_path / "t", "--to", "fra_Latn")
-    result = mt_cli("score", nllb_imported, *args)
+    result = mt_cli("score", nllb_imported, *args, env=own_cpu)
     assert result.rc == 0, result.err
     ours = [float(line.split("\t")[0]) for line in result.out.splitlines()]
     assert len(ours) == len(src)

@@ -42,10 +42,11 @@ LINES = [
 
 
 def test_the_guard_writes_lost_numbers(translator):
-    plain = translator.translate([Request(x, plan=Plan(recase=False)) for x in LINES])
+    off = [Request(x, plan=Plan(recase=False, keep_numbers=False)) for x in LINES]
+    plain = translator.translate(off)
     assert any(not kept(s, t.text) for s, t in zip(LINES, plain))  # the tiny model loses some
-    asked = [Request(x, plan=Plan(recase=False, keep_numbers=True)) for x in LINES]
-    guarded = translator.translate(asked)
+    # The guard is on by default: a plan that names nothing keeps the numbers.
+    guarded = translator.translate([Request(x, plan=Plan(recase=False)) for x in LINES])
     assert all(kept(s, t.text) for s, t in zip(LINES, guarded)), [t.text for t in guarded]
     assert guarded[3].text == plain[3].text  # a line without numbers is not searched again
 
@@ -56,14 +57,29 @@ def test_eval_check_numbers(tiny_run, tmp_path, capsys, monkeypatch):
     ref.write_text("A man with 4512 dogs.\nAt 14:35, 9 kids play.\nIn 1993 a woman drives "
                    "12.5 km.\nTwo dogs play in the snow.\n", encoding="utf-8")  # fmt: skip
     args = ["eval", tiny_run / "best.pt", "--src", src, "--ref", ref, "--device", "cpu"]
-    rc, out, err = run_in_process([*args, "--json", "--check-numbers"], capsys, monkeypatch)
+    off = [*args, "--json", "--check-numbers", "--no-keep-numbers"]
+    rc, out, err = run_in_process(off, capsys, monkeypatch)
     assert rc == 0, err
     report = json.loads(out)
     assert report["numbers"]["lines"] == 3 and report["numbers"]["kept"] < 100
     assert report["doubt"]["lines"] == 4
-    rc, out, err = run_in_process([*args, "--check-numbers", "--keep-numbers"], capsys, monkeypatch)
+    rc, out, err = run_in_process([*args, "--check-numbers"], capsys, monkeypatch)  # the default
     assert rc == 0, err
     assert "numbers kept: 100.0% of 3 lines" in out and "doubt:" in out
     rc, out, err = run_in_process(["eval", "--hyp", ref, "--ref", ref, "--check-numbers"],
                                   capsys, monkeypatch)  # fmt: skip
     assert rc == 2 and "--src" in err
+
+
+def test_translate_keeps_a_lines_digits_by_default(tiny_run, mt_cli):
+    """With no flag, every number comes back; `--no-keep-numbers` shows the model alone."""
+    lines = ["Ein Mann mit 3 Hunden wartet seit 17 Minuten an der Haltestelle 42.", *LINES]
+    text = "\n".join(lines) + "\n"
+    plain = mt_cli("translate", tiny_run / "best.pt", stdin=text)
+    off = mt_cli("translate", tiny_run / "best.pt", "--no-keep-numbers", stdin=text)
+    assert plain.rc == off.rc == 0, plain.err
+    ours, alone = plain.out.splitlines(), off.out.splitlines()
+    assert len(ours) == len(alone) == len(lines)
+    assert all(kept(s, t) for s, t in zip(lines, ours)), ours
+    assert not all(kept(s, t) for s, t in zip(lines, alone))  # the tiny model drops some
+    assert ours[-1] == alone[-1]  # a line without numbers is not searched again

@@ -15,9 +15,8 @@ from scripts.processes import Server, start_server
 @pytest.fixture(scope="module")
 def server(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("serve_text")
-    srv = start_server(
-        tiny_run / "best.pt", "--device", "cpu", "--keep-numbers", log=folder / "server.log"
-    )
+    # Numbers are kept by default: no flag (test_keep_numbers_puts_every_number_back).
+    srv = start_server(tiny_run / "best.pt", "--device", "cpu", log=folder / "server.log")
     yield srv
     assert srv.stop() == 0
 
@@ -175,7 +174,7 @@ def test_frontend_settings(server):
     assert s["charLimit"] == 5000 and s["keyRequired"] is False
 
 
-def test_keep_numbers_puts_every_number_back(server):
+def test_keep_numbers_puts_every_number_back_by_default(server):
     from libretranslatepy import LibreTranslateAPI
 
     src = "Um 17:45 Uhr kamen 2.800 Menschen mit 678 Hunden."

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import reverse_task_config
 
-from mt.spans import find_spans, mask_pair
+from mt.spans import Span, find_spans, mask_pair
 from mt.spans.placeholders import Placeholders, mask, restore
 
 KEPT = [
@@ -93,6 +95,18 @@ def test_mask_picks_a_letter_the_line_does_not_use() -> None:
 def test_restore_glues_as_the_source_did() -> None:
     m = mask("Delete <b>%s</b> now?", PH)
     assert restore(m, "Jetzt Z00 Z01 Z02 löschen?") == "Jetzt <b>%s</b> löschen?"
+
+
+def test_restore_keeps_numbers_written_side_by_side_apart() -> None:
+    """The number guard's spans (mt.decode.numbers): two numbers the model wrote touching, or
+    one touching a word, stay two numbers and a word; tags around a placeholder still touch."""
+    src = "seit 17 Minuten an der Haltestelle 42."
+    spans = [Span(m.start(), m.end(), "number", m.group()) for m in re.finditer(r"\d+", src)]
+    m = mask(src, PH, spans)
+    assert m is not None and m.placeholders == ["Z00", "Z01"]
+    assert restore(m, "at stop Z01 Z00 minutes.") == "at stop 42 17 minutes."
+    assert restore(m, "at stop Z01 Z00x.") == "at stop 42 17 x."
+    assert restore(m, "stop Z01.") == "stop 42. 17"
 
 
 def test_restore_keeps_each_span_exactly_once() -> None:

@@ -38,8 +38,8 @@ def test_machine_names_the_cpu_and_the_load():
     assert info["cpus"] >= 1 and len(info["loadavg"]) == 3
     line = common.describe_machine(info)
     assert line.startswith(info["cpu"]) and f"{info['cpus']} cores" in line and "load" in line
-    if info["family"] != "?":  # one model name covers several CPUs: the family tells them apart
-        assert f"(family {info['family']})" in line
+    if info["family"] != "?":  # one model name covers several CPUs: family and model tell
+        assert f"(family {info['family']}, model {info['model']})" in line
 
 
 def test_read_lines_reads_gzip_and_write_text_is_atomic(tmp_path):
