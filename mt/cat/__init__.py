@@ -16,11 +16,16 @@ and eval data: `data.format: tmx | xliff`) and an XLIFF file's targets are fille
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mt.errors import MtError
 
 FORMATS = ("tmx", "xliff")
+# The tag names of inline codes (mt.cat.inline): pairs `<g1>...</g1>`, lone codes `<x2/>`; a
+# segment whose own text holds such a tag (`&lt;g1&gt;` in the file) takes the next names.
+NAMES = (("g", "x"), ("g_", "x_"), ("g__", "x__"))
+_ANY_TAG = re.compile(r"</?[gx]_{0,2}\d+/?>")
 SUFFIXES = {".tmx": "tmx", ".xlf": "xliff", ".xliff": "xliff", ".sdlxliff": "xliff"}
 
 
@@ -28,6 +33,11 @@ def primary(code: str) -> str:
     """The language of a BCP 47 / ISO code as a config names it: `de-DE`, `de_DE` and `DE`
     are `de`; `zh-Hant-TW` is `zh`."""
     return code.replace("_", "-").split("-")[0].strip().lower()
+
+
+def strip_codes(text: str) -> str:
+    """`text` without its code tags, white space closed up: what BLEU compares."""
+    return " ".join(_ANY_TAG.sub(" ", text).split()) if "<" in text else text
 
 
 def format_of(path: Path) -> str | None:

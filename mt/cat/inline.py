@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from mt.cat import NAMES
 from mt.cat.xmlio import entity_error, is_entity, localname
 from mt.errors import MtError
 
@@ -39,10 +40,6 @@ ROLES: dict[str, dict[str, str]] = {
     "xliff2": {"pc": WRAP, "ph": SINGLE, "sc": OPEN, "ec": CLOSE, "mrk": WRAP, "sm": OPEN}
     | {"em": CLOSE, "cp": SINGLE},
 }
-# The tag names of codes: pairs `<g1>...</g1>`, lone codes `<x2/>`; a segment whose own text
-# holds such a tag (`&lt;g1&gt;` in the file) takes the next names.
-NAMES = (("g", "x"), ("g_", "x_"), ("g__", "x__"))
-_ANY_TAG = re.compile(r"</?[gx]_{0,2}\d+/?>")
 _SPACE = re.compile(r"[ \t\r\n]+")  # XML's white space; a no-break space is text
 
 
@@ -96,11 +93,6 @@ def choose_names(*literals: str) -> tuple[str, str]:
         if not any(shaped.search(x) for x in literals):
             return names
     return NAMES[-1]
-
-
-def strip_codes(text: str) -> str:
-    """`text` without its code tags, white space closed up: what BLEU compares."""
-    return " ".join(_ANY_TAG.sub(" ", text).split()) if "<" in text else text
 
 
 def flatten(el: Any, dialect: str, where: str) -> Flat:
