@@ -154,8 +154,4 @@ def _unit_pairs(unit: Any, version: str, path: Path, reverse: bool) -> Iterator[
                 "it; as data every segment needs one)"
             )
         src, tgt = flatten(seg.source, dialect, where), flatten(seg.target, dialect, where)
-        if reverse:
-            t, s = pair_texts(tgt, src)
-            yield s, t
-        else:
-            yield pair_texts(src, tgt)
+        yield pair_texts(tgt, src) if reverse else pair_texts(src, tgt)
