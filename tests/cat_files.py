@@ -37,19 +37,24 @@ def _inline(text: str, pair: tuple[str, str], lone: str) -> str:
 
 
 def tmx_seg(i: int, text: str) -> str:
-    if not coded(i):
+    if not coded(i) or i < 0:
         return escape(text, False)
     pair = ('<bpt i="1" x="1">&lt;b&gt;</bpt>', '<ept i="1">&lt;/b&gt;</ept>')
     return _inline(text, pair, '<ph x="2">{0}</ph>')
 
 
 def write_tmx(
-    path: Path, pairs: list[tuple[str, str]], langs: tuple[str, str] = ("de-DE", "en-GB")
+    path: Path,
+    pairs: list[tuple[str, str]],
+    langs: tuple[str, str] = ("de-DE", "en-GB"),
+    codes: bool = True,
 ) -> Path:
+    """TMX 1.4; `codes` False writes plain segments only."""
     units = "".join(
-        f'  <tu tuid="{i}">\n    <tuv xml:lang="{langs[0]}"><seg>{tmx_seg(i, s)}</seg></tuv>\n'
-        f'    <tuv xml:lang="{langs[1]}"><seg>{tmx_seg(i, t)}</seg></tuv>\n  </tu>\n'
+        f'  <tu tuid="{i}">\n    <tuv xml:lang="{langs[0]}"><seg>{tmx_seg(k, s)}</seg></tuv>\n'
+        f'    <tuv xml:lang="{langs[1]}"><seg>{tmx_seg(k, t)}</seg></tuv>\n  </tu>\n'
         for i, (s, t) in enumerate(pairs)
+        for k in [i if codes else -1]
     )
     text = (
         '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE tmx SYSTEM "tmx14.dtd">\n'
