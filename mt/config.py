@@ -24,7 +24,7 @@ class CorpusConfig:
 
     name: str = ""  # the corpus, as `data.train` names one (a file stem, a file, a split)
     root: str = ""  # its folder or `datasets` name; empty: `data.root`
-    format: Literal["", "text", "tsv", "jsonl", "hf"] = ""  # empty: `data.format`
+    format: Literal["", "text", "tsv", "jsonl", "hf", "tmx", "xliff"] = ""  # empty: `data.format`
     hf_subset: str = ""  # format hf: the dataset's configuration; empty: `data.hf_subset`
     weight: float = 1.0  # times each pair is seen per epoch on average (0.3: a random 30%)
 
@@ -36,13 +36,15 @@ class DataConfig:
     `format` says how `train`/`valid`/`test` are read: `text` means `{root}/{name}.{lang}` (or
     `.gz`); `tsv` and `jsonl` mean a file `{root}/{name}`; `hf` means `root` is a `datasets` name
     (or a folder written by `save_to_disk`), `hf_subset` its configuration (`de-en` for `wmt14`)
-    and the names are its splits. `corpora`, when given, replaces `train` with several corpora.
+    and the names are its splits; `tmx` and `xliff` mean a file `{root}/{name}` (`.gz` too) of
+    CAT tools, its segments' languages matched against `src_lang`/`tgt_lang` (mt/cat). `corpora`,
+    when given, replaces `train` with several corpora.
     """
 
     root: str = "${MT_DATA:-data/multi30k}"  # the corpus folder (or `datasets` name, format hf)
     src_lang: str = "de"  # source language code: the file suffix, the TSV/JSONL column name
     tgt_lang: str = "en"  # target language code, as `src_lang`
-    format: Literal["text", "tsv", "jsonl", "hf"] = "text"  # how the files are read (above)
+    format: Literal["text", "tsv", "jsonl", "hf", "tmx", "xliff"] = "text"  # how read (above)
     hf_subset: str = ""  # format hf: the dataset's configuration (`de-en` for `wmt14`)
     train: str = "train"  # the training corpus: `{root}/{train}.{lang}` for format text
     corpora: list[CorpusConfig] = field(default_factory=list)  # several corpora, replaces `train`

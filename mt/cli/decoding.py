@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -58,8 +59,9 @@ def translate(
         str,
         typer.Option(
             help='text, html (one fragment per line), jsonl: {"src": ..., "prefix": ..., '
-            '"constraints": [...], "format": "c-format"}, or po (a gettext catalogue: one line '
-            "per msgid, its format flags deciding its placeholders)."
+            '"constraints": [...], "format": "c-format"}, po (a gettext catalogue: one line '
+            "per msgid, its format flags deciding its placeholders), or xliff (1.2 or 2.x: "
+            "OUT is the document with its empty targets filled, inline codes kept)."
         ),
     ] = "text",
     output_format: Annotated[
@@ -89,24 +91,31 @@ def translate(
     share of --input's chunks and OUT is the one-process output, in order."""
     from mt.decode.doubt import DoubtCount
     from mt.decode.pivot import check_pivot
-    from mt.decode.requests import Plan, read_requests
+    from mt.decode.requests import Plan, Request, read_requests
     from mt.decode.translator import translate_stream, write_translations
     from mt.decode.workers import spread
 
     use_threads("translate", threads)
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
-    if input_format not in ("text", "jsonl", "html", "po"):
-        raise MtError(f"--input-format must be text, jsonl, html or po, got {input_format!r}")
+    if input_format not in ("text", "jsonl", "html", "po", "xliff"):
+        raise MtError(
+            f"--input-format must be text, jsonl, html, po or xliff, got {input_format!r}"
+        )
     if output_format not in ("text", "jsonl"):
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     if split_sentences and (pivot is not None or alignment or input_format == "html"):
         raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
     check_max_doubt(max_doubt)
-    typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
+    document = None
+    if input_format == "xliff":
+        document = _read_xliff(input, output_format, alignment, options, shard, chunk_lines)
+    typing = document is None and input is None and sys.stdin.isatty()  # answer each line
     if typing:
         options = dataclasses.replace(options, buffer_lines=1)
     session = open_session(checkpoints, device, options.dtype)
+    if document is not None:
+        to, from_ = _xliff_languages(session, document, to, from_)
     targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
@@ -154,10 +163,14 @@ def translate(
         "keep_numbers": keep_numbers,
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
-    if job is not None and input_format == "po":
-        raise MtError("--input-format po is one catalogue: it cannot be shared out by lines")
+    if job is not None and input_format in ("po", "xliff"):
+        raise MtError(f"--input-format {input_format} is one document: it cannot be shared out")
     with settled_heap(), spread(translator, 1 if typing else None) as decoder:
-        if job is not None:
+        if document is not None:
+            requests = (Request(x.text, where=x.where, plan=plan) for x in document.slots)
+            done = doubts.watch(translate_stream(decoder, requests))
+            _fill_xliff(document, done, output, failures)
+        elif job is not None:
             job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
         else:
             src = open(input, "rb") if input is not None else sys.stdin.buffer
@@ -175,6 +188,71 @@ def translate(
         raise typer.Exit(EXIT_LINES)
 
 
+def _read_xliff(input, output_format, alignment, options, shard, chunk_lines):  # noqa: ANN001, ANN202
+    """The XLIFF document `mt translate --input-format xliff` fills, once the flags that
+    shape line output (which a document does not have) are refused."""
+    from mt.cat.fill import XliffFill
+
+    for given, flag in (
+        (output_format != "text", "--output-format jsonl"),
+        (alignment, "--alignment"),
+        (options.nbest not in (None, 1), "--nbest"),
+        (shard is not None or chunk_lines is not None, "--shard and --chunk-lines"),
+    ):
+        if given:
+            raise MtError(f"--input-format xliff writes the document: not with {flag}")
+    name = str(input) if input is not None else "<stdin>"
+    data = input.read_bytes() if input is not None else sys.stdin.buffer.read()
+    return XliffFill(data, name)
+
+
+def _xliff_languages(session, document, to, from_):  # noqa: ANN001, ANN202
+    """(to, from) for a document: its own languages, which a bilingual model must translate
+    and a multilingual one takes as its target and source unless told otherwise."""
+    from mt.cat import primary
+
+    src, tgt = document.languages
+    if session.languages is None:
+        d = session.cfg.data
+        if (primary(src), primary(tgt)) != (primary(d.src_lang), primary(d.tgt_lang)):
+            raise MtError(
+                f"{document.name}: translates {src} -> {tgt}, but this model translates "
+                f"{d.src_lang}-{d.tgt_lang}"
+            )
+        return to, from_
+    if to is not None and primary(to) != primary(tgt):
+        raise MtError(f"{document.name}: its target language is {tgt}, not --to {to}")
+    return to or primary(tgt), from_ or primary(src)
+
+
+def _fill_xliff(document, done, output: Path | None, failures: list[int]) -> None:  # noqa: ANN001
+    """The translations into the document's targets, the document written whole (atomically
+    to OUT, else to stdout); a segment that failed stays empty, named on stderr."""
+    from mt.atomic import write_bytes
+
+    texts: list[str | None] = []
+    for slot, t in zip(document.slots, done):
+        if t.error:
+            failures.append(len(texts) + 1)
+            typer.echo(f"{slot.where}: could not translate this segment ({t.error})", err=True)
+        texts.append(None if t.error else t.text)
+    filled = document.fill(texts)
+    data = document.to_bytes()
+    if output is not None:
+        write_bytes(output, data, "the output")
+    else:
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    typer.echo(
+        f"mt translate: {document.name}: {filled} target(s) filled, {document.kept} kept "
+        f"(already translated), {document.skipped} unit(s) not to translate",
+        err=True,
+    )
+
+
 @app.command(name="eval")
 @decode_flags(OFFERED["eval"])
 def evaluate(
@@ -186,7 +264,13 @@ def evaluate(
             metavar="CHECKPOINT",
         ),
     ] = None,
-    src: Annotated[Path | None, typer.Option(help="Source file to translate.")] = None,
+    src: Annotated[
+        Path | None,
+        typer.Option(
+            help="Source file to translate; a TMX or XLIFF file (.tmx, .xlf, .xliff, .sdlxliff) "
+            "holds the references too (inline codes left out of the scores)."
+        ),
+    ] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
     hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
     *,
@@ -211,6 +295,7 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
+    from mt.cat import format_of, read_bilingual, strip_codes
     from mt.data.corpus import read_lines
     from mt.decode.doubt import DoubtCount, flags
     from mt.decode.numbers import kept_rate
@@ -221,23 +306,37 @@ def evaluate(
 
     use_threads("eval", threads)
     check_max_doubt(max_doubt)
-    if ref is None:
-        raise MtError("mt eval needs --ref")
+    bilingual = format_of(src) if src is not None else None  # a TMX/XLIFF file: src and ref
+    if bilingual and ref is not None:
+        raise MtError(f"mt eval: {src} holds the references; give no --ref")
+    if ref is None and not bilingual:
+        raise MtError("mt eval needs --ref (or a TMX or XLIFF --src, which holds them)")
     doubts = DoubtCount()
-    refs = read_lines(ref)
-    if not refs:  # sacrebleu fails deep inside on no sentences; exit 1 would read as the gate
-        raise MtError(f"{ref} is empty: no reference lines to score against")
+    sources: list[str] | None = None
+    refs: list[str] = []
+    if ref is not None:
+        refs = read_lines(ref)
+        if not refs:  # sacrebleu fails deep inside on no sentences; exit 1 would read as the gate
+            raise MtError(f"{ref} is empty: no reference lines to score against")
     if hyp is not None:
         if checkpoints:  # --src with --hyp is the output's source: flags, --check-numbers
             raise MtError("mt eval: give either --hyp or CHECKPOINT, not both")
+        if bilingual:
+            if from_ is None or to is None:
+                raise MtError(f"mt eval --hyp: give --from and --to, the languages of {src}")
+            sources, refs = read_bilingual(src, from_, to)  # type: ignore[arg-type]
         hyps, where = read_lines(hyp), hyp
     else:
         if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
-        sources = read_lines(src)
-        if len(sources) != len(refs):
-            raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
         session = open_session(checkpoints, device, options.dtype)
+        if bilingual:
+            pair = (from_ or session.source_language(), to or session.cfg.data.tgt_lang)
+            sources, refs = read_bilingual(src, *pair)
+        else:
+            sources = read_lines(src)
+            if len(sources) != len(refs):
+                raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
         targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
@@ -247,20 +346,25 @@ def evaluate(
             hyps, where = [t.text for t in doubts.watch(done)], src
         keep_learned()
     if len(hyps) != len(refs):
-        raise MtError(f"{where} has {len(hyps)} lines but {ref} has {len(refs)}")
-    scores = score(hyps, refs)
+        raise MtError(f"{where} has {len(hyps)} lines but {ref or src} has {len(refs)}")
+    if bilingual:  # inline codes (tags, mt.cat) are kept by construction: score the text
+        scores = score([strip_codes(h) for h in hyps], [strip_codes(r) for r in refs])
+    else:
+        scores = score(hyps, refs)
     report = scores.as_dict()
     lines = [format_scores(scores)]
-    if hyp is not None and src is not None:  # a given output: its flags against its source
-        for s, h in zip(read_lines(src), hyps):
+    if sources is None and src is not None:
+        sources = read_lines(src)
+    if hyp is not None and sources is not None:  # a given output: its flags against its source
+        for s, h in zip(sources, hyps):
             doubts.add(flags(s, h))
     if doubts.lines:
         report["doubt"] = doubts.as_dict()
         lines.append(f"doubt: {doubts.summary()}")
     if check_numbers:
-        if src is None:
+        if sources is None:
             raise MtError("--check-numbers needs --src (the numbers are the source's)")
-        report["numbers"] = kept_rate(read_lines(src), hyps)
+        report["numbers"] = kept_rate(sources, hyps)
         lines.append(
             "numbers kept: {kept}% of {lines} lines with digits".format(**report["numbers"])
         )

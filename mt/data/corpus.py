@@ -1,9 +1,10 @@
 """Read parallel corpora as a stream of chunks, naming the file and line of anything broken.
 
 Sources: plain text (one sentence per line, `.gz` accepted), TSV (source<TAB>target), JSONL
-(`{"de": ..., "en": ...}` or `{"translation": {...}}`) and `datasets` sources (a folder written by
-`save_to_disk`, or a hub name for users with internet). Text readers are our own so that a broken
-file is reported with its name and line; `datasets` sources go through the `datasets` library.
+(`{"de": ..., "en": ...}` or `{"translation": {...}}`), the files of CAT tools (TMX and XLIFF:
+mt/cat, inline codes as tags) and `datasets` sources (a folder written by `save_to_disk`, or a
+hub name for users with internet). Text readers are our own so that a broken file is reported
+with its name and line; `datasets` sources go through the `datasets` library.
 Everything is read `chunk` pairs at a time, so a corpus of any size passes through bounded memory.
 """
 
@@ -22,6 +23,7 @@ from mt.config import DataConfig
 from mt.errors import MtError
 
 CHUNK = 20_000  # pairs per chunk: large enough for batch encoding, small next to any corpus
+FILE_FORMATS = ("tsv", "jsonl", "tmx", "xliff")  # a corpus that is one file `{root}/{name}`
 Chunk = tuple[list[str], list[str]]
 
 
@@ -42,7 +44,7 @@ class Source:
         """How messages name this corpus when no single file is at fault."""
         if self.format == "text":
             return f"{text_path(Path(self.root), self.name, self.src_lang)}"
-        if self.format in ("tsv", "jsonl"):
+        if self.format in FILE_FORMATS:
             return str(Path(self.root) / self.name)
         return f"{self.root} [{self.name}]"
 
@@ -54,7 +56,7 @@ class Source:
                 text_path(root, self.name, self.src_lang),
                 text_path(root, self.name, self.tgt_lang),
             ]
-        if self.format in ("tsv", "jsonl"):
+        if self.format in FILE_FORMATS:
             return [root / self.name]
         return [root] if root.exists() else []
 
@@ -283,7 +285,28 @@ def _hf_chunks(source: Source, chunk: int) -> Iterator[Chunk]:
         yield src, tgt
 
 
-_READERS = {"text": _text_chunks, "tsv": _tsv_chunks, "jsonl": _jsonl_chunks, "hf": _hf_chunks}
+def _cat_chunks(source: Source, chunk: int) -> Iterator[Chunk]:
+    """TMX or XLIFF (mt.cat), streamed: a memory of millions of units in bounded memory."""
+    from mt.cat.tmx import tmx_pairs
+    from mt.cat.xliff import xliff_pairs
+
+    path = Path(source.root) / source.name
+    if not path.is_file():
+        raise _missing_corpus_file(path, Path(source.root))
+    read = tmx_pairs if source.format == "tmx" else xliff_pairs
+    pairs = read(path, source.src_lang, source.tgt_lang)
+    while block := list(itertools.islice(pairs, chunk)):
+        yield [s for s, _ in block], [t for _, t in block]
+
+
+_READERS = {
+    "text": _text_chunks,
+    "tsv": _tsv_chunks,
+    "jsonl": _jsonl_chunks,
+    "hf": _hf_chunks,
+    "tmx": _cat_chunks,
+    "xliff": _cat_chunks,
+}
 
 
 def pair_chunks(source: Source, chunk: int = CHUNK, limit: int = 0) -> Iterator[Chunk]:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from mt.batching import token_batches
+from mt.cat import FORMATS, strip_codes
 from mt.config import DataConfig, DecodeConfig, TrainConfig
 from mt.data.corpus import read_pairs
 from mt.data.loader import collate_store
@@ -49,6 +50,16 @@ class DevSet:
     references: list[str]
     to: str | None = None  # the target language of a multilingual model's direction
     name: str = ""  # "de-en" with several directions ("" alone: the plain metric names)
+    # Its lines hold inline codes as tags (a TMX or XLIFF dev set, mt.cat): BLEU and chrF
+    # compare the text without them, as `mt eval` does.
+    codes: bool = False
+
+    def scores(self, hyps: list[str]) -> tuple[float, float]:
+        """(BLEU, chrF) of `hyps` against this set's references."""
+        refs = self.references
+        if self.codes:
+            hyps, refs = [strip_codes(h) for h in hyps], [strip_codes(r) for r in refs]
+        return bleu(hyps, refs), chrf(hyps, refs)
 
 
 def dev_sets_of(prepared: Prepared, limit: int) -> list[DevSet]:
@@ -59,7 +70,8 @@ def dev_sets_of(prepared: Prepared, limit: int) -> list[DevSet]:
     for store, source in zip(prepared.valid, prepared.valid_sources):
         src, ref = read_pairs(source, limit)
         name = f"{source.src_lang}-{source.tgt_lang}" if multi else ""
-        out.append(DevSet(store, src, ref, source.tgt_lang if multi else None, name))
+        to = source.tgt_lang if multi else None
+        out.append(DevSet(store, src, ref, to, name, codes=source.format in FORMATS))
     return out
 
 
@@ -126,7 +138,7 @@ class Evaluator:
             for k, dev in enumerate(self.sets):
                 hyps = self.translate(dev.sources, dev.to)
                 first = hyps if k == 0 else first
-                scores.append((bleu(hyps, dev.references), chrf(hyps, dev.references)))
+                scores.append(dev.scores(hyps))
                 if dev.name:
                     out[f"dev_bleu/{dev.name}"], out[f"dev_chrf/{dev.name}"] = scores[-1]
             out["dev_bleu"] = float(np.mean([b for b, _ in scores]))
@@ -162,7 +174,7 @@ class Evaluator:
         """Dev BLEU with these overrides of the run's decode settings (the mean over
         directions), as `mt eval` with those flags would score the model: for choosing decode
         settings on dev (mt/train/tune.py)."""
-        scores = [bleu(self.translate(d.sources, d.to, options), d.references) for d in self.sets]
+        scores = [d.scores(self.translate(d.sources, d.to, options))[0] for d in self.sets]
         return float(np.mean(scores))
 
     @torch.no_grad()

@@ -97,7 +97,7 @@ def test_errors_reference_holds_every_message():
     found = gen.error_messages()
     texts = {e.text for e in found}
     assert "‹ref› is empty: no reference lines to score against" in texts  # an f-string
-    assert "mt eval needs --ref" in texts  # a plain string
+    assert "mt eval needs --ref (or a TMX or XLIFF --src, which holds them)" in texts  # plain
     assert "average: no checkpoints given" in texts
     # As many as the source has MtError calls with a written message (a few pass one built
     # elsewhere, a variable).

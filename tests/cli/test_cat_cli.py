@@ -1,0 +1,161 @@
+"""The files translators have, through the commands: a TMX corpus trains, `mt eval` scores a
+TMX or XLIFF file, and `mt translate --input-format xliff` fills an XLIFF document's targets,
+read back by translate-toolkit (an independent, well-kept XLIFF reader)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cat_files import XLIFF1, XLIFF2, coded, multi30k, write_tmx, write_xliff1, write_xliff2
+from lxml import etree
+from translate.storage import xliff, xliff2
+
+REPO = Path(__file__).resolve().parents[2]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def test_pairs(multi30k_dir: Path) -> list[tuple[str, str]]:
+    return multi30k(multi30k_dir, "test_2016_flickr", N)
+
+
+def test_eval_scores_a_tmx_file_as_the_same_lines_in_text(mt_cli, tiny_run, test_pairs, tmp_path):
+    """A TMX file of plain pairs scores exactly what the same lines score as two files."""
+    plain = test_pairs
+    tmx = write_tmx(tmp_path / "test.tmx", plain, codes=False)
+    (tmp_path / "src.de").write_text("".join(s + "\n" for s, _ in plain))
+    (tmp_path / "ref.en").write_text("".join(t + "\n" for _, t in plain))
+    common = (tiny_run / "best.pt", "--json", "--beam", "2")
+    by_tmx = mt_cli("eval", *common, "--src", tmx)
+    by_text = mt_cli("eval", *common, "--src", tmp_path / "src.de", "--ref", tmp_path / "ref.en")
+    assert by_tmx.rc == 0 and by_text.rc == 0, by_tmx.err + by_text.err
+    assert json.loads(by_tmx.out)["bleu"] == json.loads(by_text.out)["bleu"]
+    assert json.loads(by_tmx.out)["sentences"] == len(plain)
+
+
+def test_eval_of_an_xliff_file_leaves_the_codes_out(mt_cli, tiny_run, test_pairs, tmp_path):
+    path = write_xliff2(tmp_path / "t.xlf", test_pairs)
+    result = mt_cli("eval", tiny_run / "best.pt", "--src", path, "--json", "--beam", "1")
+    assert result.rc == 0, result.err
+    assert json.loads(result.out)["sentences"] == N
+    bad = mt_cli("eval", tiny_run / "best.pt", "--src", path, "--ref", path)
+    assert bad.rc == 2 and bad.err.strip().endswith("holds the references; give no --ref")
+
+
+def _codes(el) -> list[str]:
+    return sorted(etree.QName(c).localname for c in el.iter() if c is not el)
+
+
+def _document(tmp_path: Path, version: str, test_pairs) -> Path:
+    """A document to translate: every unit without a target but the second (a translator's
+    work, to be kept)."""
+    pairs = [(s, t if i == 1 else None) for i, (s, t) in enumerate(test_pairs)]
+    write = write_xliff1 if version == "1.2" else write_xliff2
+    return write(tmp_path / f"doc{version}.xlf", pairs)
+
+
+@pytest.mark.parametrize("version", ["1.2", "2.0"])
+def test_translate_fills_an_xliff_document(mt_cli, tiny_run, test_pairs, tmp_path, version):
+    doc = _document(tmp_path, version, test_pairs)
+    out = tmp_path / "filled.xlf"
+    result = mt_cli(
+        "translate", tiny_run / "best.pt", "--input-format", "xliff", "-i", doc, "-o", out
+    )
+    assert result.rc == 0, result.err
+    assert f"{doc}: {N - 1} target(s) filled, 1 kept (already translated)" in result.err
+    ns = XLIFF1 if version == "1.2" else XLIFF2
+    store = (xliff.xlifffile if version == "1.2" else xliff2.Xliff2File)(out.read_bytes())
+    units = store.units
+    assert len(units) == N
+    for i, unit in enumerate(units):
+        assert unit.source.strip() == test_pairs[i][0].strip()
+        assert unit.target.strip()
+        if i == 1:
+            assert unit.target == test_pairs[1][1]  # the translator's target, untouched
+            continue
+        if version == "1.2":
+            assert unit.get_state_n() == xliff.xliffunit.statemap["needs-review-translation"]
+        else:  # translated, neither reviewed nor left initial
+            assert unit.istranslated() and not unit.isapproved() and not unit.isfuzzy()
+        # The source's inline codes, each once, in the target (none where the source has none).
+        source, target = (unit.xmlelement.find(f".//{{{ns}}}{x}") for x in ("source", "target"))
+        assert (
+            _codes(target)
+            == _codes(source)
+            == (["g", "x"] if version == "1.2" else ["pc", "ph"]) * coded(i)
+        )
+    # Everything but the targets (and the states they bring) is as it was.
+    before, after = etree.parse(str(doc)).getroot(), etree.parse(str(out)).getroot()
+    for root in (before, after):
+        for t in root.iter(f"{{{ns}}}target"):
+            t.getparent().remove(t)
+        for el in root.iter():
+            for key in ("state", "state-qualifier"):
+                el.attrib.pop(key, None)
+    assert etree.tostring(before) == etree.tostring(after)
+
+
+def test_translate_xliff_keeps_inline_codes_in_place(mt_cli, tiny_run, tmp_path):
+    """A pair of codes around a word and a lone one: both in the target, the pair nested
+    around text, written with the source's ids and attributes."""
+    doc = tmp_path / "c.xlf"
+    doc.write_text(
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<xliff xmlns="{XLIFF2}" version="2.0" '
+        'srcLang="de-DE" trgLang="en-US"><file id="f"><unit id="u"><segment>'
+        '<source>Ein <pc id="b" dataRefStart="d1">Hund</pc> läuft im Schnee.<ph id="p"/>'
+        "</source></segment></unit></file></xliff>\n"
+    )
+    result = mt_cli("translate", tiny_run / "best.pt", "--input-format", "xliff", "-i", doc)
+    assert result.rc == 0, result.err
+    target = etree.fromstring(result.out.encode()).find(f".//{{{XLIFF2}}}target")
+    pcs, phs = target.findall(f"{{{XLIFF2}}}pc"), target.findall(f"{{{XLIFF2}}}ph")
+    assert [dict(p.attrib) for p in pcs] == [{"id": "b", "dataRefStart": "d1"}]
+    assert [dict(p.attrib) for p in phs] == [{"id": "p"}]
+    assert result.out.startswith('<?xml version="1.0" encoding="UTF-8"?>\n')
+
+
+def test_translate_xliff_in_place_and_its_errors(mt_cli, tiny_run, test_pairs, tmp_path):
+    doc = _document(tmp_path, "1.2", test_pairs[:4])
+    ckpt = tiny_run / "best.pt"
+    result = mt_cli("translate", ckpt, "--input-format", "xliff", "-i", doc, "-o", doc)
+    assert result.rc == 0, result.err
+    assert 'state-qualifier="leveraged-mt"' in doc.read_text()
+    again = mt_cli("translate", ckpt, "--input-format", "xliff", "-i", doc, "-o", doc)
+    assert "0 target(s) filled, 4 kept" in again.err  # nothing left to fill
+    french = write_xliff1(tmp_path / "fr.xlf", [("a", None)], langs=("de-DE", "fr-FR"))
+    wrong = mt_cli("translate", ckpt, "--input-format", "xliff", "-i", french)
+    assert wrong.rc == 2
+    assert wrong.err.strip().endswith(
+        f"{french}: translates de-DE -> fr-FR, but this model translates de-en"
+    )
+    broken = tmp_path / "broken.xlf"
+    broken.write_text(doc.read_text()[:-30])
+    cut = mt_cli("translate", ckpt, "--input-format", "xliff", "-i", broken)
+    assert cut.rc == 2 and "Traceback" not in cut.err
+    assert f"error: {broken}:" in cut.err and "not well-formed XML" in cut.err
+    nbest = mt_cli("translate", ckpt, "--input-format", "xliff", "-i", doc, "--nbest", "2")
+    assert nbest.rc == 2 and "not with --nbest" in nbest.err
+
+
+def test_training_reads_a_tmx_corpus(mt_cli, multi30k_dir, tmp_path):
+    """A short run on TMX train and dev files (inline codes, `data.protect`): it trains,
+    scores its dev set, and the store names the TMX file."""
+    write_tmx(tmp_path / "train.tmx", multi30k(multi30k_dir, "train", 600))
+    write_tmx(tmp_path / "val.tmx.gz", multi30k(multi30k_dir, "val", 30))
+    run = tmp_path / "run"
+    result = mt_cli(
+        "train",
+        REPO / "configs" / "tiny.yaml",
+        "--run-dir",
+        run,
+        *("--set", f"data.root={tmp_path}", "--set", "data.format=tmx"),
+        *("--set", "data.train=train.tmx", "--set", "data.valid=val.tmx.gz"),
+        *("--set", "data.protect=true", "--set", "train.max_steps=8"),
+        *("--set", "train.eval_every=8", "--set", "train.threads=1"),
+    )
+    assert result.rc == 0, result.err
+    assert "train.tmx: 600 pairs read" in result.err
+    assert "val.tmx.gz: 30 pairs read" in result.err
+    assert (run / "best.pt").is_file()
