@@ -93,6 +93,9 @@ def test_the_lines_with_terms_change_and_no_other(tiny_run, files, mt_cli, lines
     # the guard (default) changes only lines with terms too, and writes them as often
     result = mt_cli("translate", tiny_run, "-i", files["src"], "--glossary", files["tsv"])
     guarded = result.out.splitlines()
+    # decoding processes get the glossary with each share of requests: the same lines
+    spread = mt_cli(*args, "--glossary", files["tsv"], "--workers", "2")
+    assert spread.rc == 0 and spread.out.splitlines() == guarded, spread.err
     for src, has, before, after in zip(lines, with_terms, plain, guarded):
         assert has or after == before
         assert all(m.entry.tgt in after for m in GLOSSARY.find(src)), (src, after)
