@@ -22,7 +22,7 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.casing import recase_stage
-from mt.decode.constrained import can_constrain, phrase_ids
+from mt.decode.constrained import WordEdges, can_constrain, phrase_ids, word_edges
 from mt.decode.dispatch import is_greedy, search
 from mt.decode.doubt import doubt_stage
 from mt.decode.dtype import decode_model
@@ -83,6 +83,7 @@ class Translator:
         # Protection: search writes no span of its own (mt.spans.bans; built on first use),
         # and the protection stage (mt.decode.protect) lifts out and puts back the source's.
         self._bans: Bans | None = None
+        self._edges: WordEdges | None = None  # where a constraint's word may end (on first use)
         # The target language of each line (a multilingual model): mt.decode.target.
         self.targets = targets or Targets(tokenizer, device)
         self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
@@ -113,6 +114,8 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         # The model seen from the batch's target language (its token, its guard).
         model = self.model if target is None else model_for(self.model, target)
+        if constraints is not None and self._edges is None:
+            self._edges = word_edges(self.tokenizer, self.device)
         return search(
             model,
             src,
@@ -123,6 +126,7 @@ class Translator:
             constraints=constraints,
             sampling=self.sampling,
             bans=bans,
+            edges=self._edges,
         )
 
     def translate(self, requests: list[Request]) -> list[Translation]:

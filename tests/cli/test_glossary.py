@@ -100,9 +100,9 @@ def test_the_lines_with_terms_change_and_no_other(tiny_run, files, mt_cli, lines
         assert has or after == before
         assert all(m.entry.tgt in after for m in GLOSSARY.find(src)), (src, after)
     assert term_accuracy(GLOSSARY, lines, plain).lemma == 0.0  # none of these words unaided
-    # The tiny model glues pieces to a forced term now and then ("gentsss"): no longer the
-    # word, so not counted, though the constraint was met.
-    assert term_accuracy(GLOSSARY, lines, got).lemma >= 50.0
+    # A term twice in a source ("Mann ... Männern") is one constraint: written once at least.
+    assert term_accuracy(GLOSSARY, lines, got).lemma >= 80.0
+    assert term_accuracy(GLOSSARY, lines, guarded).lemma >= 80.0
 
 
 def test_inflected_and_multi_word_terms_in_the_translator(tiny_run):
@@ -170,5 +170,5 @@ def test_eval_reports_term_accuracy_and_gates_on_it(tiny_run, files, mt_cli, lin
     assert decoded.rc == 0, decoded.err
     assert "lemma-matched" in decoded.out and "BLEU" in decoded.out
     lemma = float(decoded.out.split("terms: ")[1].split("%")[0])
-    assert lemma >= 50.0  # from 0.0 unaided
+    assert lemma >= 80.0  # from 0.0 unaided
     assert mt_cli(*base[:-1], tiny_run, "--min-term-accuracy", "50").rc == 0
