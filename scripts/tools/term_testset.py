@@ -81,6 +81,12 @@ def main() -> None:
     parser.add_argument("--min-dice", type=float, default=0.15)
     parser.add_argument("--agree", type=float, default=0.6)
     parser.add_argument("--skip", type=int, default=60, help="most frequent stems left out")
+    parser.add_argument(
+        "--written",
+        action="store_true",
+        help="the opposite set: entries the model already writes in most of their lines (a "
+        "glossary that mostly confirms the model, as a settled termbase does)",
+    )
     args = parser.parse_args()
     from mt.decode.requests import Request
     from mt.decode.session import Session
@@ -111,7 +117,7 @@ def main() -> None:
             (d, p, q)
             for p in a
             for q, d in lex.get(p, {}).items()
-            if d >= args.min_dice and q in b and q not in c
+            if d >= args.min_dice and q in b and (q in c) == args.written
         ]
         if found:
             _, p, q = max(found)
@@ -124,7 +130,8 @@ def main() -> None:
         lines = [i for i, x in enumerate(src) if p in stems(x, s_stem)]
         agree = sum(q in stems(ref[i], t_stem) for i in lines)
         missed = sum(q not in stems(hyp[i], t_stem) for i in lines)
-        if lines and agree >= args.agree * len(lines) and missed >= 0.5 * len(lines):
+        unaided = missed >= 0.5 * len(lines) if not args.written else missed < 0.5 * len(lines)
+        if lines and agree >= args.agree * len(lines) and unaided:
             source = min(forms_s[p], key=lambda f: (len(f), -forms_s[p][f]))
             target = forms_t[q].most_common(1)[0][0]
             entries.append((source, target.lower() if tl != "de" else target))
