@@ -153,7 +153,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         session = worker.loaded()
         owner = owner_of(config.api_keys, key)
         src, tgt = direction(session, body.frm, body.to)
-        glossary = glossaries.for_request(body.glossary, owner, src, tgt)
+        # off the loop: stemming a glossary of thousands of entries takes a while
+        glossary = await asyncio.to_thread(glossaries.for_request, body.glossary, owner, src, tgt)
         requests = body.requests
         if glossary is not None:
             check_beam(session, body.options, body.alignment)

@@ -197,7 +197,9 @@ def add_routes(
         if glossaries is not None:
             owner = owner_of(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
             value = _glossary_field(obj.get("glossary"))
-            glossary = glossaries.for_request(value, owner, detected, target)
+            glossary = await asyncio.to_thread(
+                glossaries.for_request, value, owner, detected, target
+            )
         if glossary is not None:
             if fmt == "html":
                 raise ApiError(400, "a glossary applies to format text only")
