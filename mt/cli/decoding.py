@@ -161,7 +161,8 @@ def translate(
         "split_sentences": split_sentences,
         "recase": recase,
         "keep_numbers": keep_numbers,
-        "glossary": [str(glossary) if glossary else None, glossary_hard],
+        # the file's content, not only its name: a resumed job must use the same terms
+        "glossary": [terms.digest if terms else None, glossary_hard],
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format == "po":

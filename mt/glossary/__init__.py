@@ -20,6 +20,7 @@ word (cached) and a dictionary look-up per word.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 import weakref
 from collections.abc import Iterable, Sequence
@@ -89,6 +90,13 @@ class Glossary:
         found again by `token` in a process that has it: decoding workers are forked after
         the glossary is read, so each share of requests they are sent costs no rebuilding."""
         return (_rebuilt, (self.token, self.entries, self.src_lang, self.tgt_lang, self.name))
+
+    @property
+    def digest(self) -> str:
+        """What the glossary says, as a short hash: equal for equal entries and languages."""
+        text = "\n".join(f"{e.src}\t{e.tgt}" for e in self.entries)
+        text += f"\n{self.src_lang}\t{self.tgt_lang}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def __len__(self) -> int:
         return len(self.entries)
