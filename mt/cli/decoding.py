@@ -18,6 +18,8 @@ from mt.cli.options import (
     ChunkLinesOption,
     DeviceOption,
     FromOption,
+    GlossaryHardOption,
+    GlossaryOption,
     KeepNumbersOption,
     MaxDoubtOption,
     ProtectOption,
@@ -27,10 +29,12 @@ from mt.cli.options import (
     TargetVocabOption,
     ThreadsOption,
     ToOption,
+    check_glossary,
     check_max_doubt,
     chunked_job,
     decode_flags,
     gate_doubt,
+    open_glossary,
     open_session,
     settled_heap,
     text_lines,
@@ -84,6 +88,8 @@ def translate(
     max_doubt: MaxDoubtOption = None,
     recase: RecaseOption = True,
     keep_numbers: KeepNumbersOption = True,
+    glossary: GlossaryOption = None,
+    glossary_hard: GlossaryHardOption = False,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
 
@@ -106,6 +112,7 @@ def translate(
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     if split_sentences and (pivot is not None or alignment or input_format == "html"):
         raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
+    check_glossary(glossary, glossary_hard, pivot is not None or input_format == "html")
     check_max_doubt(max_doubt)
     document = None
     if input_format == "xliff":
@@ -122,6 +129,7 @@ def translate(
     )
     if pivot is not None and input_format != "html":
         check_pivot(targets, pivot)
+    terms = open_glossary(glossary, session, targets, from_, translator)
     plan = Plan(
         protect=protect,
         recase=recase,
@@ -129,6 +137,7 @@ def translate(
         html=input_format == "html",
         pivot=pivot,
         split=(from_ or session.source_language()) if split_sentences else None,
+        glossary_hard=glossary_hard,
     )
     name = str(input) if input is not None else "<stdin>"
     failures: list[int] = []
@@ -139,7 +148,7 @@ def translate(
         typer.echo(f"{name}:{line}: could not translate this line ({error})", err=True)
 
     def work(lines, out, first: int = 0) -> None:
-        requests = read_requests(lines, input_format, name, first, plan)
+        requests = read_requests(lines, input_format, name, first, plan, terms)
         write_translations(
             doubts.watch(translate_stream(decoder, requests)),
             out,
@@ -161,13 +170,16 @@ def translate(
         "split_sentences": split_sentences,
         "recase": recase,
         "keep_numbers": keep_numbers,
+        # the file's content, not only its name: a resumed job must use the same terms
+        "glossary": [terms.digest if terms else None, glossary_hard],
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format in ("po", "xliff"):
         raise MtError(f"--input-format {input_format} is one document: it cannot be shared out")
     with settled_heap(), spread(translator, 1 if typing else None) as decoder:
         if document is not None:
-            requests = (Request(x.text, where=x.where, plan=plan) for x in document.slots)
+            slots = document.slots
+            requests = (Request(x.text, where=x.where, plan=plan, glossary=terms) for x in slots)
             done = doubts.watch(translate_stream(decoder, requests))
             _fill_xliff(document, done, output, failures)
         elif job is not None:
@@ -292,6 +304,15 @@ def evaluate(
     check_numbers: Annotated[
         bool, typer.Option(help="Report the share of lines whose source numbers all appear.")
     ] = False,
+    glossary: GlossaryOption = None,
+    glossary_hard: GlossaryHardOption = False,
+    min_term_accuracy: Annotated[
+        float | None,
+        typer.Option(
+            help="Exit 1 when the lemma-matched term accuracy (%, with --glossary) is below "
+            "this (a CI gate)."
+        ),
+    ] = None,
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
@@ -299,18 +320,25 @@ def evaluate(
     from mt.data.corpus import read_lines
     from mt.decode.doubt import DoubtCount, flags
     from mt.decode.numbers import kept_rate
-    from mt.decode.requests import Plan
+    from mt.decode.requests import Plan, Request
     from mt.decode.translator import translate_stream
     from mt.decode.workers import spread
+    from mt.glossary.accuracy import term_accuracy
     from mt.metrics import format_scores, score
 
     use_threads("eval", threads)
     check_max_doubt(max_doubt)
+    check_glossary(glossary, glossary_hard, False)
     bilingual = format_of(src) if src is not None else None  # a TMX/XLIFF file: src and ref
     if bilingual and ref is not None:
         raise MtError(f"mt eval: {src} holds the references; give no --ref")
     if ref is None and not bilingual:
         raise MtError("mt eval needs --ref (or a TMX or XLIFF --src, which holds them)")
+    if glossary is not None and src is None:
+        raise MtError("--glossary needs --src (the terms are found in the source)")
+    if min_term_accuracy is not None and glossary is None:
+        raise MtError("--min-term-accuracy needs --glossary FILE")
+    terms = None
     doubts = DoubtCount()
     sources: list[str] | None = None
     refs: list[str] = []
@@ -326,6 +354,10 @@ def evaluate(
                 raise MtError(f"mt eval --hyp: give --from and --to, the languages of {src}")
             sources, refs = read_bilingual(src, from_, to)  # type: ignore[arg-type]
         hyps, where = read_lines(hyp), hyp
+        if glossary is not None:
+            from mt.glossary.files import read_glossary
+
+            terms = read_glossary(glossary, from_, to)
     else:
         if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
@@ -340,9 +372,17 @@ def evaluate(
         targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
-        plan = Plan(protect=protect, recase=recase, keep_numbers=keep_numbers, split=split)
+        terms = open_glossary(glossary, session, targets, from_, translator)
+        plan = Plan(
+            protect=protect,
+            recase=recase,
+            keep_numbers=keep_numbers,
+            split=split,
+            glossary_hard=glossary_hard,
+        )
+        requests = [Request(x, plan=plan, glossary=terms) for x in sources]
         with settled_heap(), spread(translator) as decoder:
-            done = translate_stream(decoder, sources, plan)
+            done = translate_stream(decoder, requests, plan)
             hyps, where = [t.text for t in doubts.watch(done)], src
         keep_learned()
     if len(hyps) != len(refs):
@@ -368,10 +408,23 @@ def evaluate(
         lines.append(
             "numbers kept: {kept}% of {lines} lines with digits".format(**report["numbers"])
         )
+    accuracy = None
+    if terms is not None and sources is not None:
+        accuracy = term_accuracy(terms, sources, hyps, refs)
+        report["terms"] = accuracy.as_dict()
+        lines.append(accuracy.summary())
     typer.echo(json.dumps(report) if json_ else "\n".join(lines))
     if min_bleu is not None and scores.bleu < min_bleu:
         typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
         raise typer.Exit(EXIT_GATE)
+    if min_term_accuracy is not None and accuracy is not None:
+        if accuracy.lemma < min_term_accuracy:
+            typer.echo(
+                f"term accuracy {accuracy.lemma:.2f}% is below --min-term-accuracy "
+                f"{min_term_accuracy}",
+                err=True,
+            )
+            raise typer.Exit(EXIT_GATE)
     gate_doubt(doubts, max_doubt, "mt eval")
 
 

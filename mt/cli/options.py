@@ -273,6 +273,22 @@ KeepNumbersOption = Annotated[
         "pay a second search)."
     ),
 ]
+GlossaryOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Terms the translation must use: TSV or CSV (source, target; a first row of "
+        "language codes is a header), TBX or TMX. Terms are found in any case and inflected "
+        "form; a line that misses one is translated again with it as a constraint.",
+        metavar="FILE",
+    ),
+]
+GlossaryHardOption = Annotated[
+    bool,
+    typer.Option(
+        help="Constrain every term a --glossary finds from the first search: its target "
+        "verbatim, one search, the model's inflection of it lost.",
+    ),
+]
 MaxDoubtOption = Annotated[
     float | None,
     typer.Option(
@@ -280,6 +296,42 @@ MaxDoubtOption = Annotated[
         "(copy, loop, short, long): a pipeline gate."
     ),
 ]
+
+
+def check_glossary(path: Path | None, hard: bool, elsewhere: bool) -> None:
+    """`--glossary` and `--glossary-hard` before a model loads; `elsewhere`: a path that
+    takes no glossary (--pivot, HTML input) was asked for."""
+    if hard and path is None:
+        raise MtError("--glossary-hard needs --glossary FILE")
+    if path is not None and elsewhere:
+        raise MtError("--glossary cannot be combined with --pivot or --input-format html")
+    if path is not None and not path.is_file():
+        raise MtError(f"{path}: glossary file not found")
+
+
+def open_glossary(path: Path | None, session, targets, frm: str | None, translator):  # noqa: ANN001
+    """The glossary in `path` (None: none) between the decode's languages: the source
+    `frm` (else the model's) and the target `targets` writes (a bilingual model's own);
+    refused unless `translator` searches with constraints."""
+    if path is None:
+        return None
+    from mt.decode.glossary import NEEDS_BEAM
+    from mt.glossary.files import read_glossary
+
+    if not translator.constrain:
+        raise MtError(NEEDS_BEAM)
+    from mt.glossary.words import stemmer_name
+
+    src = frm or session.source_language()
+    tgt = targets.default if session.languages is not None else session.cfg.data.tgt_lang
+    glossary = read_glossary(path, src, tgt)
+    for lang in dict.fromkeys((glossary.src_lang, glossary.tgt_lang)):
+        if stemmer_name(lang) is None:
+            typer.echo(
+                f"{path}: no stemmer for {lang!r}: its terms are matched as written (case aside)",
+                err=True,
+            )
+    return glossary
 
 
 def check_max_doubt(value: float | None) -> None:

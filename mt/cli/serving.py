@@ -10,6 +10,8 @@ import typer
 from mt.cli.app import app
 from mt.cli.options import (
     DeviceOption,
+    GlossaryHardOption,
+    GlossaryOption,
     KeepNumbersOption,
     ThreadsOption,
     decode_flags,
@@ -48,8 +50,13 @@ def serve(
     batch_window_ms: Annotated[
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
+    max_glossary_entries: Annotated[
+        int, typer.Option(help="Entries of one glossary, given inline or uploaded.")
+    ] = 10000,
     threads: ThreadsOption = None,
     keep_numbers: KeepNumbersOption = True,
+    glossary: GlossaryOption = None,
+    glossary_hard: GlossaryHardOption = False,
 ) -> None:
     r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
     serve extra: pip install 'mt\[serve]')."""
@@ -62,6 +69,7 @@ def serve(
         max_chars=max_chars,
         max_queue=max_queue,
         batch_window_ms=batch_window_ms,
+        max_glossary_entries=max_glossary_entries,
     )
     run_server(
         checkpoints,
@@ -74,4 +82,6 @@ def serve(
         start_line=f"mt serve: {chosen.describe()}",  # said once it listens
         dtype=options.dtype,
         keep_numbers=keep_numbers,
+        glossary=glossary,
+        glossary_hard=glossary_hard,
     )

@@ -10,6 +10,12 @@ phrase competes with its own bank rather than with unconstrained ones. A hypothe
 only once all its phrases are in it (at the length limit the best one is returned anyway,
 preferring the ones that met the most phrases).
 
+A phrase that ends in a letter ends a word: with `WordEdges` (the target vocabulary's pieces
+that continue a word, and those that end in a letter) the token after it may not continue the
+word, so `hound` is not written as `houndsss` or `bar` as `baring` (a forced phrase is a
+poor fit for the model, which otherwise glues pieces to it now and then). A phrase that ends
+in a digit or a mark (a placeholder `Z00`, a number) may be glued to what follows.
+
 Phrases are tracked token by token and in any order (fairseq's unordered tracker, without its
 trie): a phrase in progress that the next token breaks starts over. Everything is vectorised
 over (sentences x beams x candidates x phrases), so a step costs a few small tensor ops beyond
@@ -17,6 +23,8 @@ the model's; sentences without constraints get exactly `beam_search`'s result (t
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -50,6 +58,34 @@ def phrase_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     if both[: len(anchor)] == anchor and len(both) > len(anchor):
         return both[len(anchor) :]
     return tokenizer.encode_tgt([text])[0]  # an odd model: the phrase's own segmentation
+
+
+@dataclass(frozen=True)
+class WordEdges:
+    """Of each target token: whether it continues the word before it (no word-start mark,
+    a letter or digit first), and whether it ends in a letter."""
+
+    glue: torch.Tensor  # (V,) bool
+    letter_end: torch.Tensor  # (V,) bool
+
+
+def word_edges(tokenizer: Tokenizer, device: torch.device) -> WordEdges:
+    """The target vocabulary's `WordEdges`."""
+    pieces = tokenizer.tgt_pieces(list(range(tokenizer.tgt_vocab_size)))
+    glue = [not p.startswith("\u2581") and p[:1].isalnum() for p in pieces]
+    letter = [p[-1:].isalpha() for p in pieces]
+    return WordEdges(
+        torch.tensor(glue, dtype=torch.bool, device=device),
+        torch.tensor(letter, dtype=torch.bool, device=device),
+    )
+
+
+def _fit(mask: torch.Tensor, size: int) -> torch.Tensor:
+    """A (V,) mask cut or padded (False) to `size`."""
+    out = torch.zeros(size, dtype=torch.bool, device=mask.device)
+    n = min(size, mask.numel())
+    out[:n] = mask[:n]
+    return out
 
 
 def phrase_tensors(
@@ -109,6 +145,8 @@ def _expand(
     wanted: torch.Tensor,  # (R, C) tokens whose log-probability is asked for
     no_eos: torch.Tensor,  # (R,) bool, rows that may not end yet
     mask: RowMask | None = None,  # banned tokens (`step_bans`)
+    unglued: torch.Tensor | None = None,  # (R,) bool, rows whose next token starts a word
+    glue: torch.Tensor | None = None,  # (V,) bool, the tokens that continue a word
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Feed `prev`; per row the `k` best tokens other than PAD/BOS (and EOS where `no_eos`)
     with their log-probabilities (R, k), the log-probabilities of `wanted` (R, C) and of EOS
@@ -125,6 +163,8 @@ def _expand(
         eos_lp = logp[:, EOS].clone()
         eos.append(eos_lp)
         apply_mask(logp, mask, start)
+        if unglued is not None and glue is not None:
+            logp.masked_fill_(unglued[rows, None] & glue[None, :], NEG)
         logp[:, PAD] = NEG
         logp[:, BOS] = NEG
         logp[:, EOS] = eos_lp.masked_fill(no_eos[rows], NEG)
@@ -160,10 +200,12 @@ def constrained_beam_search(
     cfg: DecodeConfig,
     *,
     bans: Bans | None = None,
+    edges: WordEdges | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
     (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
-    `bans` (`mt.spans.bans`) but those of the phrases. Of `cfg` (the one validated settings
+    `bans` (`mt.spans.bans`) but those of the phrases; with `edges`, a phrase that ends in a
+    letter is not continued by a piece of the same word. Of `cfg` (the one validated settings
     object every search takes, see `mt.decode.search`) it reads beam, alpha, nbest, the length
     limit and the ending rules `beam_search` reads (penalty, length_offset, hf_stopping), so an
     imported model's HF decoding rules hold for its protected spans and numbers too. The
@@ -194,6 +236,14 @@ def constrained_beam_search(
     beams = Beams(model, src)
     progress = torch.zeros(B, C, dtype=torch.long, device=dev)  # per row, as in `advance`
     met = lengths.eq(0)  # empty slots are met from the start
+    if edges is not None and edges.glue.numel() != model.tgt_vocab:  # a model's padded vocab
+        edges = WordEdges(*(_fit(x, model.tgt_vocab) for x in (edges.glue, edges.letter_end)))
+    # Phrases whose end must be a word's end: their last token ends in a letter.
+    last = phrases.gather(2, (lengths - 1).clamp(min=0)[:, :, None])[:, :, 0]
+    word_final = (
+        edges.letter_end[last] & lengths.gt(0) if edges is not None else torch.zeros_like(met)
+    )
+    unglued = torch.zeros(B, dtype=torch.bool, device=dev)  # per row: a phrase just ended
     finished: list[list[tuple[int, Hypothesis]]] = [[] for _ in range(B)]  # (phrases met, hyp)
     while beams.sent.numel():
         t, sent, scores = beams.step, beams.sent, beams.scores
@@ -202,8 +252,9 @@ def constrained_beam_search(
         r_phr, r_len = phrases[row_sent], lengths[row_sent]  # (R, C, L), (R, C)
         nxt = r_phr.gather(2, progress[:, :, None].clamp(max=r_phr.size(2) - 1))[:, :, 0]
         mask = step_bans(bans, beams.history, row_sent)
+        glue = edges.glue if edges is not None and bool(unglued.any()) else None
         row_lp, row_tok, con_lp, eos_lp = _expand(
-            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), mask
+            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), mask, unglued, glue
         )
         force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
         # At the limit EOS keeps its log-probability; HF's forced_eos_token_id makes it 0.
@@ -228,6 +279,8 @@ def constrained_beam_search(
         M = tok.size(1)
         cand = (scores[:, :, None] + lp.view(n, width, M)).view(n, width * M)
         new_prog, new_met = advance(progress, met, r_phr, r_len, tok)  # (R, M, C)
+        # A candidate that completes a word-final phrase: the next token starts a word.
+        ends = (new_met & ~met[:, None, :] & word_final[row_sent][:, None, :]).any(2)  # (R, M)
         bank = banks(new_prog, new_met, r_len[:, None, :]).view(n, width * M)
         # DBA: rank within bank by score; take rank 0 of every bank (highest bank first),
         # then rank 1, ...: equal shares, and a bank short of candidates leaves its share to
@@ -278,6 +331,7 @@ def constrained_beam_search(
         chosen = flat.gather(1, pick)[keep_s].reshape(-1)
         progress = new_prog.view(-1, C)[chosen]
         met = new_met.view(-1, C)[chosen]
+        unglued = ends.view(-1)[chosen]
     out = []
     for hyps in finished:
         hyps.sort(key=lambda mh: (-mh[0], -mh[1].score))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from mt.config import DecodeConfig
-from mt.decode.constrained import constrained_beam_search
+from mt.decode.constrained import WordEdges, constrained_beam_search
 from mt.decode.search import beam_search, greedy_search
 from mt.decode.steps import Hypothesis, Sampling
 from mt.model import Transformer
@@ -33,11 +33,13 @@ def search(
     constraints: list[list[list[int]]] | None = None,
     sampling: Sampling | None = None,
     bans: Bans | None = None,
+    edges: WordEdges | None = None,
 ) -> list[list[Hypothesis]]:
     """The hypotheses of each row, best first: constrained beam search for rows with
-    constraints, greedy search or sampling (one each), else beam search."""
+    constraints (a phrase ending in a letter ending a word, given `edges`), greedy search or
+    sampling (one each), else beam search."""
     if constraints is not None and any(constraints):
-        return constrained_beam_search(model, src, constraints, cfg, bans=bans)
+        return constrained_beam_search(model, src, constraints, cfg, bans=bans, edges=edges)
     if is_greedy(cfg) or sampling is not None:
         hyps = greedy_search(
             model,

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mt.decode.steps import Hypothesis
 from mt.errors import MtError
+
+if TYPE_CHECKING:
+    from mt.glossary import Glossary
 
 KEYS = ("src", "prefix", "constraints", "format", "to", "from")
 
@@ -31,6 +34,7 @@ class Plan:
     html: bool = False  # the source is an HTML fragment: mt.decode.html
     pivot: str | None = None  # through this language (a multilingual model): mt.decode.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
+    glossary_hard: bool = False  # a glossary's terms constrained at once: mt.decode.glossary
 
     def unsplit(self) -> Plan:
         """This plan but whole lines: the steps a split request's sentences take. Requests
@@ -50,6 +54,7 @@ class Request:
     frm: str | None = None  # source language, checked against the model's ("from" in JSON)
     where: str = ""  # `file:line` (or `items[i]`) of a JSON request: its language errors name it
     plan: Plan = Plan()  # the steps around search (mt.decode.stages)
+    glossary: Glossary | None = None  # terms its translation must use (mt.decode.glossary)
 
 
 @dataclass
@@ -120,26 +125,31 @@ def request_from_object(obj: Any, where: str) -> Request:
 
 
 def read_requests(
-    lines: Iterable[str], fmt: str, name: str, first: int = 0, plan: Plan | None = None
+    lines: Iterable[str],
+    fmt: str,
+    name: str,
+    first: int = 0,
+    plan: Plan | None = None,
+    glossary: Glossary | None = None,
 ) -> Iterator[Request]:
     """Requests from text lines (`fmt` text: each line is the source; html: each line is a
     fragment), JSON lines, or the messages of a gettext catalogue (`po`: each msgid, with its
-    format flags), each with `plan` (default: the CLI's); `first` is the 0-based number of
-    the first line, for error messages."""
+    format flags), each with `plan` (default: the CLI's) and `glossary`; `first` is the
+    0-based number of the first line, for error messages."""
     plan = plan or Plan()
     if fmt == "po":
         for r in po_requests("".join(lines), name):
-            yield replace(r, plan=plan)
+            yield replace(r, plan=plan, glossary=glossary)
         return
     for i, line in enumerate(lines, first + 1):
         if fmt == "jsonl":
             stripped = line.strip()
             r = parse_jsonl_line(stripped, f"{name}:{i}") if stripped else Request("")
-            yield replace(r, plan=plan)
+            yield replace(r, plan=plan, glossary=glossary)
         elif fmt == "html":
-            yield Request(line.rstrip("\r\n"), where=f"{name}:{i}", plan=plan)
+            yield Request(line.rstrip("\r\n"), where=f"{name}:{i}", plan=plan, glossary=glossary)
         else:
-            yield Request(line.rstrip("\r\n"), plan=plan)
+            yield Request(line.rstrip("\r\n"), plan=plan, glossary=glossary)
 
 
 def po_requests(text: str, name: str) -> Iterator[Request]:

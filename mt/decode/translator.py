@@ -22,10 +22,11 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.decode.casing import recase_stage
-from mt.decode.constrained import can_constrain, phrase_ids
+from mt.decode.constrained import WordEdges, can_constrain, phrase_ids, word_edges
 from mt.decode.dispatch import is_greedy, search
 from mt.decode.doubt import doubt_stage
 from mt.decode.dtype import decode_model
+from mt.decode.glossary import glossary_stage
 from mt.decode.html import html_stage
 from mt.decode.numbers import numbers_stage
 from mt.decode.pivot import pivot_stage
@@ -82,6 +83,7 @@ class Translator:
         # Protection: search writes no span of its own (mt.spans.bans; built on first use),
         # and the protection stage (mt.decode.protect) lifts out and puts back the source's.
         self._bans: Bans | None = None
+        self._edges: WordEdges | None = None  # where a constraint's word may end (on first use)
         # The target language of each line (a multilingual model): mt.decode.target.
         self.targets = targets or Targets(tokenizer, device)
         self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
@@ -112,6 +114,8 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         # The model seen from the batch's target language (its token, its guard).
         model = self.model if target is None else model_for(self.model, target)
+        if constraints is not None and self._edges is None:
+            self._edges = word_edges(self.tokenizer, self.device)
         return search(
             model,
             src,
@@ -122,6 +126,7 @@ class Translator:
             constraints=constraints,
             sampling=self.sampling,
             bans=bans,
+            edges=self._edges,
         )
 
     def translate(self, requests: list[Request]) -> list[Translation]:
@@ -133,19 +138,25 @@ class Translator:
         for plan in dict.fromkeys(keys):
             rows = [i for i, key in enumerate(keys) if key == plan]
             split = any(requests[i].plan.split is not None for i in rows)
+            terms = any(requests[i].glossary is not None for i in rows)
             one_round = lambda reqs, align, p=plan.protect: self._search_requests(  # noqa: E731
                 reqs, align, p
             )
-            done = run(self._stages(plan, split), [requests[i] for i in rows], one_round)
+            stages = self._stages(plan, split, terms)
+            done = run(stages, [requests[i] for i in rows], one_round)
             for i, t in zip(rows, done):
                 out[i] = t
         return out
 
-    def _stages(self, plan: Plan, split: bool) -> list[Stage]:
+    def _stages(self, plan: Plan, split: bool, terms: bool = False) -> list[Stage]:
         """The steps around search `plan` names, outermost first (mt.decode.stages); `split`:
-        some requests are translated sentence by sentence (each request's own `plan.split`)."""
+        some requests are translated sentence by sentence (each request's own `plan.split`);
+        `terms`: some carry a glossary (mt.decode.glossary: inside the capitals and numbers
+        stages, so it sees a line in its usual case, and the numbers' retry keeps the terms)."""
         beam = not (self.greedy or self.sampling is not None)
         below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
+        if terms and (plan.html or plan.pivot is not None):
+            raise MtError("a glossary cannot be combined with HTML input or a pivot language")
         if plan.html:
             return [html_stage(below, plan.protect)]
         inner = [doubt_stage(beam, self.cfg.alpha, self.length_bounds)]
@@ -156,6 +167,8 @@ class Translator:
         bounds = self.length_bounds
         if plan.keep_numbers:
             steps.append(numbers_stage(self.tokenizer, self.constrain, bounds))
+        if terms:
+            steps.append(glossary_stage(self.constrain, plan.glossary_hard))
         if split:
             return [split_stage(self.tokenizer, self.max_src, bounds), *steps, *inner]
         return steps + inner

@@ -77,9 +77,13 @@ def serve(
     start_line: str = "",
     dtype: str | None = None,
     keep_numbers: bool = True,
+    glossary: Path | None = None,
+    glossary_hard: bool = False,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
-    (mt.decode.numbers) on every translation."""
+    (mt.decode.numbers) on every translation; `glossary`: a file whose terms apply to the
+    requests of its direction that give no glossary (mt.serve.glossaries), `glossary_hard`
+    constrained at once."""
     limits = limits or Limits()
     try:
         limits.check()
@@ -104,8 +108,25 @@ def serve(
     from mt.serve.app import ServeConfig, create_app
 
     keys = read_keys(api_key_file) if api_key_file is not None else None
+    if glossary_hard and glossary is None:
+        raise MtError("--glossary-hard needs --glossary FILE")
+    own = None
+    if glossary is not None:  # read now: a bad file is one line before any model loads
+        from mt.glossary.files import read_glossary
+        from mt.serve.glossaries import Stored
+
+        g = read_glossary(glossary)
+        own = Stored(str(glossary), g.entries, g.src_lang, g.tgt_lang)
     config = ServeConfig(
-        parse_models(checkpoints), device, limits, keys, cors_origins or [], dtype, keep_numbers
+        parse_models(checkpoints),
+        device,
+        limits,
+        keys,
+        cors_origins or [],
+        dtype,
+        keep_numbers,
+        own,
+        glossary_hard,
     )
     listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -23,6 +24,7 @@ from mt.decode.score import TargetTooLong
 from mt.decode.session import Session
 from mt.errors import MtError
 from mt.serve import bodies, libre
+from mt.serve.glossaries import Glossaries, Stored, check_beam, direction, owner_of
 from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, key_of
@@ -52,6 +54,8 @@ class ServeConfig:
     cors_origins: list[str] = field(default_factory=list)
     dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
     keep_numbers: bool = True  # the number guard on every translation (mt.decode.numbers)
+    glossary: Stored | None = None  # --glossary: for requests of its direction that give none
+    glossary_hard: bool = False  # --glossary-hard: glossary terms constrained at once
 
 
 def _static(name: str) -> bytes:
@@ -65,10 +69,18 @@ def create_app(config: ServeConfig) -> FastAPI:
     metrics = Metrics()
     workers = {
         name: ModelWorker(
-            name, paths, config.device, config.limits, metrics, config.dtype, config.keep_numbers
+            name,
+            paths,
+            config.device,
+            config.limits,
+            metrics,
+            config.dtype,
+            config.keep_numbers,
+            config.glossary_hard,
         )
         for name, paths in config.models.items()
     }
+    glossaries = Glossaries(config.limits, config.glossary)
     default = next(iter(workers))
     limits = config.limits
 
@@ -133,11 +145,21 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def translate(request: Request) -> dict[str, Any]:
         """Translate items (as `mt translate --input-format jsonl` reads them); each answer
         has the fields of `--output-format jsonl`, in input order."""
-        check_key(config.api_keys, key_of(request.headers))
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
         body = bodies.parse_translate(await read_json(request), limits)
         worker = worker_for(body.model)
         worker.check_options(body.options)
-        work = worker.translate(body.requests, body.options, body.alignment, body.split)
+        session = worker.loaded()
+        owner = owner_of(config.api_keys, key)
+        src, tgt = direction(session, body.frm, body.to)
+        # off the loop: stemming a glossary of thousands of entries takes a while
+        glossary = await asyncio.to_thread(glossaries.for_request, body.glossary, owner, src, tgt)
+        requests = body.requests
+        if glossary is not None:
+            check_beam(session, body.options, body.alignment)
+            requests = [dataclasses.replace(r, glossary=glossary) for r in requests]
+        work = worker.translate(requests, body.options, body.alignment, body.split)
         done = await answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
@@ -214,7 +236,39 @@ def create_app(config: ServeConfig) -> FastAPI:
             metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
 
-    libre.add_routes(app, workers, config.api_keys, limits, answer)
+    @app.post("/v1/glossaries", status_code=201)
+    async def upload_glossary(request: Request) -> dict[str, Any]:
+        """Keep a glossary (`entries` as an object of terms, or a file's `content` in
+        `format` tsv, csv, tbx or tmx; `name`, `from`, `to`) for later requests to name by
+        the `id` answered: the key's own."""
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
+        obj = await read_json(request)
+        stored = await asyncio.to_thread(glossaries.upload, obj, owner_of(config.api_keys, key))
+        return stored.info()
+
+    @app.get("/v1/glossaries")
+    async def list_glossaries(request: Request) -> dict[str, Any]:
+        """The glossaries this key uploaded."""
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
+        return {"glossaries": glossaries.listed(owner_of(config.api_keys, key))}
+
+    @app.get("/v1/glossaries/{gid}")
+    async def get_glossary(gid: str, request: Request) -> dict[str, Any]:
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
+        stored = glossaries.get(gid, owner_of(config.api_keys, key))
+        return {**stored.info(), "terms": {e.src: e.tgt for e in stored.entries}}
+
+    @app.delete("/v1/glossaries/{gid}")
+    async def delete_glossary(gid: str, request: Request) -> dict[str, Any]:
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
+        glossaries.delete(gid, owner_of(config.api_keys, key))
+        return {"deleted": gid}
+
+    libre.add_routes(app, workers, config.api_keys, limits, answer, glossaries)
 
     # -- the page -----------------------------------------------------------------------------
 

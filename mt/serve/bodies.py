@@ -30,6 +30,9 @@ class TranslateBody:
     alignment: bool
     model: str | None
     split: bool = True  # sentence by sentence (off with alignment: positions are per sentence)
+    glossary: Any = None  # terms or an uploaded glossary's id (mt.serve.glossaries)
+    to: str | None = None  # the body's target language (items may name their own)
+    frm: str | None = None
 
 
 @dataclass
@@ -121,7 +124,7 @@ def _lang(obj: dict[str, Any], key: str) -> str | None:
 
 
 def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
-    obj = _object(obj, ("items", "options", "model", "to", "from", "split_sentences"))
+    obj = _object(obj, ("items", "options", "model", "to", "from", "split_sentences", "glossary"))
     items = _items(obj, limits)
     split = obj.get("split_sentences", True)
     if not isinstance(split, bool):
@@ -141,7 +144,21 @@ def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
         check_text(" ".join(request.constraints), f"items[{i}].constraints", limits)
         requests.append(request)
     options, alignment = parse_options(obj.get("options"))
-    return TranslateBody(requests, options, alignment, _model(obj), split and not alignment)
+    glossary = obj.get("glossary")
+    if glossary is not None and not isinstance(glossary, (dict, str)):
+        raise ApiError(
+            422, f"'glossary' must be an object of terms or an id, got {_kind(glossary)}"
+        )
+    return TranslateBody(
+        requests,
+        options,
+        alignment,
+        _model(obj),
+        split and not alignment,
+        glossary,
+        _lang(obj, "to"),
+        _lang(obj, "from"),
+    )
 
 
 def parse_score(obj: Any, limits: Limits) -> ScoreBody:
@@ -216,6 +233,14 @@ TRANSLATE_SCHEMA = {
         },
         "to": {"type": "string", "description": "target language of items that name none"},
         "from": {"type": "string"},
+        "glossary": {
+            "description": 'terms every translation must use ({"Hund": "hound"}) or the '
+            "id of an uploaded glossary (POST /v1/glossaries)",
+            "oneOf": [
+                {"type": "object", "additionalProperties": {"type": "string"}},
+                {"type": "string"},
+            ],
+        },
     },
     "example": {"items": [{"src": "Ein Hund rennt im Park."}], "options": {"beam": 5}},
 }

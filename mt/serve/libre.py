@@ -3,7 +3,9 @@
 `/translate` (JSON or form: `q` a string or a list, `source` or `auto`, `target`, `format`
 text or html, `alternatives` N, `api_key`), `/translate_file` (a multipart upload of .txt,
 .html, .srt or .docx, answered with `translatedFileUrl`), `/download_file/NAME`,
-`/languages`, `/detect` and `/frontend/settings`. Text is translated sentence by sentence with
+`/languages`, `/detect` and `/frontend/settings`. An extension: `glossary` on `/translate`,
+an object of terms (in a form, its JSON text) or an uploaded glossary's id, as `/v1/translate`
+takes it (mt.serve.glossaries; text format only). Text is translated sentence by sentence with
 its newlines kept (mt.decode.sentences); html goes through `mt translate --input-format html`'s
 path, one fragment per line; files through mt.decode.documents. Translated files are kept in
 memory (the last KEPT_FILES), under a random name, for their download.
@@ -12,6 +14,7 @@ memory (the last KEPT_FILES), under a random name, for their download.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable
@@ -30,6 +33,7 @@ from mt.decode.requests import Request as Item
 from mt.decode.session import DecodeOptions, Session
 from mt.errors import MtError
 from mt.serve import bodies, languages
+from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.security import check_key, key_of
 from mt.serve.worker import ModelWorker
@@ -74,6 +78,18 @@ def _fields(raw: bytes, content_type: str) -> dict[str, Any]:
     return {k: v if k == "q" and len(v) > 1 else v[0] for k, v in form.items()}
 
 
+def _glossary_field(value: Any) -> Any:
+    """`glossary` as sent: an object, an id, or (a form's field) an object's JSON text."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ApiError(400, f"'glossary' is not a JSON object ({err.msg})") from None
+    if value is not None and not isinstance(value, (dict, str)):
+        raise ApiError(400, "'glossary' must be an object of terms or a glossary id")
+    return value
+
+
 def _alternatives(value: Any) -> int:
     try:
         n = int(value)
@@ -114,6 +130,7 @@ def add_routes(
     api_keys: list[bytes] | None,
     limits: Limits,
     answer,  # noqa: ANN001 - the app's `answer(request, work)`: cancelled when the client goes
+    glossaries: Glossaries | None = None,
 ) -> None:
     """LibreTranslate's routes on `app`, served by `workers`."""
     files: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
@@ -176,6 +193,17 @@ def add_routes(
         if n_alt:
             beam = max(worker.loaded().cfg.decode.beam, n_alt + 1)
             options = DecodeOptions(beam=beam, nbest=n_alt + 1, greedy=False)
+        glossary = None
+        if glossaries is not None:
+            owner = owner_of(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
+            value = _glossary_field(obj.get("glossary"))
+            glossary = await asyncio.to_thread(
+                glossaries.for_request, value, owner, detected, target
+            )
+        if glossary is not None:
+            if fmt == "html":
+                raise ApiError(400, "a glossary applies to format text only")
+            check_beam(worker.loaded(), options, False)
         if fmt == "html":
 
             def run(session: Session) -> list[Any]:
@@ -187,7 +215,8 @@ def add_routes(
             outs: list[Any] = await answer(request, worker.run(run))
             alts: list[list[str]] = [[] for _ in texts]
         else:
-            items = [Item(t, to=target, frm=detected) for t in texts]  # newlines kept: split
+            # newlines kept: split
+            items = [Item(t, to=target, frm=detected, glossary=glossary) for t in texts]
             done = await answer(request, worker.translate(items, options, False, True))
             outs = [t.text for t in done]
             alts = [t.texts[1 : n_alt + 1] for t in done]

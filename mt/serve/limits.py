@@ -18,9 +18,16 @@ class Limits:
     max_queue: int = 2000  # sentences waiting for a model, all requests together (503 max_queue)
     max_body_bytes: int = 4 << 20  # bytes of one request body (413 max_body_bytes)
     batch_window_ms: float = 5.0  # how long a worker waits to pool the sentences of requests
+    max_glossary_entries: int = 10000  # entries of one glossary, inline or uploaded (413)
 
     def check(self) -> None:
-        for name in ("max_items", "max_chars", "max_queue", "max_body_bytes"):
+        for name in (
+            "max_items",
+            "max_chars",
+            "max_queue",
+            "max_body_bytes",
+            "max_glossary_entries",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 <= self.batch_window_ms <= 1000:

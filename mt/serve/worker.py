@@ -94,9 +94,11 @@ class ModelWorker:
         metrics: Metrics,
         dtype: str | None = None,
         keep_numbers: bool = True,
+        glossary_hard: bool = False,
     ) -> None:
         self.name = name
         self.keep_numbers = keep_numbers  # the number guard (mt.decode.numbers)
+        self.glossary_hard = glossary_hard  # a request's glossary constrained at once
         self.paths = list(paths)
         self.device = device
         self.dtype = dtype
@@ -285,7 +287,8 @@ class ModelWorker:
         and joins them back, so their sentences share batches with everything else."""
         assert self.session is not None
         first = group[0]
-        whole = Plan(keep_numbers=self.keep_numbers)  # capitals, numbers, protection, flags
+        # capitals, numbers, glossary, protection, flags
+        whole = Plan(keep_numbers=self.keep_numbers, glossary_hard=self.glossary_hard)
         # Sentences in the model's source language, unless a request names its own (`frm`).
         split = dataclasses.replace(whole, split=self.session.source_language())
         requests = [

@@ -20,6 +20,7 @@ from mt.decode.constrained import (
     constrained_beam_search,
     phrase_ids,
     phrase_tensors,
+    word_edges,
 )
 from mt.decode.search import beam_search
 from mt.decode.steps import length_penalty, max_lengths
@@ -158,6 +159,34 @@ def test_every_phrase_is_in_every_output(tiny: Loaded, sample: Sample, per_sente
             assert not {PAD, BOS, EOS} & set(h.tokens)
             expected = forced_score(model, sample.src[i], h.tokens, ALPHA)
             assert h.score == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_phrase_ending_in_a_letter_ends_a_word_given_the_edges(tiny: Loaded, sample: Sample):
+    tok, model, dcfg = tiny.tokenizer, tiny.model, tiny.cfg.decode
+    edges = word_edges(tok, torch.device("cpu"))
+    pieces = tok.tgt_pieces(list(range(tok.tgt_vocab_size)))
+    assert all(edges.glue[i] == (not p.startswith("\u2581") and p[:1].isalnum())
+               for i, p in enumerate(pieces))  # fmt: skip
+    cfg = DecodeConfig(beam=BEAM, alpha=ALPHA, max_len_a=dcfg.max_len_a, max_len_b=dcfg.max_len_b)
+    words = [inner_words(ref)[:2] for ref in sample.refs]
+    cons = [[phrase_ids(tok, w) for w in ws] for ws in words]
+
+    def glued(results) -> int:  # noqa: ANN001
+        n = 0
+        for i, hyps in enumerate(results):
+            t = hyps[0].tokens
+            for c in cons[i]:
+                for j in range(len(t) - len(c)):
+                    n += t[j : j + len(c)] == c and bool(edges.glue[t[j + len(c)]])
+        return n
+
+    free = constrained_beam_search(model, sample.src, cons, cfg)
+    bound = constrained_beam_search(model, sample.src, cons, cfg, edges=edges)
+    assert glued(free) > 0  # the tiny model glues pieces to a forced word now and then
+    assert glued(bound) == 0
+    for i, hyps in enumerate(bound):
+        text = tok.decode_tgt(hyps[0].tokens)
+        assert all(re.search(rf"\b{w}\b", text) for w in words[i]), (words[i], text)
 
 
 def test_unconstrained_rows_are_beam_search_in_a_mixed_batch(tiny: Loaded, sample: Sample):

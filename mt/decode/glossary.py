@@ -1,0 +1,107 @@
+"""Glossaries: the stage (mt.decode.stages) that makes a translation use a request's terms.
+
+A request may carry a glossary (`--glossary FILE`, a server request's `"glossary"`); its terms
+are found in the source (mt.glossary: case-insensitively, at word boundaries, in inflected
+forms, longest first, none inside a protected span), and the translation must write each one's
+target term. The lexically constrained beam search (mt.decode.constrained) is what guarantees
+it; the stage decides which phrases it is given:
+
+- the guard (the default): the line is translated as usual, and kept when its translation
+  already writes every term's target in some form of its words (`hounds` for `hound`: the
+  model inflected it for the sentence). A line that misses one is translated again with
+  constraints: the missing targets as the glossary writes them, and the terms it had, in the
+  form it wrote them, so the second translation keeps what the first got right. Only lines
+  that missed a term pay for constrained search.
+- hard (`--glossary-hard`, `Plan.glossary_hard`): every found term's target, verbatim, is a
+  constraint of the first and only search: one search, the exact forms, the model's
+  inflection lost.
+
+A line without a term, a request without a glossary, and a request with a prefix (constrained
+search takes none) are passed down untouched, so they translate exactly as without the
+glossary. A glossary applies to requests into its own target language; its terms are checked
+in a translation by that language's stemmer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from mt.decode.requests import Request, Translation
+from mt.decode.stages import Ask, Rounds, Stage
+from mt.errors import MtError
+from mt.glossary import Match, uses
+from mt.glossary.words import base_language
+from mt.spans import find_spans
+
+NEEDS_BEAM = (
+    "a glossary needs the constrained beam search: drop --greedy, --sample, --alignment, "
+    "--stop-early and --no-repeat-ngram"
+)
+
+
+def terms_of(r: Request) -> list[Match]:
+    """The glossary terms of request `r`'s source (none when it has no glossary, a prefix,
+    or a target language other than its glossary's)."""
+    g = r.glossary
+    if g is None or r.prefix or not r.src.strip():
+        return []
+    if r.to is not None and g.tgt_lang is not None:
+        if base_language(r.to) != base_language(g.tgt_lang):
+            return []
+    protected = [(s.start, s.end) for s in find_spans(r.src, r.formats)]
+    return g.find(r.src, protected)
+
+
+def glossary_stage(constrain: bool, hard: bool) -> Stage:
+    """The stage: `constrain` says whether the search below takes constraints (a glossary
+    with terms to apply is refused otherwise); `hard`: every term a constraint at once."""
+
+    def rounds(requests: list[Request]) -> Rounds:
+        found = {i: ms for i, r in enumerate(requests) if (ms := terms_of(r))}
+        if found and not constrain:
+            raise MtError(NEEDS_BEAM)
+        if hard:
+            asked = list(requests)
+            for i, ms in found.items():
+                asked[i] = _constrained(requests[i], [m.entry.tgt for m in ms])
+            return (yield Ask(asked))
+        done = yield Ask(requests)
+        again: dict[int, list[str]] = {}
+        for i, ms in found.items():
+            if done[i].error:
+                continue
+            phrases, complete = written(ms, done[i].text, requests[i].glossary.tgt_lang)  # type: ignore[union-attr]
+            if not complete:
+                again[i] = phrases
+        if again:
+            asked = [_constrained(requests[i], phrases) for i, phrases in again.items()]
+            second: list[Translation] = yield Ask(asked, isolate=True)
+            for i, t in zip(again, second):
+                if not t.error:
+                    done[i] = t
+        return done
+
+    return rounds
+
+
+def written(matches: list[Match], text: str, lang: str | None) -> tuple[list[str], bool]:
+    """The phrases that make a translation hold every term of `matches`: each target as
+    `text` writes it where it does (as often as the source has the term), else as the
+    glossary writes it; and whether `text` already holds them all."""
+    wanted = Counter(m.entry.tgt for m in matches)
+    phrases: list[str] = []
+    complete = True
+    for tgt, n in wanted.items():
+        found = uses(tgt, text, lang)
+        phrases += [text[u.start : u.end] for u in found[:n]]
+        if len(found) < n:
+            complete = False
+            phrases.append(tgt)
+    return list(dict.fromkeys(phrases)), complete
+
+
+def _constrained(r: Request, phrases: list[str]) -> Request:
+    """`r` with `phrases` added to its own constraints (each once)."""
+    extra = [p for p in dict.fromkeys(phrases) if p not in r.constraints]
+    return replace(r, constraints=[*r.constraints, *extra])

@@ -1,0 +1,92 @@
+"""Glossaries on Multi30k: term accuracy, BLEU and speed without a glossary, with the guard
+(the default: constrain only the lines that miss a term) and hard (every term constrained).
+
+The glossary is a term test set (scripts/tools/term_testset.py: entries the model does not
+write unaided, used by the references). The three runs take turns for `--rounds` rounds on the
+same lines with the same translator; each is timed by its best round. Lines without a term must
+come out byte-identical to the run without a glossary: the report counts those that do not.
+
+    python -m scripts.tools.term_testset runs/demo/best.pt -o terms.tsv
+    python -m scripts.bench.glossary runs/demo/best.pt terms.tsv --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mt.decode.requests import Plan, Request
+from mt.decode.session import Session
+from mt.decode.translator import translate_stream
+from mt.glossary.accuracy import term_accuracy
+from mt.glossary.files import read_glossary
+from mt.metrics import bleu
+from scripts.common import (
+    alternate,
+    describe_machine,
+    markdown_table,
+    multi30k_dir,
+    read_lines,
+    say,
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("glossary", type=Path)
+    parser.add_argument("--split", default="test_2016_flickr")
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    session = Session([args.checkpoint], "cpu")
+    sl, tl = session.source_language(), session.cfg.data.tgt_lang
+    glossary = read_glossary(args.glossary, sl, tl)
+    data = multi30k_dir()
+    src = [x.strip() for x in read_lines(data / f"{args.split}.{sl}.gz")[: args.lines]]
+    ref = [x.strip() for x in read_lines(data / f"{args.split}.{tl}.gz")[: args.lines]]
+    translator = session.translator()
+
+    def run(plan: Plan | None):  # noqa: ANN202
+        reqs = [Request(x, plan=plan or Plan(), glossary=glossary if plan else None) for x in src]
+        return lambda: [t.text for t in translate_stream(translator, reqs)]
+
+    say(f"{len(src)} lines, {len(glossary)} entries, {args.rounds} rounds")
+    outs, seconds = alternate(
+        args.rounds,
+        {"none": run(None), "guard": run(Plan()), "hard": run(Plan(glossary_hard=True))},
+    )
+    has = [bool(glossary.find(x)) for x in src]
+    rows = []
+    for name, hyp in outs.items():
+        acc = term_accuracy(glossary, src, hyp, ref)
+        changed = sum(h != p for h, p, t in zip(hyp, outs["none"], has) if not t)
+        best = min(seconds[name])
+        rows.append(
+            [
+                name,
+                f"{acc.lemma:.1f}",
+                f"{acc.exact:.1f}",
+                f"{bleu(hyp, ref):.2f}",
+                f"{acc.bleu_terms:.2f}" if acc.bleu_terms is not None else "-",
+                f"{acc.bleu_rest:.2f}" if acc.bleu_rest is not None else "-",
+                changed,
+                f"{len(src) / best:.1f}",
+                f"{min(seconds['none']) / best:.2f}",
+            ]
+        )
+    print(f"{describe_machine()}; {args.threads} thread(s); {args.checkpoint}")
+    print(
+        f"{sum(has)} of {len(src)} lines hold a term ({acc.terms} terms), {len(glossary)} entries"
+    )
+    header = ["glossary", "terms lemma %", "exact %", "BLEU", "BLEU, lines with terms",
+              "BLEU, other lines", "other lines changed", "lines/s", "speed vs none"]  # fmt: skip
+    print(markdown_table(header, rows))
+
+
+if __name__ == "__main__":
+    main()
