@@ -13,6 +13,7 @@ import typer
 
 from mt.cli.app import app
 from mt.cli.options import (
+    AdapterOption,
     CheckpointsArg,
     ChunkLinesOption,
     DeviceOption,
@@ -51,6 +52,7 @@ def translate(
     *,
     options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
+    adapter: AdapterOption = None,
     alignment: Annotated[
         bool, typer.Option(help="Append a tab and 'src-tgt' attention alignment pairs.")
     ] = False,
@@ -106,7 +108,7 @@ def translate(
     typing = input is None and sys.stdin.isatty()  # someone is typing: answer each line at once
     if typing:
         options = dataclasses.replace(options, buffer_lines=1)
-    session = open_session(checkpoints, device, options.dtype)
+    session = open_session(checkpoints, device, options.dtype, adapter)
     targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
@@ -144,6 +146,7 @@ def translate(
     settings = {
         "command": "translate",
         "checkpoints": [str(c) for c in checkpoints],
+        "adapter": None if adapter is None else str(adapter),
         "decode": asdict(translator.cfg),
         "formats": [input_format, output_format],
         "alignment": alignment,
@@ -192,6 +195,7 @@ def evaluate(
     *,
     options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
+    adapter: AdapterOption = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
@@ -237,7 +241,7 @@ def evaluate(
         sources = read_lines(src)
         if len(sources) != len(refs):
             raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
-        session = open_session(checkpoints, device, options.dtype)
+        session = open_session(checkpoints, device, options.dtype, adapter)
         targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
@@ -284,6 +288,7 @@ def score(
     *,
     options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
+    adapter: AdapterOption = None,
     protect: Annotated[
         bool,
         typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
@@ -302,12 +307,13 @@ def score(
         if not path.is_file():
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
-    session = open_session(checkpoints, device, options.dtype)
+    session = open_session(checkpoints, device, options.dtype, adapter)
     scorer = session.scorer(options, protect=protect, to=to)
     n = scorer.cfg.buffer_lines
     settings = {
         "command": "score",
         "checkpoints": [str(c) for c in checkpoints],
+        "adapter": None if adapter is None else str(adapter),
         "decode": asdict(scorer.cfg),
         "json": json_,
         "protect": protect,

@@ -67,7 +67,7 @@ def prepare(
     lock = lock_run_dir(folder, "prepare")
     try:
         # A fine-tuning run (train.init_from) prepares its data with the checkpoint's tokenizer.
-        given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer)
+        given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer, cfg.finetune)
         init, run = finetune.load_init(given, folder, resume=False)
         finetune.write_tokenizer(init, folder)
         run_prepare(cfg.data, run.tokenizer, run.train.seed, folder)
