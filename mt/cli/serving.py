@@ -48,6 +48,13 @@ def serve(
     batch_window_ms: Annotated[
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
+    adapter: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An adapter held on the first model, NAME=PATH (or on another, "
+            "MODEL:NAME=PATH; repeatable); a request chooses it by name ('adapter')."
+        ),
+    ] = None,
     threads: ThreadsOption = None,
     keep_numbers: KeepNumbersOption = False,
 ) -> None:
@@ -74,4 +81,5 @@ def serve(
         start_line=f"mt serve: {chosen.describe()}",  # said once it listens
         dtype=options.dtype,
         keep_numbers=keep_numbers,
+        adapters=adapter,
     )

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from mt.adapt.files import Adapter
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import Config, DecodeConfig, to_dict
 from mt.config_rules import validate_decode
@@ -98,7 +99,7 @@ class Session:
         self.model: Transformer | Ensemble = (
             first.model if len(members) == 1 else Ensemble([m.model for m in members]).eval()
         )
-        self.adapter: Path | None = None  # the adapter applied (`with_adapter`)
+        self.adapter: Adapter | None = None  # the adapter applied (`with_adapter`)
         self._fingerprint: str | None = None
 
     def base_fingerprint(self) -> str:
@@ -131,7 +132,7 @@ class Session:
         view = copy.copy(self)
         view.model = fold(model) if merge else model
         view.cfg = dataclasses.replace(self.cfg, decode=adapter.cfg.decode)
-        view.adapter = adapter.path
+        view.adapter = adapter
         return view
 
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,6 +53,7 @@ class ServeConfig:
     cors_origins: list[str] = field(default_factory=list)
     dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
     keep_numbers: bool = False  # the number guard on every translation (mt.decode.numbers)
+    adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file
 
 
 def _static(name: str) -> bytes:
@@ -65,7 +67,14 @@ def create_app(config: ServeConfig) -> FastAPI:
     metrics = Metrics()
     workers = {
         name: ModelWorker(
-            name, paths, config.device, config.limits, metrics, config.dtype, config.keep_numbers
+            name,
+            paths,
+            config.device,
+            config.limits,
+            metrics,
+            config.dtype,
+            config.keep_numbers,
+            config.adapters.get(name),
         )
         for name, paths in config.models.items()
     }
@@ -136,8 +145,11 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_key(config.api_keys, key_of(request.headers))
         body = bodies.parse_translate(await read_json(request), limits)
         worker = worker_for(body.model)
-        worker.check_options(body.options)
-        work = worker.translate(body.requests, body.options, body.alignment, body.split)
+        worker.check_adapter(body.adapter)
+        worker.check_options(body.options, body.adapter)
+        work = worker.translate(
+            body.requests, body.options, body.alignment, body.split, body.adapter
+        )
         done = await answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
@@ -147,6 +159,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_key(config.api_keys, key_of(request.headers))
         body = bodies.parse_score(await read_json(request), limits)
         worker = worker_for(body.model)
+        worker.check_adapter(body.adapter)
 
         def run(session: Session) -> list[dict[str, Any]]:
             try:
@@ -161,7 +174,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 for s in scores
             ]  # fmt: skip
 
-        return {"items": await answer(request, worker.run(run))}
+        return {"items": await answer(request, worker.run(run, body.adapter))}
 
     @app.post("/v1/attention", openapi_extra=bodies.body_doc(bodies.ATTENTION_SCHEMA))
     async def attention(request: Request) -> dict[str, Any]:
@@ -172,7 +185,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_key(config.api_keys, key_of(request.headers))
         body = bodies.parse_attention(await read_json(request), limits)
         worker = worker_for(body.model)
-        worker.check_options(body.options)
+        worker.check_adapter(body.adapter)
+        worker.check_options(body.options, body.adapter)
 
         def run(session: Session) -> dict[str, Any]:
             try:
@@ -180,11 +194,12 @@ def create_app(config: ServeConfig) -> FastAPI:
             except MtError as err:
                 raise ApiError(422, str(err)) from None
 
-        return await answer(request, worker.run(run))
+        return await answer(request, worker.run(run, body.adapter))
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        """Every model served: name, languages, size, settings (loading ones say so)."""
+        """Every model served: name, languages, size, settings, adapters (loading ones say
+        so)."""
         check_key(config.api_keys, key_of(request.headers))
         out = []
         for name, worker in workers.items():
@@ -193,6 +208,10 @@ def create_app(config: ServeConfig) -> FastAPI:
                 entry.update(status="ready", **worker.session.describe())
             else:
                 entry.update(status="failed" if worker.error else "loading")
+            entry["adapters"] = [
+                {"name": n, "checkpoint": str(p), **_adapter_entry(worker.views.get(n))}
+                for n, p in worker.adapter_paths.items()
+            ]
             out.append(entry)
         return {"models": out}
 
@@ -233,6 +252,13 @@ def create_app(config: ServeConfig) -> FastAPI:
         return Response(_static(name), media_type=STATIC[name][1] + "; charset=utf-8")
 
     return app
+
+
+def _adapter_entry(session: Session | None) -> dict[str, Any]:
+    """What /v1/models says of a loaded adapter: its shape and decode settings."""
+    if session is None or session.adapter is None:
+        return {}
+    return {**session.adapter.spec.to_dict(), "decode": dataclasses.asdict(session.cfg.decode)}
 
 
 async def _disconnected(request: Request) -> None:

@@ -1,7 +1,8 @@
 """LibreTranslate's API, so the applications that speak it work unchanged.
 
 `/translate` (JSON or form: `q` a string or a list, `source` or `auto`, `target`, `format`
-text or html, `alternatives` N, `api_key`), `/translate_file` (a multipart upload of .txt,
+text or html, `alternatives` N, `api_key`, and mt's `adapter`, in the body or the query),
+`/translate_file` (a multipart upload of .txt,
 .html, .srt or .docx, answered with `translatedFileUrl`), `/download_file/NAME`,
 `/languages`, `/detect` and `/frontend/settings`. Text is translated sentence by sentence with
 its newlines kept (mt.decode.sentences); html goes through `mt translate --input-format html`'s
@@ -148,6 +149,15 @@ def add_routes(
         check_key(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
         return obj
 
+    def adapter_of(obj: dict[str, Any], request: Request, worker: ModelWorker) -> str | None:
+        """The adapter a LibreTranslate request names (an `adapter` field of the body or the
+        query: LibreTranslate's own clients send only the fields they know), checked."""
+        name = obj.get("adapter", request.query_params.get("adapter"))
+        if name is not None and not isinstance(name, str):
+            raise ApiError(400, "'adapter' must be the name of one of the model's adapters")
+        worker.check_adapter(name or None)
+        return name or None
+
     def languages_of(obj: dict[str, Any]) -> tuple[str, str]:
         source, target = obj.get("source", "auto"), obj.get("target")
         if not isinstance(target, str) or not isinstance(source, str):
@@ -172,9 +182,10 @@ def add_routes(
         for i, text in enumerate(texts):
             check_text(text, f"q[{i}]", limits)
         worker, detected = await asyncio.to_thread(pick, source, target, " ".join(texts))
+        adapter = adapter_of(obj, request, worker)
         options = DecodeOptions()
         if n_alt:
-            beam = max(worker.loaded().cfg.decode.beam, n_alt + 1)
+            beam = max(worker.loaded(adapter).cfg.decode.beam, n_alt + 1)
             options = DecodeOptions(beam=beam, nbest=n_alt + 1, greedy=False)
         if fmt == "html":
 
@@ -184,11 +195,12 @@ def add_routes(
                     "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
                 ]
 
-            outs: list[Any] = await answer(request, worker.run(run))
+            outs: list[Any] = await answer(request, worker.run(run, adapter))
             alts: list[list[str]] = [[] for _ in texts]
         else:
             items = [Item(t, to=target, frm=detected) for t in texts]  # newlines kept: split
-            done = await answer(request, worker.translate(items, options, False, True))
+            work = worker.translate(items, options, False, True, adapter)
+            done = await answer(request, work)
             outs = [t.text for t in done]
             alts = [t.texts[1 : n_alt + 1] for t in done]
         out: dict[str, Any] = {"translatedText": outs[0] if isinstance(q, str) else outs}
@@ -214,6 +226,7 @@ def add_routes(
         source, target = languages_of(obj)
         sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
         worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
+        adapter = adapter_of(obj, request, worker)
 
         def run(session: Session) -> bytes:
             text, fragments = _translators(worker, session, target, detected, filename)
@@ -222,7 +235,7 @@ def add_routes(
             except MtError as err:
                 raise ApiError(400, f"{filename}: {err}") from None
 
-        translated = await answer(request, worker.run(run))
+        translated = await answer(request, worker.run(run, adapter))
         name = f"{secrets.token_urlsafe(12)}{suffix}"
         files[name] = (PurePath(filename).name, translated)
         while len(files) > KEPT_FILES:
