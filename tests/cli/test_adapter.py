@@ -224,3 +224,33 @@ def test_an_imported_model_is_a_base_like_any_other(imported, multi30k_dir, tmp_
     assert a.rc == b.rc == c.rc == 0, a.err
     assert a.out == b.out and a.out.count("\n") == len(LINES)
     assert a.out != c.out
+
+
+def test_averaging_and_tuning_work_on_adapter_files(tmp_path, mt_cli):
+    """`train.average_last` averages the adapter files of the run's last steps and
+    `train.tune_beam` stores its choice in the adapter's best.pt: both stay adapters."""
+    config = reverse_task_config(tmp_path / "task", max_steps=24)
+    base = tmp_path / "base"
+    assert mt_cli("train", config, "--run-dir", base).rc == 0
+    run = tmp_path / "run"
+    result = mt_cli(
+        "train", config, "--run-dir", run, "--init-from", base / "last.pt",
+        "--set", "finetune.adapter=lora", "--set", "train.max_steps=8",
+        "--set", "train.eval_every=4", "--set", "train.keep_last=2",
+        "--set", "train.average_last=2", "--set", "train.eval_bleu=true",
+        "--set", "train.tune_beam=[1,2]",
+    )  # fmt: skip
+    assert result.rc == 0, result.err
+    averaged = torch.load(run / "averaged.pt", weights_only=True)
+    steps = [torch.load(run / f"checkpoint_{s}.pt", weights_only=True) for s in (4, 8)]
+    assert "adapter" in averaged and "tokenizer" not in averaged
+    for k, v in averaged["model"].items():
+        torch.testing.assert_close(v, (steps[0]["model"][k] + steps[1]["model"][k]) / 2)
+    best = torch.load(run / "best.pt", weights_only=True)
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    (tuned,) = [r for r in records if "tuned_beam" in r]
+    assert [t["beam"] for t in tuned["tuned_grid"]] == [1, 2]
+    assert "adapter" in best and best["config"]["decode"]["beam"] == tuned["tuned_beam"]
+    src = tmp_path / "task" / "data" / "val.src"
+    out = mt_cli("translate", base / "last.pt", "--adapter", run, "-i", src)
+    assert out.rc == 0 and out.out.count("\n") == 20, out.err
