@@ -254,3 +254,14 @@ def test_averaging_and_tuning_work_on_adapter_files(tmp_path, mt_cli):
     src = tmp_path / "task" / "data" / "val.src"
     out = mt_cli("translate", base / "last.pt", "--adapter", run, "-i", src)
     assert out.rc == 0 and out.out.count("\n") == 20, out.err
+
+
+def test_the_python_api_loads_an_adapter(tiny_run, tiny_adapters):
+    import mt
+
+    with_adapter = mt.load(tiny_run / "best.pt", "cpu", adapter=tiny_adapters["ui"])
+    alone = mt.load(tiny_run / "best.pt", "cpu")
+    lines = [x for x in LINES if x]
+    got, base = mt.translate(with_adapter, lines), mt.translate(alone, lines)
+    assert len(got) == len(lines) and got != base
+    assert with_adapter.adapter is not None and with_adapter.adapter.spec.rank == 4
