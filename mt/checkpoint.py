@@ -106,6 +106,18 @@ def load(path: str | Path, raw: bytes | None = None) -> dict[str, Any]:
     return data
 
 
+def a_model(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """`data` (as `load` read it from `path`), refused in one line when it is an adapter
+    (mt.adapt.files) where a model is wanted."""
+    if "adapter" in data:
+        base = data["adapter"].get("base_path") or "its base checkpoint"
+        raise MtError(
+            f"{path}: an adapter, not a model: decode with its base and --adapter {path} "
+            f"(it was trained on {base}), or fold it in with mt adapter merge"
+        )
+    return data
+
+
 def with_text_stats(data: dict[str, Any], stats: TextStats) -> dict[str, Any]:
     """The checkpoint `data` (as `load` read it) with `stats` (mt.textstats) added to what it
     holds: a language's case table, a direction's length bounds replace the ones it had."""
@@ -132,13 +144,7 @@ def build_model(m: ModelConfig, tokenizer: Tokenizer) -> Transformer:
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
     """Model (eval mode), tokenizer and config from one checkpoint file."""
-    data = load(path)
-    if "adapter" in data:
-        base = data["adapter"].get("base_path") or "its base checkpoint"
-        raise MtError(
-            f"{path}: an adapter, not a model: decode with its base and --adapter {path} "
-            f"(it was trained on {base})"
-        )
+    data = a_model(load(path), path)
     cfg = from_dict(data["config"], f"{path} (stored config)")
     tok = data["tokenizer"]
     try:

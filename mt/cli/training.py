@@ -126,14 +126,14 @@ def text_stats(
     """Add a case table (and, with --target, length bounds) counted from text to a checkpoint
     that has none, such as an imported or older one: capitals are then recased and doubtful
     lengths flagged by the training text's statistics, not the fallback guesses."""
-    from mt.checkpoint import load, resolve_checkpoint, save, with_text_stats
+    from mt.checkpoint import a_model, load, resolve_checkpoint, save, with_text_stats
     from mt.data.prepare import count_files
     from mt.errors import MtError
 
     checkpoint = resolve_checkpoint(checkpoint)
     if output.exists() and not force:
         raise MtError(f"{output} exists; add --force to replace it")
-    data = load(checkpoint)
+    data = a_model(load(checkpoint), checkpoint)
     pair = data["config"].get("data", {})
     src = src_lang or pair.get("src_lang")
     tgt = tgt_lang or pair.get("tgt_lang")

@@ -94,7 +94,7 @@ def merge_model(config: ModelConfig, stored: ModelConfig, source: str) -> ModelC
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        return checkpoint.load(path)
+        return checkpoint.a_model(checkpoint.load(path), path)
     except MtError as err:
         raise MtError(f"train.init_from: {err}") from None
 

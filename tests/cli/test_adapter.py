@@ -143,13 +143,16 @@ def test_an_adapter_in_the_wrong_place_is_one_line(tiny_run, tiny_adapters, mt_c
     assert not (tmp_path / "m.pt").exists()
 
 
-def test_adapter_settings_that_cannot_work_are_one_line(tiny_run, multi30k_dir, tmp_path, mt_cli):
+def test_adapter_settings_that_cannot_work_are_one_line(
+    tiny_run, tiny_adapters, multi30k_dir, tmp_path, mt_cli
+):
     data = multi30k_slice(multi30k_dir, tmp_path / "data", 10_000, 50)
     config = adapter_config(tmp_path, data)
     cases = [
         ((), "finetune.adapter needs train.init_from"),
         (("--init-from", tiny_run / "best.pt", "--set", "train.freeze=[encoder]"), "frozen base"),
         (("--init-from", tiny_run / "best.pt", "--set", "finetune.lora_rank=0"), "lora_rank"),
+        (("--init-from", tiny_adapters["ui"] / "best.pt"), "an adapter, not a model"),
     ]
     for args, says in cases:
         result = mt_cli("train", config, "--run-dir", tmp_path / "run", *args)
