@@ -11,7 +11,7 @@ copy's float type.
 
 The model's fused projections (self-attention's qkv, cross-attention's kv) hold several outputs
 side by side; each wrapped output ("q", "k", "v") gets its own A and B, as LoRA on separate
-projections would, computed in one product for the As and one batched product for the Bs.
+projections would, computed in one product for the As and one for the Bs.
 `fold` adds the update into the base's weight: a plain `nn.Linear` again, the same outputs
 within float rounding and no cost at decoding.
 """
@@ -93,20 +93,18 @@ class LoraLinear(nn.Module):
         for a in self.lora_a.detach().split(spec.rank):  # as nn.Linear draws its weight
             nn.init.kaiming_uniform_(a, a=math.sqrt(5))
 
-    def update(self, x: torch.Tensor) -> torch.Tensor:
-        """The adapter's part of the output, (..., len(slots), width), scaled."""
-        z = F.linear(self.dropout(x), self.lora_a.to(x.dtype))  # (..., S * r)
-        b = self.lora_b.to(x.dtype)
-        if len(self.slots) == 1:
-            return F.linear(z, b[0] * self.scale).unsqueeze(-2)
-        z = z.unflatten(-1, (len(self.slots), self.rank))  # (..., S, r)
-        return torch.einsum("...sr,swr->...sw", z, b * self.scale)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
-        d = self.update(x).to(y.dtype)
-        if len(self.slots) == self.parts:
-            return y + d.flatten(-2)
+        z = F.linear(self.dropout(x), self.lora_a.to(x.dtype)) * self.scale  # (..., S * r)
+        # The Bs side by side as one block-diagonal matrix: one product for every wrapped
+        # output (a few zeros cost less than a batched product at decoding's shapes).
+        b = self.lora_b.to(z.dtype)
+        b = b[0] if len(self.slots) == 1 else torch.block_diag(*b)  # (S * width, S * r)
+        if len(self.slots) == self.parts:  # the update's columns are the output's
+            flat = torch.addmm(y.reshape(-1, y.size(-1)), z.reshape(-1, z.size(-1)).to(y.dtype),
+                               b.t().to(y.dtype))  # fmt: skip
+            return flat.view_as(y)
+        d = F.linear(z, b).unflatten(-1, (len(self.slots), self.width)).to(y.dtype)
         return y.unflatten(-1, (self.parts, self.width)).index_add(-2, self.index, d).flatten(-2)
 
     @torch.no_grad()
