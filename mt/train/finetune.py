@@ -179,7 +179,8 @@ def load_init(
     checkpoint's settings and `train.init_from` the expanded path, so `config.yaml` and every
     checkpoint of the run record what was trained and from what (the caller puts the returned
     sections into its config; `s` is not changed). The Init is None when there is nothing to
-    load: no `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer).
+    load: no `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer),
+    except a resumed adapter run, whose `last.pt` holds the adapter alone: its Init is the base.
     """
     t = s.train
     last = run_dir / "last.pt"
