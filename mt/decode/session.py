@@ -37,7 +37,9 @@ from typing import Any
 
 import torch
 
-from mt.adapt.files import Adapter
+from mt.adapt.files import Adapter, check_base, fingerprint
+from mt.adapt.files import read as read_adapter
+from mt.adapt.lora import fold, with_adapter
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import Config, DecodeConfig, to_dict
 from mt.config_rules import validate_decode
@@ -106,8 +108,6 @@ class Session:
         """The fingerprint of this session's one model as a base (mt.adapt.files), computed
         once from its checkpoint's weights."""
         if self._fingerprint is None:
-            from mt.adapt.files import fingerprint
-
             data = self.loaded[0].data
             self._fingerprint = fingerprint(data["model"], data["config"]["model"])
         return self._fingerprint
@@ -118,12 +118,11 @@ class Session:
         with this session (several adapters cost one base); `merge` folds the adapter into
         a copy of the weights instead, which decodes as fast as the base (the CLI's choice:
         it decodes with one adapter). An adapter of another base is refused in one line."""
-        from mt.adapt.files import check_base, read
-        from mt.adapt.lora import fold, with_adapter
-
-        if len(self.loaded) != 1 or self.adapter is not None:
+        if len(self.loaded) != 1:
             raise MtError(f"{path}: an adapter applies to one checkpoint, not to an ensemble")
-        adapter = read(path)
+        if self.adapter is not None:
+            raise MtError(f"{path}: the model has an adapter already ({self.adapter.path})")
+        adapter = read_adapter(path)
         check_base(adapter, self.paths[0], self.base_fingerprint())
         try:
             model = with_adapter(self.model, adapter.spec, adapter.weights)
