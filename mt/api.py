@@ -30,11 +30,17 @@ def keyword(key: str) -> str:
     return key.split(".")[-1]
 
 
-def load(checkpoint: str | Path | Sequence[str | Path], device: str = "auto") -> Session:
+def load(
+    checkpoint: str | Path | Sequence[str | Path],
+    device: str = "auto",
+    adapter: str | Path | None = None,
+) -> Session:
     """A model to translate and score with: a checkpoint file, a run directory (its `best.pt`)
-    or several checkpoints (an ensemble), on `device` ("cpu", "cuda" or "auto")."""
+    or several checkpoints (an ensemble), on `device` ("cpu", "cuda" or "auto"); `adapter`: a
+    LoRA adapter trained on the checkpoint, applied beside its weights (`finetune.adapter`)."""
     paths = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
-    return Session(paths, device, name=keyword)
+    session = Session(paths, device, name=keyword)
+    return session if adapter is None else session.with_adapter(adapter)
 
 
 def _options(given: dict[str, Any]) -> DecodeOptions:

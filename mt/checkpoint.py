@@ -4,6 +4,8 @@ A checkpoint is one self-contained file: the resolved config, the tokenizer prot
 and (for `last.pt`) the full training state needed to resume. It is written to a temporary file
 in the same folder and renamed, so a crash mid-write never leaves a broken `last.pt`. Loading
 uses `torch.load(weights_only=True)`: a file carrying pickled code is refused, never executed.
+An adapter (mt.adapt.files) is a checkpoint of the adapter's weights alone, without a tokenizer,
+read with its base.
 """
 
 from __future__ import annotations
@@ -97,9 +99,22 @@ def load(path: str | Path, raw: bytes | None = None) -> dict[str, Any]:
             f"{path}: checkpoint format {version} is newer than this mt reads ({VERSION}); "
             "upgrade mt"
         )
-    for key in ("config", "tokenizer", "model"):
+    # An adapter (mt.adapt.files) holds no tokenizer: its base's is used.
+    for key in ("config", "model") if "adapter" in data else ("config", "tokenizer", "model"):
         if key not in data:
             raise MtError(f"{path}: checkpoint lacks '{key}'")
+    return data
+
+
+def a_model(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """`data` (as `load` read it from `path`), refused in one line when it is an adapter
+    (mt.adapt.files) where a model is wanted."""
+    if "adapter" in data:
+        base = data["adapter"].get("base_path") or "its base checkpoint"
+        raise MtError(
+            f"{path}: an adapter, not a model: decode with its base and --adapter {path} "
+            f"(it was trained on {base}), or fold it in with mt adapter merge"
+        )
     return data
 
 
@@ -129,7 +144,7 @@ def build_model(m: ModelConfig, tokenizer: Tokenizer) -> Transformer:
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> Loaded:
     """Model (eval mode), tokenizer and config from one checkpoint file."""
-    data = load(path)
+    data = a_model(load(path), path)
     cfg = from_dict(data["config"], f"{path} (stored config)")
     tok = data["tokenizer"]
     try:

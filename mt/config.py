@@ -1,7 +1,7 @@
 """Typed configuration: the plain dataclasses of a run's settings.
 
-One config has the sections `data`, `tokenizer`, `model`, `train` and `decode`, each a dataclass
-below. The rules a value must meet, and the bounds, live once in mt/config_rules.py
+One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune` and `decode`, each a
+dataclass below. The rules a value must meet, and the bounds, live once in mt/config_rules.py
 (`validate`, `decode_checks`); reading YAML and `--set` into these classes is
 mt/config_file.py.
 """
@@ -126,6 +126,11 @@ class ModelConfig:
     logits_bias: bool = False
 
 
+# Model keys that shape training only, not what a trained model computes: a fine-tuning run may
+# change them (mt/train/finetune.py), and an adapter's base fingerprint leaves them out.
+DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+
+
 @dataclass
 class TrainConfig:
     """The optimisation loop, its stopping rules and where it writes."""
@@ -205,6 +210,25 @@ class TrainConfig:
     # Parts that keep their weights while fine-tuning; with tied embeddings, "embeddings"
     # freezes the output projection too.
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
+
+
+@dataclass
+class FinetuneConfig:
+    """How a fine-tuning run (`train.init_from`) changes its base model."""
+
+    # "none": the base's weights train (those train.freeze leaves). "lora": the base stays
+    # frozen and low-rank adapters on the projections of `lora_targets` train alone
+    # (mt/adapt/lora.py); the run's checkpoints hold only them and the base's fingerprint,
+    # decoded with `--adapter` on the base or folded in by `mt adapter merge`.
+    adapter: Literal["none", "lora"] = "none"
+    lora_rank: int = 8  # the rank r of each adapter: r * (inputs + outputs) values per projection
+    lora_alpha: float = 16.0  # the adapter's update is scaled by lora_alpha / lora_rank
+    lora_dropout: float = 0.0  # on an adapter's input while training
+    # The projections wrapped, in every attention (self and cross, encoder and decoder) and
+    # feed-forward block: q, k, v and out of attention, ffn both feed-forward layers.
+    lora_targets: list[Literal["q", "k", "v", "out", "ffn"]] = field(
+        default_factory=lambda: ["q", "k", "v", "out", "ffn"]
+    )
 
 
 def setting(default: Any, text: str, needs: str = "") -> Any:
@@ -321,6 +345,7 @@ class Config:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 

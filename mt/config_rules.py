@@ -159,6 +159,23 @@ def augment_checks(items: list[str]) -> list[tuple[bool, str]]:
     return checks
 
 
+def finetune_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """An adapter trains alone on a frozen base: what would train the base too is refused."""
+    f, t = cfg.finetune, cfg.train
+    lora = f.adapter == "lora"
+    return [
+        in_range("finetune.lora_rank", f.lora_rank, 1, MAX_WIDTH),
+        (f.lora_alpha > 0, "finetune.lora_alpha must be > 0"),
+        (0.0 <= f.lora_dropout < 1.0, "finetune.lora_dropout must be in [0, 1)"),
+        (not lora or bool(f.lora_targets), "finetune.lora_targets must name a projection"),
+        (
+            not lora or not (t.freeze or t.init_keep_optimizer or t.init_vocab == "new"),
+            "finetune.adapter: lora trains the adapter alone on a frozen base: it cannot be "
+            "combined with train.freeze, train.init_keep_optimizer or train.init_vocab: new",
+        ),
+    ]
+
+
 def validate(cfg: Config) -> None:
     """Reject values that type-check but cannot work; messages name the key (the caller adds
     the file or the `--set` item)."""
@@ -245,6 +262,7 @@ def validate(cfg: Config) -> None:
             "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "
             "state covers every parameter)",
         ),
+        *finetune_checks(cfg),
         in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),
         (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
         (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),

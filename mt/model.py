@@ -175,6 +175,13 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
+def fusable(ffn: FeedForward) -> bool:
+    """Whether a decoding copy may apply this feed-forward layer's ReLU inside its first Linear
+    layer's call: a plain Linear with a ReLU after it (an adapter's wrapped layer adds its
+    update before the activation)."""
+    return type(ffn.fc1) is nn.Linear and ffn.activation is F.relu
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

@@ -228,3 +228,71 @@ def start_training(config: Path, run: Path, *extra: str) -> subprocess.Popen:
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         start_new_session=True,
     )
+
+
+# -- adapters on the tiny model (mt/adapt) -------------------------------------------------------
+
+
+def adapter_config(folder: Path, data: Path, **finetune: object) -> Path:
+    """A LoRA fine-tuning config on `data/{ft,dev}.{de,en}`: data, adapter and training only,
+    as a user's would be (the model and tokenizer come from the base)."""
+    import yaml
+
+    cfg = {
+        "data": {"root": str(data), "train": "ft", "valid": "dev"},
+        "finetune": {"adapter": "lora", "lora_rank": 4, **finetune},
+        "train": {
+            "device": "cpu",
+            "precision": "fp32",
+            "threads": 1,
+            "seed": 3,
+            "max_tokens": 2048,
+            "schedule": "constant",
+            "lr": 0.01,
+            "warmup": 2,
+            "max_steps": 10,
+            "log_every": 5,
+            "eval_every": 5,
+            "eval_bleu": False,
+            "keep_last": 1,
+            "loader_workers": 0,
+            "tensorboard": False,
+        },
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "adapter.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def multi30k_slice(multi30k_dir: Path, folder: Path, start: int, n: int = 400) -> Path:
+    """`ft.{de,en}`: Multi30k training pairs start..start+n; `dev.{de,en}`: 30 dev pairs."""
+    import gzip
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang in ("de", "en"):
+        with gzip.open(multi30k_dir / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = f.read().splitlines()[start : start + n]
+        (folder / f"ft.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        with gzip.open(multi30k_dir / f"val.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = f.read().splitlines()[:30]
+        (folder / f"dev.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_adapters(
+    tiny_run: Path, multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Two LoRA adapters of the tiny model's best.pt, trained 10 steps each on two other
+    slices of Multi30k: their run directories by name ("legal", "ui")."""
+    root = tmp_path_factory.mktemp("adapters")
+    runs = {}
+    for name, start in (("legal", 10_000), ("ui", 20_000)):
+        data = multi30k_slice(multi30k_dir, root / f"{name}_data", start)
+        config = adapter_config(root / name, data)
+        run = root / name / "run"
+        result = run_mt_here("train", config, "--run-dir", run, "--init-from", tiny_run / "best.pt")
+        assert result.rc == 0, result.err
+        runs[name] = run
+    return runs

@@ -251,8 +251,15 @@ def cli_reference() -> str:
         "value is one line naming it, exit 2.",
         "",
     ]
+    commands = []  # (name, command, parent context): a group's commands as `mt GROUP NAME`
     for name, command in group.commands.items():
-        ctx = context(command, info_name=name, parent=root)
+        if hasattr(command, "commands"):  # a group (mt adapter ...)
+            parent = context(command, info_name=name, parent=root)
+            commands += [(f"{name} {n}", c, parent) for n, c in command.commands.items()]
+        else:
+            commands.append((name, command, root))
+    for name, command, parent in commands:
+        ctx = context(command, info_name=name.split()[-1], parent=parent)
         out += [f"## `mt {name}`", "", " ".join((command.help or "").split()), ""]
         usage = command.get_usage(ctx).removeprefix("Usage: ")
         usage = re.sub(r"\{([^{}]+)\}", lambda m: m.group(1).upper(), usage)  # {config}: CONFIG

@@ -2,8 +2,8 @@
 
 Commands live by what they work on: runs (training.py), a trained model's output
 (decoding.py), a model's inside (inspect.py), a model behind HTTP (serving.py), models of
-other toolkits in and out (hub.py); options.py holds what they share. They join the app as
-their module is imported, in the order `mt --help` lists them.
+other toolkits in and out (hub.py), adapters (adapter.py); options.py holds what they share.
+They join the app as their module is imported, in the order `mt --help` lists them.
 """
 
 # isort: skip_file
@@ -12,6 +12,7 @@ from mt.cli import decoding  # noqa: F401  (translate, eval, score)
 from mt.cli import inspect  # noqa: F401  (attention, vectors)
 from mt.cli import serving  # noqa: F401  (serve)
 from mt.cli import hub  # noqa: F401  (import, export)
+from mt.cli import adapter  # noqa: F401  (adapter merge)
 from mt.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -14,6 +14,7 @@ import typer
 
 from mt.cli.app import app
 from mt.cli.options import (
+    AdapterOption,
     CheckpointsArg,
     ChunkLinesOption,
     DeviceOption,
@@ -56,6 +57,7 @@ def translate(
     *,
     options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
+    adapter: AdapterOption = None,
     alignment: Annotated[
         bool, typer.Option(help="Append a tab and 'src-tgt' attention alignment pairs.")
     ] = False,
@@ -120,7 +122,7 @@ def translate(
     typing = document is None and input is None and sys.stdin.isatty()  # answer each line
     if typing:
         options = dataclasses.replace(options, buffer_lines=1)
-    session = open_session(checkpoints, device, options.dtype)
+    session = open_session(checkpoints, device, options.dtype, adapter)
     if document is not None:
         to, from_ = _xliff_languages(session, document, to, from_)
     targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
@@ -162,6 +164,7 @@ def translate(
     settings = {
         "command": "translate",
         "checkpoints": [str(c) for c in checkpoints],
+        "adapter": None if adapter is None else str(adapter),
         "decode": asdict(translator.cfg),
         "formats": [input_format, output_format],
         "alignment": alignment,
@@ -288,6 +291,7 @@ def evaluate(
     *,
     options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
+    adapter: AdapterOption = None,
     json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
@@ -361,7 +365,7 @@ def evaluate(
     else:
         if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
-        session = open_session(checkpoints, device, options.dtype)
+        session = open_session(checkpoints, device, options.dtype, adapter)
         if bilingual:
             pair = (from_ or session.source_language(), to or session.cfg.data.tgt_lang)
             sources, refs = read_bilingual(src, *pair)
@@ -441,6 +445,7 @@ def score(
     *,
     options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
     device: DeviceOption = "auto",
+    adapter: AdapterOption = None,
     protect: Annotated[
         bool,
         typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
@@ -459,12 +464,13 @@ def score(
         if not path.is_file():
             raise MtError(f"{path}: file not found")
     count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
-    session = open_session(checkpoints, device, options.dtype)
+    session = open_session(checkpoints, device, options.dtype, adapter)
     scorer = session.scorer(options, protect=protect, to=to)
     n = scorer.cfg.buffer_lines
     settings = {
         "command": "score",
         "checkpoints": [str(c) for c in checkpoints],
+        "adapter": None if adapter is None else str(adapter),
         "decode": asdict(scorer.cfg),
         "json": json_,
         "protect": protect,

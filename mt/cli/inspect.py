@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import DeviceOption, ToOption, decode_flags, open_session, use_threads
+from mt.cli.options import (
+    AdapterOption,
+    DeviceOption,
+    ToOption,
+    decode_flags,
+    open_session,
+    use_threads,
+)
 from mt.decode.options import OFFERED, DecodeOptions
 from mt.errors import MtError
 
@@ -32,6 +39,7 @@ def attention(
     *,
     options: DecodeOptions,  # --beam (mt.cli.options.decode_flags)
     device: DeviceOption = "cpu",
+    adapter: AdapterOption = None,
     to: ToOption = None,
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
@@ -40,7 +48,7 @@ def attention(
     if not src.strip():
         raise MtError("--src is empty")
     use_threads("attention", None, say=False)  # one sentence: the policy's count, unsaid
-    session = open_session([checkpoint], device)
+    session = open_session([checkpoint], device, adapter=adapter)
     n_heads = session.cfg.model.n_heads
     if head is not None and not -1 <= head < n_heads:
         raise MtError(f"--head must be -1 or between 0 and {n_heads - 1}, got {head}")
@@ -88,6 +96,7 @@ def vectors(
         typer.Option(help="Remove each depth's mean over the occurrences before the PCA."),
     ] = False,
     device: DeviceOption = "cpu",
+    adapter: AdapterOption = None,
 ) -> None:
     """Follow a word's vector from its embedding through every encoder layer, in each
     sentence, and name the keys whose attention pushed it most."""
@@ -95,7 +104,7 @@ def vectors(
 
     sentences = read_sentences(src or [], input)
     use_threads("vectors", None, say=False)  # one sentence: the policy's count, unsaid
-    session = open_session([checkpoint], device)
+    session = open_session([checkpoint], device, adapter=adapter)
     model = session.single_model("mt vectors")
     found = word_vectors(model, session.tokenizer, sentences, word, centre)
     if any(len(o.tokens) > 1 for o in found.occurrences):

@@ -53,6 +53,13 @@ CheckpointsArg = Annotated[
     ),
 ]
 DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or auto.")]
+AdapterOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="An adapter (a run with finetune.adapter: its best.pt or run directory) applied "
+        "to CHECKPOINT, its base; it decodes with the adapter's decode settings."
+    ),
+]
 ProtectOption = Annotated[
     bool,
     typer.Option(
@@ -207,16 +214,20 @@ def use_threads(command: str, asked: int | None, say: bool | None = None):
     return threads
 
 
-def open_session(checkpoints: list[Path], device: str, dtype: str | None = None):
+def open_session(
+    checkpoints: list[Path], device: str, dtype: str | None = None, adapter: Path | None = None
+):
     """The front door (mt.decode.session), saying on stderr when a run directory stood for
-    its best.pt."""
+    its best.pt; with `adapter` (`--adapter`), the model with it folded in."""
     from mt.decode.session import Session
 
+    if adapter is not None and len(checkpoints) != 1:
+        raise MtError(f"--adapter {adapter} applies to one checkpoint, not to an ensemble")
     session = Session(checkpoints, device, dtype=dtype)
     for given, path in zip(checkpoints, session.paths):
         if given != path:
             typer.echo(f"mt: {given} is a run directory; using {path}", err=True)
-    return session
+    return session if adapter is None else session.with_adapter(adapter, merge=True)
 
 
 @contextmanager

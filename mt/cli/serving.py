@@ -53,6 +53,13 @@ def serve(
     max_glossary_entries: Annotated[
         int, typer.Option(help="Entries of one glossary, given inline or uploaded.")
     ] = 10000,
+    adapter: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An adapter held on the first model, NAME=PATH (or on another, "
+            "MODEL:NAME=PATH; repeatable); a request chooses it by name ('adapter')."
+        ),
+    ] = None,
     threads: ThreadsOption = None,
     keep_numbers: KeepNumbersOption = True,
     glossary: GlossaryOption = None,
@@ -84,4 +91,5 @@ def serve(
         keep_numbers=keep_numbers,
         glossary=glossary,
         glossary_hard=glossary_hard,
+        adapters=adapter,
     )

@@ -67,7 +67,7 @@ def prepare(
     lock = lock_run_dir(folder, "prepare")
     try:
         # A fine-tuning run (train.init_from) prepares its data with the checkpoint's tokenizer.
-        given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer)
+        given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer, cfg.finetune)
         init, run = finetune.load_init(given, folder, resume=False)
         finetune.write_tokenizer(init, folder)
         run_prepare(cfg.data, run.tokenizer, run.train.seed, folder)
@@ -126,14 +126,14 @@ def text_stats(
     """Add a case table (and, with --target, length bounds) counted from text to a checkpoint
     that has none, such as an imported or older one: capitals are then recased and doubtful
     lengths flagged by the training text's statistics, not the fallback guesses."""
-    from mt.checkpoint import load, resolve_checkpoint, save, with_text_stats
+    from mt.checkpoint import a_model, load, resolve_checkpoint, save, with_text_stats
     from mt.data.prepare import count_files
     from mt.errors import MtError
 
     checkpoint = resolve_checkpoint(checkpoint)
     if output.exists() and not force:
         raise MtError(f"{output} exists; add --force to replace it")
-    data = load(checkpoint)
+    data = a_model(load(checkpoint), checkpoint)
     pair = data["config"].get("data", {})
     src = src_lang or pair.get("src_lang")
     tgt = tgt_lang or pair.get("tgt_lang")

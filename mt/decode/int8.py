@@ -13,10 +13,9 @@ import copy
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mt.model import FeedForward, applied
+from mt.model import FeedForward, applied, fusable
 
 # The float module torch's dynamic quantisation turns into its fused int8 LinearReLU.
 LinearReLU = getattr(getattr(torch.ao.nn, "intrinsic", None), "LinearReLU", None)
@@ -39,7 +38,7 @@ def quantize_linears(model: nn.Module) -> nn.Module:
         if LinearReLU is not None:
             kinds.add(LinearReLU)
             for module in fused.modules():
-                if isinstance(module, FeedForward) and module.activation is F.relu:
+                if isinstance(module, FeedForward) and fusable(module):
                     module.fc1 = LinearReLU(module.fc1, nn.ReLU())
                     module.activation = applied
         quantized = quantize(fused, kinds, dtype=torch.qint8, inplace=True)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mt.model import FeedForward, applied
+from mt.model import FeedForward, applied, fusable
 
 ROW_STEP = 8
 MAX_ROWS = 256  # mt.decode.steps.ROWS_PER_CHUNK: search projects this many rows at a time
@@ -147,7 +147,7 @@ def onednn_bf16(model: nn.Module) -> nn.Module:
         member.output = PackedLinear(member.output.weight, member.output_bias)
         member.output_bias = None
     for module in list(half.modules()):
-        if isinstance(module, FeedForward) and module.activation is F.relu:
+        if isinstance(module, FeedForward) and fusable(module):
             module.fc1 = PackedLinear(module.fc1.weight, module.fc1.bias, post="relu")
             module.activation = applied
         for name, child in list(module.named_children()):

@@ -6,6 +6,9 @@ thing everywhere:
 
 - `Session(paths, device, dtype=None)` loads one checkpoint or several (an ensemble: the members
   must share the vocabulary) on a resolved device. A run directory stands for its `best.pt`.
+  `session.with_adapter(path)` is the same model with an adapter applied (mt.adapt: checked
+  against its base, decoding with the adapter's settings); `mt serve` holds several on one
+  base, each such a session.
   `dtype` is how this process computes (`--dtype` of translate, eval, score and serve), like the
   device: a caller's option set may still name one; without either, a CPU decodes `auto` and
   CUDA as the checkpoint's decode.dtype says (the setting was made for the GPU it trained on).
@@ -26,6 +29,7 @@ model's internals, refuse it in one line.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +37,9 @@ from typing import Any
 
 import torch
 
+from mt.adapt.files import Adapter, check_base, fingerprint
+from mt.adapt.files import read as read_adapter
+from mt.adapt.lora import fold, with_adapter
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import Config, DecodeConfig, to_dict
 from mt.config_rules import validate_decode
@@ -119,6 +126,38 @@ class Session:
         self.model: Transformer | Ensemble = (
             first.model if len(members) == 1 else Ensemble([m.model for m in members]).eval()
         )
+        self.adapter: Adapter | None = None  # the adapter applied (`with_adapter`)
+        self._fingerprint: str | None = None
+
+    def base_fingerprint(self) -> str:
+        """The fingerprint of this session's one model as a base (mt.adapt.files), computed
+        once from its checkpoint's weights."""
+        if self._fingerprint is None:
+            data = self.loaded[0].data
+            self._fingerprint = fingerprint(data["model"], data["config"]["model"])
+        return self._fingerprint
+
+    def with_adapter(self, path: Path | str, merge: bool = False) -> Session:
+        """A session over this one's model with the adapter at `path` applied, decoding as
+        the adapter's run says (its decode section). Unmerged, it shares every base weight
+        with this session (several adapters cost one base); `merge` folds the adapter into
+        a copy of the weights instead, which decodes as fast as the base (the CLI's choice:
+        it decodes with one adapter). An adapter of another base is refused in one line."""
+        if len(self.loaded) != 1:
+            raise MtError(f"{path}: an adapter applies to one checkpoint, not to an ensemble")
+        if self.adapter is not None:
+            raise MtError(f"{path}: the model has an adapter already ({self.adapter.path})")
+        adapter = read_adapter(path)
+        check_base(adapter, self.paths[0], self.base_fingerprint())
+        try:
+            model = with_adapter(self.model, adapter.spec, adapter.weights)
+        except ValueError as err:
+            raise MtError(f"{adapter.path}: {err}") from None
+        view = copy.copy(self)
+        view.model = fold(model) if merge else model
+        view.cfg = dataclasses.replace(self.cfg, decode=adapter.cfg.decode)
+        view.adapter = adapter
+        return view
 
     @classmethod
     def from_model(
@@ -138,6 +177,7 @@ class Session:
         self.device, self.name, self.dtype = device, name, dtype
         self.paths, self.loaded = [], []
         self.cfg, self.tokenizer, self.model = cfg, tokenizer, model
+        self.adapter, self._fingerprint = None, None
         return self
 
     def decode_config(self, options: DecodeOptions | None = None) -> DecodeConfig:

@@ -45,6 +45,33 @@ def parse_models(specs: list[str]) -> dict[str, list[Path]]:
     return models
 
 
+def parse_adapters(specs: list[str], models: dict[str, list[Path]]) -> dict[str, dict[str, Path]]:
+    """`[MODEL:]NAME=PATH` per adapter (`--adapter`), held on MODEL (default: the first
+    model); an adapter applies to one checkpoint, so not to an ensemble. Whether it fits its
+    model is checked when the model loads (its fingerprint)."""
+    adapters: dict[str, dict[str, Path]] = {}
+    first = next(iter(models))
+    for spec in specs:
+        head, sep, rest = spec.partition("=")
+        if not sep or not rest:
+            raise MtError(f"--adapter {spec!r}: give NAME=PATH (or MODEL:NAME=PATH)")
+        model, colon, name = head.rpartition(":")
+        model = model if colon else first
+        if model not in models:
+            raise MtError(f"--adapter {spec!r}: no model {model!r} (served: {', '.join(models)})")
+        if len(models[model]) > 1:
+            raise MtError(f"--adapter {spec!r}: model {model!r} is an ensemble")
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise MtError(f"--adapter {spec!r}: a name is letters, digits, '-', '_' and '.'")
+        path = Path(rest)
+        if not path.exists():
+            raise MtError(f"{path}: adapter not found")
+        if name in adapters.setdefault(model, {}):
+            raise MtError(f"two adapters of model {model!r} are named {name!r}")
+        adapters[model][name] = path
+    return adapters
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound here rather than by uvicorn, so a port in use is one line
     naming it (uvicorn logs several lines and exits 3) and no model is loaded for nothing."""
@@ -79,11 +106,12 @@ def serve(
     keep_numbers: bool = True,
     glossary: Path | None = None,
     glossary_hard: bool = False,
+    adapters: list[str] | None = None,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
     (mt.decode.numbers) on every translation; `glossary`: a file whose terms apply to the
     requests of its direction that give no glossary (mt.serve.glossaries), `glossary_hard`
-    constrained at once."""
+    constrained at once; `adapters`: `--adapter` values."""
     limits = limits or Limits()
     try:
         limits.check()
@@ -117,8 +145,9 @@ def serve(
 
         g = read_glossary(glossary)
         own = Stored(str(glossary), g.entries, g.src_lang, g.tgt_lang)
+    models = parse_models(checkpoints)
     config = ServeConfig(
-        parse_models(checkpoints),
+        models,
         device,
         limits,
         keys,
@@ -127,6 +156,7 @@ def serve(
         keep_numbers,
         own,
         glossary_hard,
+        parse_adapters(adapters or [], models),
     )
     listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)

@@ -56,6 +56,7 @@ class ServeConfig:
     keep_numbers: bool = True  # the number guard on every translation (mt.decode.numbers)
     glossary: Stored | None = None  # --glossary: for requests of its direction that give none
     glossary_hard: bool = False  # --glossary-hard: glossary terms constrained at once
+    adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file
 
 
 def _static(name: str) -> bytes:
@@ -77,6 +78,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             config.dtype,
             config.keep_numbers,
             config.glossary_hard,
+            config.adapters.get(name),
         )
         for name, paths in config.models.items()
     }
@@ -149,8 +151,9 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_key(config.api_keys, key)
         body = bodies.parse_translate(await read_json(request), limits)
         worker = worker_for(body.model)
-        worker.check_options(body.options)
-        session = worker.loaded()
+        worker.check_adapter(body.adapter)
+        worker.check_options(body.options, body.adapter)
+        session = worker.loaded(body.adapter)
         owner = owner_of(config.api_keys, key)
         src, tgt = direction(session, body.frm, body.to)
         # off the loop: stemming a glossary of thousands of entries takes a while
@@ -159,7 +162,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         if glossary is not None:
             check_beam(session, body.options, body.alignment)
             requests = [dataclasses.replace(r, glossary=glossary) for r in requests]
-        work = worker.translate(requests, body.options, body.alignment, body.split)
+        work = worker.translate(requests, body.options, body.alignment, body.split, body.adapter)
         done = await answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
@@ -169,6 +172,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_key(config.api_keys, key_of(request.headers))
         body = bodies.parse_score(await read_json(request), limits)
         worker = worker_for(body.model)
+        worker.check_adapter(body.adapter)
 
         def run(session: Session) -> list[dict[str, Any]]:
             try:
@@ -183,7 +187,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 for s in scores
             ]  # fmt: skip
 
-        return {"items": await answer(request, worker.run(run))}
+        return {"items": await answer(request, worker.run(run, body.adapter))}
 
     @app.post("/v1/attention", openapi_extra=bodies.body_doc(bodies.ATTENTION_SCHEMA))
     async def attention(request: Request) -> dict[str, Any]:
@@ -194,7 +198,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         check_key(config.api_keys, key_of(request.headers))
         body = bodies.parse_attention(await read_json(request), limits)
         worker = worker_for(body.model)
-        worker.check_options(body.options)
+        worker.check_adapter(body.adapter)
+        worker.check_options(body.options, body.adapter)
 
         def run(session: Session) -> dict[str, Any]:
             try:
@@ -202,11 +207,12 @@ def create_app(config: ServeConfig) -> FastAPI:
             except MtError as err:
                 raise ApiError(422, str(err)) from None
 
-        return await answer(request, worker.run(run))
+        return await answer(request, worker.run(run, body.adapter))
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
-        """Every model served: name, languages, size, settings (loading ones say so)."""
+        """Every model served: name, languages, size, settings, adapters (loading ones say
+        so)."""
         check_key(config.api_keys, key_of(request.headers))
         out = []
         for name, worker in workers.items():
@@ -215,6 +221,10 @@ def create_app(config: ServeConfig) -> FastAPI:
                 entry.update(status="ready", **worker.session.describe())
             else:
                 entry.update(status="failed" if worker.error else "loading")
+            entry["adapters"] = [
+                {"name": n, "checkpoint": str(p), **_adapter_entry(worker.views.get(n))}
+                for n, p in worker.adapter_paths.items()
+            ]
             out.append(entry)
         return {"models": out}
 
@@ -287,6 +297,13 @@ def create_app(config: ServeConfig) -> FastAPI:
         return Response(_static(name), media_type=STATIC[name][1] + "; charset=utf-8")
 
     return app
+
+
+def _adapter_entry(session: Session | None) -> dict[str, Any]:
+    """What /v1/models says of a loaded adapter: its shape and decode settings."""
+    if session is None or session.adapter is None:
+        return {}
+    return {**session.adapter.spec.to_dict(), "decode": dataclasses.asdict(session.cfg.decode)}
 
 
 async def _disconnected(request: Request) -> None:

@@ -33,6 +33,7 @@ class TranslateBody:
     glossary: Any = None  # terms or an uploaded glossary's id (mt.serve.glossaries)
     to: str | None = None  # the body's target language (items may name their own)
     frm: str | None = None
+    adapter: str | None = None  # one of the model's adapters (mt serve --adapter)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class ScoreBody:
     tgt: list[str]
     model: str | None
     to: str | None = None  # target language of a multilingual model
+    adapter: str | None = None
 
 
 @dataclass
@@ -49,6 +51,7 @@ class AttentionBody:
     options: DecodeOptions
     model: str | None
     to: str | None = None  # target language of a multilingual model
+    adapter: str | None = None
 
 
 def parse_json(raw: bytes) -> Any:
@@ -75,10 +78,11 @@ def _kind(value: Any) -> str:
     )
 
 
-def _model(obj: dict[str, Any]) -> str | None:
-    model = obj.get("model")
+def _model(obj: dict[str, Any], key: str = "model") -> str | None:
+    """The body's `model` (or `adapter`): a name, or None for the default."""
+    model = obj.get(key)
     if model is not None and not isinstance(model, str):
-        raise ApiError(422, f"'model' must be a string, got {_kind(model)}")
+        raise ApiError(422, f"'{key}' must be a string, got {_kind(model)}")
     return model
 
 
@@ -124,7 +128,10 @@ def _lang(obj: dict[str, Any], key: str) -> str | None:
 
 
 def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
-    obj = _object(obj, ("items", "options", "model", "to", "from", "split_sentences", "glossary"))
+    obj = _object(
+        obj,
+        ("items", "options", "model", "adapter", "to", "from", "split_sentences", "glossary"),
+    )
     items = _items(obj, limits)
     split = obj.get("split_sentences", True)
     if not isinstance(split, bool):
@@ -158,11 +165,12 @@ def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
         glossary,
         _lang(obj, "to"),
         _lang(obj, "from"),
+        _model(obj, "adapter"),
     )
 
 
 def parse_score(obj: Any, limits: Limits) -> ScoreBody:
-    obj = _object(obj, ("items", "model", "to"))
+    obj = _object(obj, ("items", "model", "adapter", "to"))
     src, tgt = [], []
     for i, item in enumerate(_items(obj, limits)):
         item = _object(item, ("src", "tgt"), f"items[{i}]")
@@ -172,11 +180,11 @@ def parse_score(obj: Any, limits: Limits) -> ScoreBody:
                 raise ApiError(422, f"items[{i}].{key} must be a string, got {_kind(value)}")
             check_text(value, f"items[{i}].{key}", limits)
             out.append(value.replace("\n", " "))
-    return ScoreBody(src, tgt, _model(obj), _lang(obj, "to"))
+    return ScoreBody(src, tgt, _model(obj), _lang(obj, "to"), _model(obj, "adapter"))
 
 
 def parse_attention(obj: Any, limits: Limits) -> AttentionBody:
-    obj = _object(obj, ("src", "options", "model", "to"))
+    obj = _object(obj, ("src", "options", "model", "adapter", "to"))
     src = obj.get("src")
     if not isinstance(src, str):
         raise ApiError(422, f"'src' must be a string, got {_kind(src)}")
@@ -184,12 +192,14 @@ def parse_attention(obj: Any, limits: Limits) -> AttentionBody:
         raise ApiError(422, "'src' is empty")
     check_text(src, "src", limits)
     options, _ = parse_options(obj.get("options"), allowed=OFFERED["attention"])
-    return AttentionBody(src.replace("\n", " "), options, _model(obj), _lang(obj, "to"))
+    src = src.replace("\n", " ")
+    return AttentionBody(src, options, _model(obj), _lang(obj, "to"), _model(obj, "adapter"))
 
 
 # -- JSON schemas for the OpenAPI page (the parsers above are what is enforced) -----------------
 
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+ADAPTER_HELP = "one of the model's adapters (mt serve --adapter; /v1/models lists them)"
 
 _OPTIONS_SCHEMA = {
     "type": "object",
@@ -226,6 +236,7 @@ TRANSLATE_SCHEMA = {
         },
         "options": _OPTIONS_SCHEMA,
         "model": {"type": "string"},
+        "adapter": {"type": "string", "description": ADAPTER_HELP},
         "split_sentences": {
             "type": "boolean",
             "description": "translate each item sentence by sentence (default true; off "
@@ -257,6 +268,7 @@ SCORE_SCHEMA = {
             },
         },
         "model": {"type": "string"},
+        "adapter": {"type": "string", "description": ADAPTER_HELP},
     },
 }
 ATTENTION_SCHEMA = {
@@ -269,6 +281,7 @@ ATTENTION_SCHEMA = {
             "properties": {n: {"type": JSON_TYPES[value_type(n)]} for n in OFFERED["attention"]},
         },
         "model": {"type": "string"},
+        "adapter": {"type": "string", "description": ADAPTER_HELP},
     },
 }
 

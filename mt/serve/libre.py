@@ -1,7 +1,8 @@
 """LibreTranslate's API, so the applications that speak it work unchanged.
 
 `/translate` (JSON or form: `q` a string or a list, `source` or `auto`, `target`, `format`
-text or html, `alternatives` N, `api_key`), `/translate_file` (a multipart upload of .txt,
+text or html, `alternatives` N, `api_key`, and mt's `adapter`, in the body or the query),
+`/translate_file` (a multipart upload of .txt,
 .html, .srt or .docx, answered with `translatedFileUrl`), `/download_file/NAME`,
 `/languages`, `/detect` and `/frontend/settings`. An extension: `glossary` on `/translate`,
 an object of terms (in a form, its JSON text) or an uploaded glossary's id, as `/v1/translate`
@@ -165,6 +166,15 @@ def add_routes(
         check_key(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
         return obj
 
+    def adapter_of(obj: dict[str, Any], request: Request, worker: ModelWorker) -> str | None:
+        """The adapter a LibreTranslate request names (an `adapter` field of the body or the
+        query: LibreTranslate's own clients send only the fields they know), checked."""
+        name = obj.get("adapter", request.query_params.get("adapter"))
+        if name is not None and not isinstance(name, str):
+            raise ApiError(400, "'adapter' must be the name of one of the model's adapters")
+        worker.check_adapter(name or None)
+        return name or None
+
     def languages_of(obj: dict[str, Any]) -> tuple[str, str]:
         source, target = obj.get("source", "auto"), obj.get("target")
         if not isinstance(target, str) or not isinstance(source, str):
@@ -189,9 +199,10 @@ def add_routes(
         for i, text in enumerate(texts):
             check_text(text, f"q[{i}]", limits)
         worker, detected = await asyncio.to_thread(pick, source, target, " ".join(texts))
+        adapter = adapter_of(obj, request, worker)
         options = DecodeOptions()
         if n_alt:
-            beam = max(worker.loaded().cfg.decode.beam, n_alt + 1)
+            beam = max(worker.loaded(adapter).cfg.decode.beam, n_alt + 1)
             options = DecodeOptions(beam=beam, nbest=n_alt + 1, greedy=False)
         glossary = None
         if glossaries is not None:
@@ -203,7 +214,7 @@ def add_routes(
         if glossary is not None:
             if fmt == "html":
                 raise ApiError(400, "a glossary applies to format text only")
-            check_beam(worker.loaded(), options, False)
+            check_beam(worker.loaded(adapter), options, False)
         if fmt == "html":
 
             def run(session: Session) -> list[Any]:
@@ -212,12 +223,13 @@ def add_routes(
                     "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
                 ]
 
-            outs: list[Any] = await answer(request, worker.run(run))
+            outs: list[Any] = await answer(request, worker.run(run, adapter))
             alts: list[list[str]] = [[] for _ in texts]
         else:
             # newlines kept: split
             items = [Item(t, to=target, frm=detected, glossary=glossary) for t in texts]
-            done = await answer(request, worker.translate(items, options, False, True))
+            work = worker.translate(items, options, False, True, adapter)
+            done = await answer(request, work)
             outs = [t.text for t in done]
             alts = [t.texts[1 : n_alt + 1] for t in done]
         out: dict[str, Any] = {"translatedText": outs[0] if isinstance(q, str) else outs}
@@ -243,6 +255,7 @@ def add_routes(
         source, target = languages_of(obj)
         sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
         worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
+        adapter = adapter_of(obj, request, worker)
 
         def run(session: Session) -> bytes:
             text, fragments = _translators(worker, session, target, detected, filename)
@@ -251,7 +264,7 @@ def add_routes(
             except MtError as err:
                 raise ApiError(400, f"{filename}: {err}") from None
 
-        translated = await answer(request, worker.run(run))
+        translated = await answer(request, worker.run(run, adapter))
         name = f"{secrets.token_urlsafe(12)}{suffix}"
         files[name] = (PurePath(filename).name, translated)
         while len(files) > KEPT_FILES:

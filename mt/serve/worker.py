@@ -4,9 +4,14 @@ for a few milliseconds, and translates each pool as `mt translate` translates a 
 The event loop never runs the model. A request hands its sentences to the worker (`translate`)
 and awaits a future; the worker wakes, waits until the oldest pending request is
 `batch_window_ms` old (so requests arriving together share a pass), takes everything pending,
-groups it by decoding options (different options cannot share a search), and gives each group
-to one `Translator.translate` call, which sorts the sentences by length into token
-batches as the CLI does. Each answer goes back to its own request's future.
+groups it by adapter and decoding options (different adapters or options cannot share a
+search: a batch never mixes adapters), and gives each group to one `Translator.translate`
+call, which sorts the sentences by length into token batches as the CLI does. Each answer
+goes back to its own request's future.
+
+Adapters (`mt serve --adapter NAME=PATH`, mt.adapt) are held on the one base in memory, each a
+session over the base's weights with its own small tensors (`Session.with_adapter`); a request
+names one (`adapter`) or decodes with the base.
 
 A request whose client has gone is marked cancelled and dropped before its turn; `stop` lets
 the worker finish what is queued, so a server told to stop still answers what it accepted.
@@ -19,7 +24,7 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,12 +62,13 @@ class Job:
     alignment: bool = False
     split: bool = False  # each item sentence by sentence (the translator's split stage)
     call: Callable[[Session], Any] | None = None
+    adapter: str | None = None  # the model's adapter it decodes with; None: the base
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False
 
     @property
     def key(self) -> tuple:
-        return (dataclasses.astuple(self.options or DecodeOptions()), self.alignment)
+        return (self.adapter, dataclasses.astuple(self.options or DecodeOptions()), self.alignment)
 
     def size(self) -> int:
         return max(1, len(self.requests))
@@ -95,8 +101,11 @@ class ModelWorker:
         dtype: str | None = None,
         keep_numbers: bool = True,
         glossary_hard: bool = False,
+        adapters: Mapping[str, Path] | None = None,
     ) -> None:
         self.name = name
+        self.adapter_paths = dict(adapters or {})  # name -> adapter file
+        self.views: dict[str, Session] = {}  # name -> the session with that adapter
         self.keep_numbers = keep_numbers  # the number guard (mt.decode.numbers)
         self.glossary_hard = glossary_hard  # a request's glossary constrained at once
         self.paths = list(paths)
@@ -125,18 +134,29 @@ class ModelWorker:
     def ready(self) -> bool:
         return self.session is not None
 
-    def loaded(self) -> Session:
-        """The session, or a 503 while the model is still loading."""
+    def check_adapter(self, adapter: str | None) -> None:
+        """An adapter name this model serves (or None, the base); else a 400."""
+        if adapter is not None and adapter not in self.adapter_paths:
+            served = ", ".join(self.adapter_paths) or "none"
+            raise ApiError(
+                400, f"unknown adapter {adapter!r} of model {self.name!r} (its adapters: {served})"
+            )
+
+    def loaded(self, adapter: str | None = None) -> Session:
+        """The session (with `adapter`, that adapter's), or a 503 while the model is still
+        loading."""
         if self.session is None:
             if self.error is not None:
                 raise ApiError(503, f"model {self.name!r} failed to load: {self.error}")
             raise ApiError(503, f"model {self.name!r} is still loading", "loading")
-        return self.session
+        self.check_adapter(adapter)
+        return self.session if adapter is None else self.views[adapter]
 
-    def check_options(self, options: DecodeOptions) -> None:
-        """The option set against the checkpoint's decode rules (no model work: on the loop)."""
+    def check_options(self, options: DecodeOptions, adapter: str | None = None) -> None:
+        """The option set against the checkpoint's (or the adapter's) decode rules (no model
+        work: on the loop)."""
         try:
-            self.loaded().decode_config(options)
+            self.loaded(adapter).decode_config(options)
         except MtError as err:
             raise ApiError(422, str(err)) from None
 
@@ -164,15 +184,17 @@ class ModelWorker:
         options: DecodeOptions,
         alignment: bool,
         split: bool = False,
+        adapter: str | None = None,
     ) -> list[Translation]:
         loop = asyncio.get_running_loop()
-        job = Job(loop.create_future(), loop, requests, options, alignment, split)
+        job = Job(loop.create_future(), loop, requests, options, alignment, split, adapter=adapter)
         return await self._wait(job)
 
-    async def run(self, call: Callable[[Session], Any]) -> Any:
-        """`call(session)` in the worker's thread, in turn with the translations."""
+    async def run(self, call: Callable[[Session], Any], adapter: str | None = None) -> Any:
+        """`call(session)` in the worker's thread, in turn with the translations; `adapter`:
+        the session is that adapter's."""
         loop = asyncio.get_running_loop()
-        return await self._wait(Job(loop.create_future(), loop, call=call))
+        return await self._wait(Job(loop.create_future(), loop, call=call, adapter=adapter))
 
     async def _wait(self, job: Job) -> Any:
         self.submit(job)
@@ -201,7 +223,9 @@ class ModelWorker:
 
     def _run(self) -> None:
         try:
-            self.session = Session(self.paths, self.device, option_name, self.dtype)
+            session = Session(self.paths, self.device, option_name, self.dtype)
+            self.views = {n: session.with_adapter(p) for n, p in self.adapter_paths.items()}
+            self.session = session  # ready: the adapters are loaded too
         except Exception as err:  # noqa: BLE001 - reported by /health and every request
             self.error = str(err).splitlines()[0] if str(err) else type(err).__name__
             return
@@ -277,7 +301,7 @@ class ModelWorker:
         if self._dropped(job):
             return
         try:
-            job.answer(job.call(self.session))
+            job.answer(job.call(self.loaded(job.adapter)))
         except Exception as err:  # noqa: BLE001 - goes back to the request that caused it
             job.answer(error=err)
 
@@ -285,19 +309,19 @@ class ModelWorker:
         """One translator call for the group's requests, a splitting job's with a plan that
         says so: the translator's split stage (mt.decode.sentences) cuts them into sentences
         and joins them back, so their sentences share batches with everything else."""
-        assert self.session is not None
-        first = group[0]
+        first = group[0]  # the group shares its adapter and options
+        session = self.loaded(first.adapter)
         # capitals, numbers, glossary, protection, flags
         whole = Plan(keep_numbers=self.keep_numbers, glossary_hard=self.glossary_hard)
         # Sentences in the model's source language, unless a request names its own (`frm`).
-        split = dataclasses.replace(whole, split=self.session.source_language())
+        split = dataclasses.replace(whole, split=session.source_language())
         requests = [
             dataclasses.replace(r, plan=split if job.split else whole)
             for job in group
             for r in job.requests
         ]
         try:
-            translator = self._translator(first.options, first.alignment)
+            translator = self._translator(first.options, first.alignment, first.adapter)
             translations = translator.translate(requests)
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
@@ -318,17 +342,20 @@ class ModelWorker:
             self.metrics.doubts([t.flags for t in done])
             job.answer(done)
 
-    def _translator(self, options: DecodeOptions | None, alignment: bool) -> Translator:
-        """A Translator per option set, kept: building one can cost a model copy (int8).
-        Sampling gets a fresh one each time, so its seed means the same on every request."""
-        assert self.session is not None
+    def _translator(
+        self, options: DecodeOptions | None, alignment: bool, adapter: str | None = None
+    ) -> Translator:
+        """A Translator per adapter and option set, kept: building one can cost a model copy
+        (int8). Sampling gets a fresh one each time, so its seed means the same on every
+        request."""
+        session = self.loaded(adapter)
         if options is not None and options.sample:
-            return self.session.translator(options, alignment, with_scores=True)
-        key = (dataclasses.astuple(options or DecodeOptions()), alignment)
+            return session.translator(options, alignment, with_scores=True)
+        key = (adapter, dataclasses.astuple(options or DecodeOptions()), alignment)
         if key in self._translators:
             self._translators.move_to_end(key)
             return self._translators[key]
-        translator = self.session.translator(options, alignment, with_scores=True)
+        translator = session.translator(options, alignment, with_scores=True)
         self._translators[key] = translator
         if len(self._translators) > CACHED_TRANSLATORS:
             self._translators.popitem(last=False)

@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from mt import checkpoint
+from mt.adapt.lora import load_weights
 from mt.train.rotation import Checkpoints
 from mt.train.state import TrainState
 
@@ -39,7 +40,12 @@ class Ema:
 
     def __init__(self, model: torch.nn.Module, decay: float) -> None:
         self.decay = decay
-        self.params = list(model.parameters())
+        # The trained parameters: a frozen one (train.freeze, an adapter's base) is its own
+        # average, and keeping a copy would put the base into an adapter run's last.pt.
+        every = list(model.parameters())
+        self.trained = [i for i, p in enumerate(every) if p.requires_grad]
+        self.total = len(every)
+        self.params = [every[i] for i in self.trained]
         self.shadow = [p.detach().clone() for p in self.params]
 
     @torch.no_grad()
@@ -58,6 +64,8 @@ class Ema:
         current weights."""
         if saved is None:
             return
+        if len(saved) == self.total != len(self.shadow):  # kept with the frozen ones too
+            saved = [saved[i] for i in self.trained]
         for s, v in zip(self.shadow, saved, strict=True):
             s.copy_(v)
 
@@ -96,7 +104,7 @@ def average_at_end(
     averaged = checkpoint.load(path)
     with torch.no_grad():
         kept = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        model.load_state_dict(averaged["model"])
+        load_weights(model, averaged["model"])
     try:
         raw = evaluate()
         score = raw.get("dev_bleu", -raw["valid_loss"])  # as the evaluations during training

@@ -23,6 +23,11 @@ then counts from the base run's step), as if the base run went on with new data.
 left out of the optimizer). With tied embeddings the output projection is the target embedding
 matrix, so freezing `embeddings` freezes it too; untied, it belongs to `decoder`.
 
+`finetune.adapter: lora` trains a LoRA adapter alone on the frozen checkpoint (mt/adapt): the
+model is the checkpoint's with its projections wrapped (`init_model`), and the run's
+checkpoints hold the adapter and the base's fingerprint (mt.adapt.files), a few percent of the
+model. A resumed adapter run reads its base again from `init_from` and checks its fingerprint.
+
 The trainer calls `load_init` (every process, before data preparation), `write_tokenizer`
 (the process holding the run directory's lock), `init_model` (after building the model) and
 `start` (after building the optimizer). `--resume` continues from the run's own `last.pt`
@@ -43,15 +48,14 @@ import torch
 import yaml
 
 from mt import checkpoint
-from mt.config import ModelConfig, TokenizerConfig, TrainConfig
+from mt.adapt.files import BaseRef, fingerprint
+from mt.adapt.lora import LoraSpec, attach
+from mt.config import DROPOUT_KEYS, FinetuneConfig, ModelConfig, TokenizerConfig, TrainConfig
 from mt.config_file import expand_env, from_dict
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
 from mt.train.vocab_update import announce, load_with_new_vocab
-
-# Keys a fine-tuning config may set to another value than the checkpoint's.
-DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")
 
 
 @dataclass
@@ -66,6 +70,8 @@ class Init:
     freeze: list[str]
     keep_optimizer: bool
     new_vocab: bool = False  # train.init_vocab: new (the run trains its own tokenizer)
+    adapter: LoraSpec | None = None  # finetune.adapter: lora, trained alone on the base
+    base: BaseRef | None = None  # the base's fingerprint, which the adapter's files carry
 
 
 def merge_model(config: ModelConfig, stored: ModelConfig, source: str) -> ModelConfig:
@@ -88,7 +94,7 @@ def merge_model(config: ModelConfig, stored: ModelConfig, source: str) -> ModelC
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        return checkpoint.load(path)
+        return checkpoint.a_model(checkpoint.load(path), path)
     except MtError as err:
         raise MtError(f"train.init_from: {err}") from None
 
@@ -110,6 +116,7 @@ class Sections:
     train: TrainConfig
     model: ModelConfig
     tokenizer: TokenizerConfig
+    finetune: FinetuneConfig = dataclasses.field(default_factory=FinetuneConfig)
 
 
 def _resume_as_recorded(s: Sections, last: Path) -> Sections:
@@ -126,6 +133,11 @@ def _resume_as_recorded(s: Sections, last: Path) -> Sections:
             f"train.freeze is {t.freeze} but {last} was trained with {stored.train.freeze}; "
             "a resumed run keeps its frozen parts"
         )
+    if s.finetune != FinetuneConfig() and s.finetune != stored.finetune:
+        raise MtError(
+            f"the finetune section differs from the one {last} was trained with; a resumed "
+            "run keeps its adapter"
+        )
     kept = stored.train
     t = dataclasses.replace(
         t,
@@ -133,7 +145,29 @@ def _resume_as_recorded(s: Sections, last: Path) -> Sections:
         freeze=kept.freeze,
         init_keep_optimizer=kept.init_keep_optimizer,
     )
-    return Sections(t, merge_model(s.model, stored.model, str(last)), stored.tokenizer)
+    model = merge_model(s.model, stored.model, str(last))
+    return Sections(t, model, stored.tokenizer, stored.finetune)
+
+
+def _base_again(s: Sections, last: Path, log: bool) -> Init:
+    """The base of a resumed adapter run: its `last.pt` holds the adapter alone, so the
+    weights under it are read again from `train.init_from`, and must be the ones it was
+    trained on."""
+    path = Path(s.train.init_from)
+    data = _load(path)
+    base = _base_ref(data, path)
+    recorded = (checkpoint.load(last).get("adapter") or {}).get("base")
+    if recorded != base.fingerprint:
+        raise MtError(
+            f"{last} is an adapter of another model than {path} (train.init_from): base "
+            f"fingerprint {str(recorded)[:12]}, {path} is {base.fingerprint[:12]}"
+        )
+    if log:
+        print(f"the adapter's base: {path}", file=sys.stderr, flush=True)
+    tokenizer = Tokenizer.from_stored({**data["tokenizer"], "languages": None})
+    step = int(data.get("step") or 0)
+    spec = LoraSpec.of(s.finetune)
+    return Init(path, step, tokenizer, data["model"], None, [], False, adapter=spec, base=base)
 
 
 def load_init(
@@ -145,19 +179,24 @@ def load_init(
     checkpoint's settings and `train.init_from` the expanded path, so `config.yaml` and every
     checkpoint of the run record what was trained and from what (the caller puts the returned
     sections into its config; `s` is not changed). The Init is None when there is nothing to
-    load: no `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer).
+    load: no `init_from`, or a resumed run (whose `last.pt` has its own weights and tokenizer),
+    except a resumed adapter run, whose `last.pt` holds the adapter alone: its Init is the base.
     """
     t = s.train
     last = run_dir / "last.pt"
+    lora = s.finetune.adapter == "lora"
     if resume and last.exists():
-        if t.init_from or t.freeze or _recorded_init_from(run_dir):
-            return None, _resume_as_recorded(s, last)
+        if t.init_from or t.freeze or lora or _recorded_init_from(run_dir):
+            s = _resume_as_recorded(s, last)
+            return (_base_again(s, last, log) if s.finetune.adapter == "lora" else None), s
         return None, s
     if not t.init_from:
         given = [("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)]
         for key, value in given + [("init_vocab", t.init_vocab == "new")]:
             if value:
                 raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")
+        if lora:
+            raise MtError("finetune.adapter needs train.init_from (the base to adapt)")
         return None, s
     path = Path(expand_env(t.init_from))
     t = dataclasses.replace(t, init_from=str(path))
@@ -188,10 +227,16 @@ def load_init(
                 f"train.max_steps ({t.max_steps:,}) must exceed the step of {path} ({step:,}): "
                 "train.init_keep_optimizer continues its step count"
             )
+    spec = LoraSpec.of(s.finetune) if lora else None
     if log:
         m = model
         start = "optimizer state and step kept" if t.init_keep_optimizer else "fresh optimizer"
         frozen = f", frozen: {', '.join(t.freeze)}" if t.freeze else ""
+        if spec is not None:
+            frozen = (
+                f", the base frozen: a LoRA adapter of rank {spec.rank} (alpha {spec.alpha:g}) "
+                f"on {', '.join(spec.targets)}"
+            )
         print(
             f"fine-tuning from {path} (step {step:,}): its "
             f"{'model (a new vocabulary)' if new_vocab else 'tokenizer and model'} "
@@ -209,8 +254,14 @@ def load_init(
         freeze=list(t.freeze),
         keep_optimizer=t.init_keep_optimizer,
         new_vocab=new_vocab,
+        adapter=spec,
+        base=None if spec is None else _base_ref(data, path),
     )
-    return init, Sections(t, model, tokenizer_cfg)
+    return init, Sections(t, model, tokenizer_cfg, s.finetune)
+
+
+def _base_ref(data: dict[str, Any], path: Path) -> BaseRef:
+    return BaseRef(fingerprint(data["model"], data["config"]["model"]), str(path))
 
 
 def write_tokenizer(init: Init | None, run_dir: Path) -> None:
@@ -256,9 +307,10 @@ def freeze(model: Transformer, parts: list[str]) -> int:
 def init_model(
     init: Init | None, model: Transformer, parts: list[str], tokenizer: Tokenizer | None = None
 ) -> None:
-    """Load the checkpoint's weights (fresh runs), then freeze `parts` (fresh and resumed).
-    With a new vocabulary (`tokenizer`, the run's), the shared pieces' rows are the
-    checkpoint's (mt/train/vocab_update.py)."""
+    """Load the checkpoint's weights (fresh runs, and the base of an adapter run), then freeze
+    `parts` (fresh and resumed), or wrap the model in the adapter that alone trains. With a new
+    vocabulary (`tokenizer`, the run's), the shared pieces' rows are the checkpoint's
+    (mt/train/vocab_update.py)."""
     if init is not None and init.weights is not None and init.new_vocab and tokenizer:
         announce(load_with_new_vocab(model, init.weights, init.tokenizer, tokenizer))
         init.weights = None
@@ -271,6 +323,8 @@ def init_model(
             ) from None
         init.weights = None
     freeze(model, parts)
+    if init is not None and init.adapter is not None:
+        attach(model, init.adapter)
 
 
 def start(
@@ -311,6 +365,7 @@ def start(
                 "init_step": init.step,
                 "init_keep_optimizer": init.keep_optimizer,
                 "freeze": init.freeze,
+                **({"adapter": init.adapter.to_dict()} if init.adapter else {}),
             }
         )
     return step

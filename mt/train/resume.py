@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from mt import checkpoint
+from mt.adapt.lora import load_weights
 from mt.atomic import write_text
 from mt.config import ModelConfig
 from mt.errors import MtError
@@ -92,7 +93,7 @@ def restore(
     if data["config"]["model"] != asdict(m):
         raise MtError(f"{path}: model config differs from the one being resumed")
     ts = data["train_state"]
-    model.load_state_dict(data["model"])
+    load_weights(model, data["model"])  # an adapter run's: the adapter alone
     optimizer.load_state_dict(ts["optimizer"])
     scaler.load_state_dict(ts["scaler"])
     set_rng_state(ts["rng"], device)

@@ -2,8 +2,10 @@
 and, at the end, `averaged.pt` of the last `average_last` of them.
 
 Every file carries the run's id (`run_id`), so that tools handed checkpoints of several runs
-can tell them apart. Writing goes through `mt.checkpoint` (atomic); a model with non-finite
-weights is never written, so a good checkpoint is never replaced by a broken one.
+can tell them apart. A run that trains an adapter (`finetune.adapter`) writes adapter files:
+the adapter's weights and its base's fingerprint, no copy of the base. Writing goes through
+`mt.checkpoint` (atomic); a model with non-finite weights is never written, so a good
+checkpoint is never replaced by a broken one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 import torch
 
 from mt import checkpoint
+from mt.adapt.files import BaseRef
+from mt.adapt.files import payload as adapter_payload
+from mt.adapt.lora import LoraSpec
 from mt.config import Config
 from mt.errors import EXIT_DIVERGED, MtError
 from mt.tokenizer import Tokenizer
@@ -34,9 +39,11 @@ class Checkpoints:
         tokenizer: Tokenizer,
         model: torch.nn.Module,
         run_id: str,
+        adapter: tuple[LoraSpec, BaseRef] | None = None,
     ) -> None:
         self.run_dir, self.cfg, self.tokenizer, self.model = run_dir, cfg, tokenizer, model
         self.run_id = run_id
+        self.adapter = adapter  # an adapter run writes the adapter alone (mt.adapt.files)
 
     def save(
         self,
@@ -53,15 +60,11 @@ class Checkpoints:
                 f"{path}: not written: the model has non-finite weights at step {step}",
                 EXIT_DIVERGED,
             )
-        data = checkpoint.payload(
-            self.cfg,
-            self.tokenizer,
-            self.model,
-            step=step,
-            train_state=train_state,
-            run_id=self.run_id,
-            **extra,
-        )
+        more = {"step": step, "train_state": train_state, "run_id": self.run_id, **extra}
+        if self.adapter is not None:
+            data = adapter_payload(self.cfg, self.model, *self.adapter, **more)
+        else:
+            data = checkpoint.payload(self.cfg, self.tokenizer, self.model, **more)
         checkpoint.save(data, path)
         return path
 

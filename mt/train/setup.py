@@ -104,13 +104,14 @@ def decide_start(cfg: Config, run_dir: Path, flag: bool, p: Process) -> Start:
     train, model and tokenizer sections become what `finetune.load_init` returns (the model
     and tokenizer of the checkpoint), here, the one place the run's config changes."""
     resume, resumed = decide(p.dist, p.device, run_dir, flag)
-    given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer)
+    given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer, cfg.finetune)
     init, sections = finetune.load_init(given, run_dir, resume, log=p.dist.main)
     cfg.train, cfg.model, cfg.tokenizer = sections.train, sections.model, sections.tokenizer
+    cfg.finetune = sections.finetune
     if resumed:
         how = "resume" if flag else "restart"
     else:
-        how = "init_from" if init is not None else "fresh"
+        how = "init_from" if init is not None else "fresh"  # (a resumed adapter's init: its base)
     return Start(how, resume, run_dir / "last.pt", init)
 
 
@@ -131,7 +132,7 @@ def model(
     m: ModelConfig, freeze: list[str], tokenizer: Tokenizer, device: torch.device, start: Start
 ) -> Transformer:
     """The model of the model section on `device`: random, or fine-tuning's weights; then
-    `freeze` (`train.freeze`)."""
+    `freeze` (`train.freeze`), or fine-tuning's adapter around the frozen weights."""
     net = checkpoint.build_model(m, tokenizer).to(device)
     finetune.init_model(start.init, net, freeze, tokenizer)
     return net

@@ -93,11 +93,15 @@ class Trainer:
         self.evaluate = setup.evaluator(
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
         )
-        self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
+        init = self.start.init
+        adapter = None if init is None or init.adapter is None else (init.adapter, init.base)
+        self.checkpoints = Checkpoints(
+            run_dir, cfg, self.tokenizer, self.model, self.state.run_id, adapter
+        )
         self.log, self.tensorboard = setup.sinks(
             run_dir, self.dist.main, self.start, self.state.step, use_tensorboard, cfg, self.model
         )
-        if self.start.init is not None:  # fine-tuning: the start step (and optimizer if kept)
+        if self.start.how == "init_from":  # fine-tuning: the start step (and optimizer if kept)
             self.state.step = finetune.start(
                 self.start.init, self.optimizer, self.scaler, self.log.write
             )
@@ -342,8 +346,12 @@ class Trainer:
         self.model.train()
         if self.dist.main:
             n_params = sum(p.numel() for p in self.model.parameters())
+            trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+            shown = f"{n_params / 1e6:.1f}M parameters"
+            if trained < n_params:  # train.freeze, or an adapter on a frozen base
+                shown += f" ({trained:,} of them trained, {100 * trained / n_params:.2f}%)"
             tqdm.write(
-                f"mt train: {n_params / 1e6:.1f}M parameters, {len(self.train_set):,} training "
+                f"mt train: {shown}, {len(self.train_set):,} training "
                 f"pairs, device {self.device}, precision {self.precision_choice.describe()}, "
                 f"{self.dist.world} process(es), {self.threads.describe()}, run dir {self.run_dir}",
                 file=sys.stderr,

@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from mt import checkpoint
+from mt.adapt.lora import load_weights
 from mt.config import DecodeConfig, TrainConfig
 from mt.decode.session import DecodeOptions
 from mt.train.evaluation import Evaluator
@@ -38,7 +39,7 @@ def tune_decode(
     the record for the metrics log. The evaluator's model holds `best`'s weights after."""
     data = checkpoint.load(best)
     with torch.no_grad():
-        evaluate.model.load_state_dict(data["model"])
+        load_weights(evaluate.model, data["model"])
     tried = []
     for beam, alpha in grid(t, d):
         options = DecodeOptions(beam=beam, alpha=alpha, nbest=1, greedy=False, sample=False)

@@ -86,3 +86,40 @@ def test_two_process_ddp_matches_single_process(tmp_path, mt_cli):
         )
         == K // 4
     )
+
+
+@pytest.mark.slow
+def test_two_process_ddp_trains_an_adapter_as_one_process_does(tmp_path, mt_cli):
+    """The same for a LoRA adapter on a frozen base: DDP syncs the adapter's gradients alone
+    (the base has none), and rank 0 writes adapter files."""
+    if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
+        pytest.skip("torchrun not installed")
+    config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=64)
+    nodrop = ("--set", "model.dropout=0.0")
+    assert mt_cli("train", config, "--run-dir", tmp_path / "base", *nodrop).rc == 0
+    lora = ("--init-from", str(tmp_path / "base" / "last.pt"), "--set", "finetune.adapter=lora")
+    single = mt_cli(
+        "train", config, "--run-dir", tmp_path / "single", *lora, *nodrop,
+        "--set", "train.accum_steps=2",
+    )  # fmt: skip
+    assert single.rc == 0, single.err
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    ddp = subprocess.run(
+        [torchrun, "--nproc_per_node=2", "--master_port=29534", "-m", "mt", "train",
+         str(config), "--run-dir", str(tmp_path / "ddp"), *lora, *nodrop],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=600,
+    )  # fmt: skip
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
+    assert sorted(a) == sorted(b) == list(range(4, K + 1, 4))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4), step
+    wa = torch.load(tmp_path / "single" / "last.pt", weights_only=True)
+    wb = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)
+    assert "adapter" in wb and wa["model"].keys() == wb["model"].keys()
+    for name, tensor in wa["model"].items():
+        assert name.endswith(("lora_a", "lora_b")), name
+        torch.testing.assert_close(wb["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)

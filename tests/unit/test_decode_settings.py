@@ -147,8 +147,8 @@ def _translate_sees(args: list[object], monkeypatch, capsys, tmp_path) -> dict[s
             seen["options"] = options
             raise _Seen
 
-    def open_session(checkpoints, device, dtype=None):  # noqa: ANN001, ANN202
-        seen["dtype"] = dtype
+    def open_session(checkpoints, device, dtype=None, adapter=None):  # noqa: ANN001, ANN202
+        seen["dtype"], seen["adapter"] = dtype, adapter
         return Session()
 
     monkeypatch.setattr(decoding, "open_session", open_session)

@@ -84,7 +84,12 @@ def test_cli_reference_lists_every_command_and_flag():
 
     page = load_generator().cli_reference()
     group = typer.main.get_command(app)
+    commands = []
     for name, command in group.commands.items():
+        subs = getattr(command, "commands", None)  # a group: `mt adapter merge`
+        commands += [(f"{name} {n}", c) for n, c in subs.items()] if subs else [(name, command)]
+    assert "adapter merge" in dict(commands)
+    for name, command in commands:
         assert f"## `mt {name}`" in page
         for param in command.params:
             if param.param_type_name == "option":

@@ -1,0 +1,1 @@
+"""Adapting a trained model to a domain: LoRA adapters (lora.py) and their files (files.py)."""
