@@ -131,8 +131,8 @@ def choose_decode_dtype(
     A CPU decodes fp32 by default, even one with native bf16, because the equalities users
     check rest on it: an imported model's output is HF `generate`'s, a translation's score is
     `mt score`'s, the CTranslate2 export writes what `mt translate` writes. A bf16 copy broke
-    each of them on some lines and gained at most a fifth in speed on the models measured
-    (docs/decoding.md), so it is asked for (`--dtype bf16`), not chosen by the CPU's flags.
+    each of them on some lines for little speed on the models measured (docs/decoding.md), so
+    it is asked for (`--dtype bf16`), not chosen by the CPU's flags.
     `bf16` asked for on a CPU without native bf16 still runs, slowly, and says so."""
     if name not in ("auto", "fp32", "bf16", "fp16"):
         raise MtError(f"{option} must be auto, fp32, bf16 or fp16, got {name!r}")

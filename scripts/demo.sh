@@ -18,10 +18,11 @@ A 4.7M-parameter model trained for 300 steps (configs/demo.yaml): the BLEU above
 on test_2016_flickr. The demo is bounded by steps, so every machine runs the same steps of the
 same recipe, and one kind of CPU prints the same score every time; between kinds the last
 digits and some words differ (their float rounding does): on a 2-core AMD EPYC of family 25
-(Zen 3, AVX2) it printed 23.61 BLEU (dev BLEU 22.55), on family 26 (Zen 5, avx512_bf16),
-in bf16 (auto), 23.71 (dev BLEU 22.33), on a 2-core Intel
-Xeon of family 6 (AVX-512 without bf16) 23.59 (dev BLEU 23.30), in 2.3 minutes of training,
-and on one with AMX, in bf16 (auto), 23.55 (dev BLEU 22.17) in 1.5 minutes.
+(Zen 3, AVX2) it printed 23.61 BLEU (dev BLEU 22.55), on family 25 model 17 (Zen 4,
+avx512_bf16: bf16 training, fp32 decoding) 23.72 (dev BLEU 22.37), on a 2-core Intel Xeon of
+family 6 (AVX-512 without bf16) 23.59 (dev BLEU 23.30), in 2.3 minutes of training; trained and
+decoded in bf16, 23.71 (dev BLEU 22.33) on family 26 (Zen 5) and 23.55 (dev BLEU 22.17) on a
+Xeon with AMX, in 1.5 minutes. A CPU decodes fp32 unless asked (mt translate --dtype bf16).
 284 of its steps took 3 minutes on free family-25 cores, the whole run 45 minutes while other
 jobs held the cores (load 5-9).
 The 30-minute recipe scored 40.03 BLEU on the same test set on the Zen 3, 41.24 on the Xeon:

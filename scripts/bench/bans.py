@@ -139,7 +139,7 @@ class WarmedIndex:
         self.index = PieceIndex(piece_texts(loaded.tokenizer))
         tr = Translator(loaded.model, loaded.tokenizer, cfg, dev)
         tr._bans = Bans(spans=SpanRule(loaded.tokenizer, dev, self.index))
-        list(translate_stream(tr, self.warm, Plan(protect=True, recase=False)))
+        list(translate_stream(tr, self.warm, Plan(protect=True, recase=False, keep_numbers=False)))
 
     def __call__(self, tokenizer, device: torch.device) -> SpanRule:
         return SpanRule(tokenizer, device, self.index)
@@ -188,7 +188,7 @@ def runner(
             built = rule(loaded.tokenizer, dev)
             seconds.append(time.perf_counter() - start)
             tr._bans = Bans(spans=Timed(built, seconds))  # type: ignore[arg-type]
-        plan = Plan(protect=rule is not None, recase=False)
+        plan = Plan(protect=rule is not None, recase=False, keep_numbers=False)
         out = [t.text for t in translate_stream(tr, lines, plan)]
         in_ban.append(sum(seconds))
         cpu.append(time.process_time() - cpu_start)
@@ -220,10 +220,10 @@ def replay(loaded, checkpoint: Path, lines: list[str], baseline: Path, rounds: i
     tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
     recorder = Recorder(new_index_rule(tok, dev))
     tr._bans = Bans(spans=recorder)  # type: ignore[arg-type]
-    list(translate_stream(tr, lines, Plan(protect=True, recase=False)))
+    list(translate_stream(tr, lines, Plan(protect=True, recase=False, keep_numbers=False)))
     start = time.process_time()
     tr = Translator(loaded.model, tok, loaded.cfg.decode, dev)
-    list(translate_stream(tr, lines, Plan(protect=False, recase=False)))
+    list(translate_stream(tr, lines, Plan(protect=False, recase=False, keep_numbers=False)))
     unprotected = time.process_time() - start
     kept = PieceIndex(piece_texts(tok))  # built in the first round, kept for the others
     secs: dict[str, list[float]] = {

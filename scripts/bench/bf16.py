@@ -177,7 +177,9 @@ def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]
     from mt.decode.session import DecodeOptions, Session
     from mt.decode.workers import WorkerPool
 
-    asked = [Request(x, plan=Plan(protect=False, recase=False)) for x in lines]  # search alone
+    asked = [
+        Request(x, plan=Plan(protect=False, recase=False, keep_numbers=False)) for x in lines
+    ]  # search alone
     spec, _, workers = spec.partition(":w")
     name, early = spec.removesuffix("+early"), spec.endswith("+early")
     dtype, _, gemm = name.partition("/")

@@ -41,7 +41,7 @@ def child_decode(args: argparse.Namespace) -> dict:
     for beam in (1, 5):
         options = DecodeOptions(beam=beam, nbest=1, greedy=beam == 1 or None, dtype=args.dtype)
         tr = Session([args.checkpoint], args.device).translator(options)
-        requests = [Request(x, plan=Plan(recase=False)) for x in lines]
+        requests = [Request(x, plan=Plan(recase=False, keep_numbers=False)) for x in lines]
         for n in (1, 2):
             sync()
             t = time.perf_counter()

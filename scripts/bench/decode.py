@@ -64,7 +64,7 @@ def run_engine(args: argparse.Namespace) -> dict:
         from mt.decode.requests import Plan, Request
         from mt.decode.session import DecodeOptions, Session
 
-        PLAN = Plan(recase=False)  # noqa: N806 - search and protection, as before the plans
+        PLAN = Plan(recase=False, keep_numbers=False)  # noqa: N806 - search and protection, as before the plans
 
         options = DecodeOptions(
             beam=beam,

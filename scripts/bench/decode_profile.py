@@ -48,7 +48,9 @@ def main() -> None:
         beam=args.beam, nbest=1, greedy=args.beam == 1 or None, dtype=args.dtype
     )
     tr = Session([args.checkpoint], args.device).translator(options)
-    requests = [Request(x, plan=Plan(recase=False)) for x in lines]  # as scripts/bench/decode.py
+    requests = [
+        Request(x, plan=Plan(recase=False, keep_numbers=False)) for x in lines
+    ]  # as scripts/bench/decode.py
     cuda = tr.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 

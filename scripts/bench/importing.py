@@ -133,7 +133,7 @@ def engines(folder: Path, checkpoint: Path, lines: list[str], beam: int, batch: 
     from mt.decode.requests import Plan, Request
     from mt.decode.session import DecodeOptions, Session
 
-    PLAN = Plan(protect=False, recase=False)  # noqa: N806 - the search alone
+    PLAN = Plan(protect=False, recase=False, keep_numbers=False)  # noqa: N806 - the search alone
 
     session = Session([checkpoint], "cpu")
     options = DecodeOptions(greedy=beam == 1, beam=beam)

@@ -27,7 +27,7 @@ from mt.decode.requests import Plan, Request
 from mt.decode.session import DecodeOptions, Session
 from scripts.common import alternate, describe_machine, markdown_table
 
-PLAN = Plan(recase=False)  # search and protection, as before the plans
+PLAN = Plan(recase=False, keep_numbers=False)  # search and protection, as before the plans
 
 SIZE = ("d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "norm")
 

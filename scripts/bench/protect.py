@@ -122,7 +122,12 @@ def tag_list(fragment: str) -> list[str]:
 
 
 def translate_all(tr: Translator, protect: bool, lines: list[str]) -> list[str]:
-    return [t.text for t in translate_stream(tr, lines, Plan(protect=protect, recase=False))]
+    return [
+        t.text
+        for t in translate_stream(
+            tr, lines, Plan(protect=protect, recase=False, keep_numbers=False)
+        )
+    ]
 
 
 def main() -> None:

@@ -86,8 +86,8 @@ def main() -> None:
     src, ref = src[: args.lines], ref[: args.lines]
     session = Session([args.checkpoint], "cpu")
     translator = session.translator()
-    plain = Plan(recase=False)
-    recase = Plan(recase=True)
+    plain = Plan(recase=False, keep_numbers=False)
+    recase = Plan(recase=True, keep_numbers=False)
     guard = Plan(recase=False, keep_numbers=True)
 
     def run(lines: list[str], steps: Plan = plain, split: bool = False) -> list:

@@ -41,7 +41,7 @@ def main() -> None:
     translator = Session([args.checkpoint], "cpu").translator()
 
     def run(split: bool) -> list:
-        plan = dataclasses.replace(Plan(), split="de" if split else None)
+        plan = dataclasses.replace(Plan(keep_numbers=False), split="de" if split else None)
         return list(translate_stream(translator, [Request(x, plan=plan) for x in src]))
 
     run(False)  # warm-up: the first call loads the segmenter's rules and fills caches
@@ -59,7 +59,9 @@ def main() -> None:
             flags(s, t, bounds)
         best_flags = min(best_flags, time.perf_counter() - start)
     size, limit = source_size(translator.tokenizer, translator.max_src)
-    split_requests = [Request(x, plan=dataclasses.replace(Plan(), split="de")) for x in src]
+    split_requests = [
+        Request(x, plan=dataclasses.replace(Plan(keep_numbers=False), split="de")) for x in src
+    ]
     best_split = float("inf")
     for _ in range(5):
         start = time.perf_counter()

@@ -65,13 +65,19 @@ def translate(args: argparse.Namespace) -> None:
                     targets = session.targets(tgt, src, ratio is not None, ratio)
                     tr = session.translator(options, targets=targets)
                     start = time.perf_counter()
-                    hyps = [t.text for t in translate_stream(tr, lines, Plan(recase=False))]
+                    hyps = [
+                        t.text
+                        for t in translate_stream(tr, lines, Plan(recase=False, keep_numbers=False))
+                    ]
                     tag = f"{system}-r{ratio:g}" if ratio is not None else f"{system}-noguard"
                     write(f"{tag}.{src}-{tgt}", hyps, time.perf_counter() - start)
                 if zero and PIVOT in langs.languages:
                     tr = session.translator(options, targets=session.targets(tgt, None))
                     start = time.perf_counter()
-                    hyps = [t.text for t in translate_stream(tr, lines, Plan(pivot=PIVOT))]
+                    hyps = [
+                        t.text
+                        for t in translate_stream(tr, lines, Plan(pivot=PIVOT, keep_numbers=False))
+                    ]
                     write(f"{system}-pivot.{src}-{tgt}", hyps, time.perf_counter() - start)
     if args.bilingual:
         for run in sorted(Path(args.bilingual).iterdir()):
@@ -83,7 +89,9 @@ def translate(args: argparse.Namespace) -> None:
             start = time.perf_counter()
             hyps = [
                 t.text
-                for t in translate_stream(tr, _lines(Path(args.data), src), Plan(recase=False))
+                for t in translate_stream(
+                    tr, _lines(Path(args.data), src), Plan(recase=False, keep_numbers=False)
+                )
             ]
             write(f"bilingual.{src}-{tgt}", hyps, time.perf_counter() - start)
     (out / "timings.json").write_text(json.dumps(timings, indent=1))

@@ -57,8 +57,8 @@ def main() -> None:
     requests = [Request(x["src"], formats=tuple(x["format"])) for x in items]
     session = Session([args.checkpoint], "cpu")
     tr = {
-        "protect": (session.translator(), Plan(recase=False)),
-        "no-protect": (session.translator(), Plan(protect=False, recase=False)),
+        "protect": (session.translator(), Plan(recase=False, keep_numbers=False)),
+        "no-protect": (session.translator(), Plan(protect=False, recase=False, keep_numbers=False)),
     }
     outs: dict[str, list[str]] = {}
     crashes: dict[str, int] = {}
