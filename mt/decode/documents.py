@@ -1,8 +1,9 @@
 """Whole documents translated with their formatting kept: .txt, .html, .srt and .docx.
 
-What `/translate_file` (LibreTranslate's route) does with an uploaded file. Each format is
-reduced to the texts a translator takes, translated in one call (so they share batches), and
-written back in place:
+What `/translate_file` (LibreTranslate's route) does with an uploaded file. `read_document`
+reduces a file to the texts a translator takes (a `Document`), so a caller can count and
+schedule them before any is translated; `Document.write` puts their translations back in
+place, in the same format:
 
 - .txt: every line (its ending kept), sentence by sentence;
 - .html: the text between block tags (`<p>`, `<li>`, `<td>`, `<h1>`, `<br>` ...) is one
@@ -14,10 +15,11 @@ written back in place:
   many lines as it had;
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
   paragraph whose runs differ in formatting (a bold word) goes through the HTML path with one
-  tag per run, so the formatting stays on the words it was on.
+  tag per run, so the formatting stays on the words it was on. The zip is unpacked within
+  limits first (mt.decode.unzip): a zip bomb is refused, not inflated.
 
-`translate_text(texts)` and `translate_html(fragments)` are the caller's (the server's worker
-binds them to its translator): this module knows formats, not models.
+This module knows formats, not models: the caller translates `Document.plain` (texts) and
+`Document.html` (fragments) as it likes (`translate_document` takes two functions).
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ import html
 import io
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from mt.decode.unzip import OverLimit, ZipLimits, unpack
 from mt.errors import MtError
+from mt.spans.markup import parse_fragment
 
 SUFFIXES = (".txt", ".html", ".srt", ".docx")
 Translate = Callable[[list[str]], list[str]]
+Part = Callable[[], str]  # a piece of the output, read once the translations are in
 
 BLOCK = {"address", "article", "aside", "blockquote", "body", "br", "caption", "dd", "div", "dl"}
 BLOCK |= {"dt", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6"}
@@ -40,43 +46,125 @@ _TAG = re.compile(r"<!--.*?-->|<![^>]*>|<\?[^>]*>|</?([a-zA-Z][^\s/>]*)[^>]*>", 
 _RUN_TAG = re.compile(r"<(/?)r(\d+)>")
 
 
-def translate_document(
-    data: bytes, suffix: str, translate_text: Translate, translate_html: Translate
-) -> bytes:
-    """The document `data` (a file ending in `suffix`) translated, in the same format."""
+class Texts:
+    """What a document asks to have translated, gathered as it is read: plain texts (sentence
+    by sentence) and HTML fragments (the HTML path). Each gathered piece is a `Part` of the
+    output, read once `fill` has the translations."""
+
+    def __init__(self) -> None:
+        self.plain: list[str] = []
+        self.html: list[str] = []
+        self._plain: list[str] = []
+        self._html: list[str] = []
+
+    def text(self, text: str) -> Part:
+        """`text`'s translation (a blank text stays as it is)."""
+        if not text.strip():
+            return lambda: text
+        i = len(self.plain)
+        self.plain.append(text)
+        return lambda: self._plain[i]
+
+    def fragment(self, frag: str) -> Part:
+        """An HTML fragment's translation: without tags, its text's (entities decoded and
+        encoded again); with tags that nest, the HTML path's; else its text pieces', one by
+        one, between the tags as written."""
+        if not _TAG.search(frag):
+            text = html.unescape(frag)
+            if not text.strip():
+                return lambda: frag
+            part = self.text(text)
+            return lambda: html.escape(part(), quote=False)
+        try:
+            parse_fragment(frag, "")  # what the HTML path reads: decided now, not mid-way
+        except MtError:
+            return self._pieces(frag)
+        i = len(self.html)
+        self.html.append(frag)
+        return lambda: self._html[i]
+
+    def _pieces(self, frag: str) -> Part:
+        parts = _TAG.split(frag)
+        tags = [m.group(0) for m in _TAG.finditer(frag)]
+        texts = [p for i, p in enumerate(parts) if i % (1 + _TAG.groups) == 0]
+        done = [self.text(html.unescape(t)) for t in texts]
+        return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, tags + [""]))
+
+    def fill(self, plain: list[str], fragments: list[str]) -> None:
+        if len(plain) != len(self.plain) or len(fragments) != len(self.html):
+            raise ValueError("one translation per text and fragment")
+        self._plain, self._html = list(plain), list(fragments)
+
+    @property
+    def segments(self) -> int:
+        return len(self.plain) + len(self.html)
+
+    @property
+    def chars(self) -> int:
+        return sum(map(len, self.plain)) + sum(map(len, self.html))
+
+
+@dataclass
+class Document:
+    """A read document: its texts, and how to write it back once they are translated."""
+
+    texts: Texts
+    _write: Callable[[], bytes]
+
+    @property
+    def plain(self) -> list[str]:
+        return self.texts.plain
+
+    @property
+    def html(self) -> list[str]:
+        return self.texts.html
+
+    def write(self, plain: list[str], fragments: list[str]) -> bytes:
+        """The document with `plain` and `fragments` (translations of `self.plain` and
+        `self.html`, in order) in place of its texts."""
+        self.texts.fill(plain, fragments)
+        return self._write()
+
+
+def read_document(data: bytes, suffix: str, zip_limits: ZipLimits | None = None) -> Document:
+    """The document `data` (a file ending in `suffix`) read into the texts to translate;
+    MtError for a file this cannot read (OverLimit for a zip over `zip_limits`)."""
+    texts = Texts()
     if suffix == ".docx":
-        return _docx(data, translate_text, translate_html)
+        return Document(texts, _docx(data, texts, zip_limits or ZipLimits()))
+    if suffix not in SUFFIXES:
+        raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise MtError(f"the {suffix} file is not UTF-8 (byte {err.start})") from None
-    if suffix == ".txt":
-        return _txt(text, translate_text).encode("utf-8")
-    if suffix == ".html":
-        return _html(text, translate_text, translate_html).encode("utf-8")
-    if suffix == ".srt":
-        return _srt(text, translate_text).encode("utf-8")
-    raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
+    read = {".txt": _txt, ".html": _html, ".srt": _srt}[suffix]
+    write = read(text, texts)
+    return Document(texts, lambda: write().encode("utf-8"))
 
 
-def _fill(texts: list[str], translate: Translate) -> list[str]:
-    """`translate` on the texts that hold something; blank ones come back as they are."""
-    todo = [i for i, t in enumerate(texts) if t.strip()]
-    done = translate([texts[i] for i in todo]) if todo else []
-    out = list(texts)
-    for i, t in zip(todo, done):
-        out[i] = t
-    return out
+def translate_document(
+    data: bytes,
+    suffix: str,
+    translate_text: Translate,
+    translate_html: Translate,
+    zip_limits: ZipLimits | None = None,
+) -> bytes:
+    """The document `data` translated in one go, in the same format."""
+    doc = read_document(data, suffix, zip_limits)
+    plain = translate_text(doc.plain) if doc.plain else []
+    fragments = translate_html(doc.html) if doc.html else []
+    return doc.write(plain, fragments)
 
 
-def _txt(text: str, translate: Translate) -> str:
+def _txt(text: str, texts: Texts) -> Part:
     lines = text.splitlines(keepends=True)
     bodies = [line.rstrip("\r\n") for line in lines]
-    done = _fill(bodies, translate)
-    return "".join(t + line[len(b) :] for t, b, line in zip(done, bodies, lines))
+    parts = [texts.text(b) for b in bodies]
+    return lambda: "".join(p() + line[len(b) :] for p, b, line in zip(parts, bodies, lines))
 
 
-def _html(text: str, translate_text: Translate, translate_html: Translate) -> str:
+def _html(text: str, texts: Texts) -> Part:
     """Cut at block tags; each run between them, its edge spaces aside, is one fragment."""
     pieces: list[tuple[bool, str]] = []  # (translatable run, raw)
     pos, run_start = 0, 0
@@ -95,56 +183,20 @@ def _html(text: str, translate_text: Translate, translate_html: Translate) -> st
         pieces.append((False, text[m.start() : end]))
         pos = run_start = end
     pieces.append((True, text[run_start:]))
-    runs = [raw for keep, raw in pieces if keep]
-    cores = [" ".join(r.split()) for r in runs]
-    done = _fill(cores, lambda frags: translate_fragments(frags, translate_text, translate_html))
-    out, k = [], 0
+    out: list[Part] = []
     for keep, raw in pieces:
-        if not keep:
-            out.append(raw)
+        core = raw.strip()
+        if not keep or not core:
+            out.append(lambda raw=raw: raw)
             continue
-        core = runs[k].strip()
-        lead = runs[k][: len(runs[k]) - len(runs[k].lstrip())]
-        trail = runs[k][len(lead) + len(core) :]
-        out.append(lead + done[k] + trail if core else runs[k])
-        k += 1
-    return "".join(out)
+        lead = raw[: len(raw) - len(raw.lstrip())]
+        trail = raw[len(lead) + len(core) :]
+        part = texts.fragment(" ".join(core.split()))
+        out.append(lambda lead=lead, part=part, trail=trail: lead + part() + trail)
+    return lambda: "".join(p() for p in out)
 
 
-def translate_fragments(frags: list[str], translate_text: Translate, translate_html: Translate):
-    """Fragments without tags go the text way (sentence by sentence: a `<p>` often holds a
-    paragraph), their entities decoded and encoded again; the others the HTML way."""
-    plain = [i for i, f in enumerate(frags) if not _TAG.search(f)]
-    tagged = [i for i, f in enumerate(frags) if _TAG.search(f)]
-    out = [""] * len(frags)
-    texts = translate_text([html.unescape(frags[i]) for i in plain]) if plain else []
-    for i, t in zip(plain, texts):
-        out[i] = html.escape(t, quote=False)
-    done = _tagged([frags[i] for i in tagged], translate_text, translate_html) if tagged else []
-    for i, t in zip(tagged, done):
-        out[i] = t
-    return out
-
-
-def _tagged(frags: list[str], translate_text: Translate, translate_html: Translate) -> list[str]:
-    try:
-        return translate_html(frags)
-    except MtError:  # some fragment's inline tags do not nest: text pieces one by one
-        pass
-    out = []
-    for frag in frags:
-        try:
-            out.extend(translate_html([frag]))
-        except MtError:
-            parts = _TAG.split(frag)
-            tags = [m.group(0) for m in _TAG.finditer(frag)]
-            texts = [p for i, p in enumerate(parts) if i % (1 + _TAG.groups) == 0]
-            done = _fill([html.unescape(t) for t in texts], translate_text)
-            out.append("".join(html.escape(d, quote=False) + t for d, t in zip(done, tags + [""])))
-    return out
-
-
-def _srt(text: str, translate: Translate) -> str:
+def _srt(text: str, texts: Texts) -> Part:
     import srt
 
     try:
@@ -152,10 +204,14 @@ def _srt(text: str, translate: Translate) -> str:
     except srt.SRTParseError as err:
         raise MtError(f"not an SRT file ({err})") from None
     lines = [s.content.splitlines() or [""] for s in subs]
-    done = _fill([" ".join(x.strip() for x in ls) for ls in lines], translate)
-    for sub, ls, t in zip(subs, lines, done):
-        sub.content = "\n".join(rewrap(t, len(ls)))
-    return srt.compose(subs, reindex=False)
+    parts = [texts.text(" ".join(x.strip() for x in ls)) for ls in lines]
+
+    def write() -> str:
+        for sub, ls, part in zip(subs, lines, parts):
+            sub.content = "\n".join(rewrap(part(), len(ls)))
+        return srt.compose(subs, reindex=False)
+
+    return write
 
 
 def rewrap(text: str, n: int) -> list[str]:
@@ -175,29 +231,44 @@ def rewrap(text: str, n: int) -> list[str]:
     return [" ".join(words[a + 1 : b + 1]) for a, b in zip(bounds, bounds[1:])]
 
 
-def _docx(data: bytes, translate_text: Translate, translate_html: Translate) -> bytes:
+def _docx(data: bytes, texts: Texts, limits: ZipLimits) -> Callable[[], bytes]:
     try:
         import docx
     except ImportError:
         raise MtError(".docx files need python-docx: pip install 'mt[serve]'") from None
     try:
-        document = docx.Document(io.BytesIO(data))
+        unpacked = unpack(data, limits)
+    except OverLimit:
+        raise
+    except MtError as err:
+        raise MtError(f"not a .docx file ({err})") from None
+    try:
+        document = docx.Document(io.BytesIO(unpacked))
     except Exception as err:  # noqa: BLE001 - python-docx raises several kinds on bad files
         raise MtError(f"not a .docx file ({type(err).__name__})") from None
-    paragraphs = [p for p in _paragraphs(document) if p.text.strip()]
-    plain = [p for p in paragraphs if _one_format(p)]
-    mixed = [p for p in paragraphs if not _one_format(p)]
-    for p, t in zip(plain, _fill([p.text for p in plain], translate_text)):
-        _set_runs(p, [t])
-    frags = [
-        "".join(f"<r{k}>{html.escape(r.text, quote=False)}</r{k}>" for k, r in enumerate(p.runs))
-        for p in mixed
-    ]
-    for p, t in zip(mixed, translate_fragments(frags, translate_text, translate_html)):
-        _set_runs(p, _run_texts(t, len(p.runs)))
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
+    del unpacked
+    writes = []
+    for p in _paragraphs(document):
+        if not p.text.strip():
+            continue
+        if _one_format(p):
+            part = texts.text(p.text)
+            writes.append(lambda p=p, part=part: _set_runs(p, [part()]))
+        else:
+            frag = "".join(
+                f"<r{k}>{html.escape(r.text, quote=False)}</r{k}>" for k, r in enumerate(p.runs)
+            )
+            part = texts.fragment(frag)
+            writes.append(lambda p=p, part=part: _set_runs(p, _run_texts(part(), len(p.runs))))
+
+    def write() -> bytes:
+        for each in writes:
+            each()
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    return write
 
 
 def _paragraphs(document):  # noqa: ANN001, ANN202 - python-docx objects

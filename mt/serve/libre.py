@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from mt.decode.documents import SUFFIXES, translate_document, translate_fragments
+from mt.decode.documents import SUFFIXES, Texts, translate_document
 from mt.decode.requests import Plan
 from mt.decode.requests import Request as Item
 from mt.decode.session import DecodeOptions, Session
@@ -180,9 +180,11 @@ def add_routes(
 
             def run(session: Session) -> list[Any]:
                 text, fragments = _translators(worker, session, target, detected, "q")
-                return [
-                    "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
-                ]
+                gathered = Texts()
+                parts = [[gathered.fragment(line) for line in x.split("\n")] for x in texts]
+                done = text(gathered.plain) if gathered.plain else []
+                gathered.fill(done, fragments(gathered.html) if gathered.html else [])
+                return ["\n".join(part() for part in each) for each in parts]
 
             outs: list[Any] = await answer(request, worker.run(run))
             alts: list[list[str]] = [[] for _ in texts]
