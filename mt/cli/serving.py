@@ -48,6 +48,18 @@ def serve(
     batch_window_ms: Annotated[
         float, typer.Option(help="How long a worker pools concurrent requests' sentences.")
     ] = 5.0,
+    max_file_segments: Annotated[
+        int,
+        typer.Option(
+            help="Texts (lines, paragraphs...) of one uploaded document (<= --max-queue)."
+        ),
+    ] = 1000,
+    max_file_chars: Annotated[
+        int, typer.Option(help="Characters of one uploaded document's texts.")
+    ] = 100_000,
+    max_unzipped_bytes: Annotated[
+        int, typer.Option(help="Bytes an uploaded .docx may unzip to (a zip bomb: 413).")
+    ] = 32 << 20,
     threads: ThreadsOption = None,
     keep_numbers: KeepNumbersOption = False,
 ) -> None:
@@ -62,6 +74,9 @@ def serve(
         max_chars=max_chars,
         max_queue=max_queue,
         batch_window_ms=batch_window_ms,
+        max_file_segments=max_file_segments,
+        max_file_chars=max_file_chars,
+        max_unzipped_bytes=max_unzipped_bytes,
     )
     run_server(
         checkpoints,

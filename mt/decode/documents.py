@@ -27,8 +27,8 @@ from __future__ import annotations
 import html
 import io
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 from mt.decode.unzip import OverLimit, ZipLimits, unpack
 from mt.errors import MtError
@@ -44,6 +44,19 @@ BLOCK |= {"head", "header", "hr", "html", "li", "main", "nav", "ol", "option", "
 BLOCK |= {"section", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul"}
 _TAG = re.compile(r"<!--.*?-->|<![^>]*>|<\?[^>]*>|</?([a-zA-Z][^\s/>]*)[^>]*>", re.S)
 _RUN_TAG = re.compile(r"<(/?)r(\d+)>")
+_LINE = re.compile(r"[^\r\n]+")
+
+
+@dataclass(frozen=True)
+class DocumentLimits:
+    """What one document may ask to have translated (None: no limit). Reading stops at the
+    first text over a limit, with OverLimit naming it, so a file of a million short lines
+    costs no more memory than one at the limit."""
+
+    max_file_segments: int | None = None  # texts: lines, paragraphs, subtitles, fragments
+    max_file_chars: int | None = None  # characters of all of them
+    max_chars: int | None = None  # characters of one
+    zip: ZipLimits = field(default_factory=ZipLimits)  # a .docx's unpacking (mt.decode.unzip)
 
 
 class Texts:
@@ -51,9 +64,11 @@ class Texts:
     by sentence) and HTML fragments (the HTML path). Each gathered piece is a `Part` of the
     output, read once `fill` has the translations."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: DocumentLimits | None = None) -> None:
+        self.limits = limits or DocumentLimits()
         self.plain: list[str] = []
         self.html: list[str] = []
+        self.chars = 0
         self._plain: list[str] = []
         self._html: list[str] = []
 
@@ -61,9 +76,41 @@ class Texts:
         """`text`'s translation (a blank text stays as it is)."""
         if not text.strip():
             return lambda: text
+        self._count(text)
         i = len(self.plain)
         self.plain.append(text)
         return lambda: self._plain[i]
+
+    def hold(self, n: int) -> None:
+        """A reader holds `n` entries (a subtitle, a paragraph), blank ones too: they count
+        against max_file_segments as the texts do."""
+        if self.limits.max_file_segments is not None and n > self.limits.max_file_segments:
+            self._over_segments()
+
+    def _over_segments(self) -> None:
+        n = self.limits.max_file_segments
+        raise OverLimit(
+            f"more than {n:,} texts to translate (lines, paragraphs, cells, subtitles); the "
+            f"limit is {n:,}",
+            "max_file_segments",
+        )
+
+    def _count(self, text: str) -> None:
+        limits = self.limits
+        if limits.max_chars is not None and len(text) > limits.max_chars:
+            raise OverLimit(
+                f"a text of {len(text):,} characters ({text[:30]!r}...); the limit is "
+                f"{limits.max_chars:,}",
+                "max_chars",
+            )
+        self.chars += len(text)
+        if limits.max_file_chars is not None and self.chars > limits.max_file_chars:
+            raise OverLimit(
+                f"more than {limits.max_file_chars:,} characters to translate; the limit is "
+                f"{limits.max_file_chars:,}",
+                "max_file_chars",
+            )
+        self.hold(self.segments + 1)
 
     def fragment(self, frag: str) -> Part:
         """An HTML fragment's translation: without tags, its text's (entities decoded and
@@ -79,6 +126,7 @@ class Texts:
             parse_fragment(frag, "")  # what the HTML path reads: decided now, not mid-way
         except MtError:
             return self._pieces(frag)
+        self._count(frag)
         i = len(self.html)
         self.html.append(frag)
         return lambda: self._html[i]
@@ -98,10 +146,6 @@ class Texts:
     @property
     def segments(self) -> int:
         return len(self.plain) + len(self.html)
-
-    @property
-    def chars(self) -> int:
-        return sum(map(len, self.plain)) + sum(map(len, self.html))
 
 
 @dataclass
@@ -126,12 +170,12 @@ class Document:
         return self._write()
 
 
-def read_document(data: bytes, suffix: str, zip_limits: ZipLimits | None = None) -> Document:
+def read_document(data: bytes, suffix: str, limits: DocumentLimits | None = None) -> Document:
     """The document `data` (a file ending in `suffix`) read into the texts to translate;
-    MtError for a file this cannot read (OverLimit for a zip over `zip_limits`)."""
-    texts = Texts()
+    MtError for a file this cannot read, OverLimit for one over `limits`."""
+    texts = Texts(limits)
     if suffix == ".docx":
-        return Document(texts, _docx(data, texts, zip_limits or ZipLimits()))
+        return Document(texts, _docx(data, texts, texts.limits.zip))
     if suffix not in SUFFIXES:
         raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
@@ -148,67 +192,83 @@ def translate_document(
     suffix: str,
     translate_text: Translate,
     translate_html: Translate,
-    zip_limits: ZipLimits | None = None,
+    limits: DocumentLimits | None = None,
 ) -> bytes:
     """The document `data` translated in one go, in the same format."""
-    doc = read_document(data, suffix, zip_limits)
+    doc = read_document(data, suffix, limits)
     plain = translate_text(doc.plain) if doc.plain else []
     fragments = translate_html(doc.html) if doc.html else []
     return doc.write(plain, fragments)
 
 
 def _txt(text: str, texts: Texts) -> Part:
-    lines = text.splitlines(keepends=True)
-    bodies = [line.rstrip("\r\n") for line in lines]
-    parts = [texts.text(b) for b in bodies]
-    return lambda: "".join(p() + line[len(b) :] for p, b, line in zip(parts, bodies, lines))
+    """Each line's text (between line breaks: \\n, \\r\\n or \\r), the rest kept as written."""
+    return _runs(text, ((m.start(), m.end()) for m in _LINE.finditer(text)), texts.text)
+
+
+def _runs(text: str, spans: Iterable[tuple[int, int]], gather: Callable[[str], Part]) -> Part:
+    """`text` with each of its `spans` (in order) translated: only the spans that hold
+    something are kept while reading, so a file of blank lines or bare tags costs nothing."""
+    runs: list[tuple[int, int, Part]] = []
+    for start, end in spans:
+        run = text[start:end]
+        core = run.strip()
+        if core:
+            lead = len(run) - len(run.lstrip())
+            runs.append((start + lead, start + lead + len(core), gather(core)))
+
+    def write() -> str:
+        out, pos = [], 0
+        for start, end, part in runs:
+            out += [text[pos:start], part()]
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    return write
 
 
 def _html(text: str, texts: Texts) -> Part:
-    """Cut at block tags; each run between them, its edge spaces aside, is one fragment."""
-    pieces: list[tuple[bool, str]] = []  # (translatable run, raw)
-    pos, run_start = 0, 0
-    for m in _TAG.finditer(text):
-        if m.start() < pos:  # inside a <script>/<style> already taken
-            continue
-        name = (m.group(1) or "").lower()
-        if name in ("script", "style") and not m.group(0).startswith("</"):
-            close = re.compile(rf"</{name}\s*>", re.I).search(text, m.end())
-            end = close.end() if close else len(text)
-        elif name in BLOCK or not name:  # a block tag, comment or declaration
-            end = m.end()
-        else:
-            continue  # inline: part of the run
-        pieces.append((True, text[run_start : m.start()]))
-        pieces.append((False, text[m.start() : end]))
-        pos = run_start = end
-    pieces.append((True, text[run_start:]))
-    out: list[Part] = []
-    for keep, raw in pieces:
-        core = raw.strip()
-        if not keep or not core:
-            out.append(lambda raw=raw: raw)
-            continue
-        lead = raw[: len(raw) - len(raw.lstrip())]
-        trail = raw[len(lead) + len(core) :]
-        part = texts.fragment(" ".join(core.split()))
-        out.append(lambda lead=lead, part=part, trail=trail: lead + part() + trail)
-    return lambda: "".join(p() for p in out)
+    """Cut at block tags; each run between them, its edge spaces aside, is one fragment (its
+    inner spaces made one)."""
+
+    def spans() -> Iterator[tuple[int, int]]:
+        pos, run_start = 0, 0
+        for m in _TAG.finditer(text):
+            if m.start() < pos:  # inside a <script>/<style> already taken
+                continue
+            name = (m.group(1) or "").lower()
+            if name in ("script", "style") and not m.group(0).startswith("</"):
+                close = re.compile(rf"</{name}\s*>", re.I).search(text, m.end())
+                end = close.end() if close else len(text)
+            elif name in BLOCK or not name:  # a block tag, comment or declaration
+                end = m.end()
+            else:
+                continue  # inline: part of the run
+            yield run_start, m.start()
+            pos = run_start = end
+        yield run_start, len(text)
+
+    return _runs(text, spans(), lambda core: texts.fragment(" ".join(core.split())))
 
 
 def _srt(text: str, texts: Texts) -> Part:
     import srt
 
+    subs, lines, parts = [], [], []
     try:
-        subs = list(srt.parse(text))
+        for sub in srt.parse(text):  # read one by one: a limit stops it early
+            texts.hold(len(subs) + 1)
+            ls = sub.content.splitlines() or [""]
+            subs.append(sub)
+            lines.append(len(ls))
+            parts.append(texts.text(" ".join(x.strip() for x in ls)))
     except srt.SRTParseError as err:
         raise MtError(f"not an SRT file ({err})") from None
-    lines = [s.content.splitlines() or [""] for s in subs]
-    parts = [texts.text(" ".join(x.strip() for x in ls)) for ls in lines]
 
     def write() -> str:
-        for sub, ls, part in zip(subs, lines, parts):
-            sub.content = "\n".join(rewrap(part(), len(ls)))
+        for sub, n, part in zip(subs, lines, parts):
+            sub.content = "\n".join(rewrap(part(), n))
         return srt.compose(subs, reindex=False)
 
     return write

@@ -25,7 +25,7 @@ from mt.errors import MtError
 from mt.serve import bodies, libre
 from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
-from mt.serve.security import check_key, key_of
+from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
 
 # The page may load what this server serves and nothing else.
@@ -133,18 +133,21 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def translate(request: Request) -> dict[str, Any]:
         """Translate items (as `mt translate --input-format jsonl` reads them); each answer
         has the fields of `--output-format jsonl`, in input order."""
-        check_key(config.api_keys, key_of(request.headers))
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
         body = bodies.parse_translate(await read_json(request), limits)
         worker = worker_for(body.model)
         worker.check_options(body.options)
-        work = worker.translate(body.requests, body.options, body.alignment, body.split)
+        flow = client_of(request, key)
+        work = worker.translate(body.requests, body.options, body.alignment, body.split, flow)
         done = await answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
     @app.post("/v1/score", openapi_extra=bodies.body_doc(bodies.SCORE_SCHEMA))
     async def score(request: Request) -> dict[str, Any]:
         """Score given translations (forced decoding), as `mt score --json`."""
-        check_key(config.api_keys, key_of(request.headers))
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
         body = bodies.parse_score(await read_json(request), limits)
         worker = worker_for(body.model)
 
@@ -161,7 +164,7 @@ def create_app(config: ServeConfig) -> FastAPI:
                 for s in scores
             ]  # fmt: skip
 
-        return {"items": await answer(request, worker.run(run))}
+        return {"items": await answer(request, worker.run(run, client_of(request, key)))}
 
     @app.post("/v1/attention", openapi_extra=bodies.body_doc(bodies.ATTENTION_SCHEMA))
     async def attention(request: Request) -> dict[str, Any]:
@@ -169,7 +172,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         `MtViewer.render` draws (format documented in mt/viewer/viewer.js)."""
         from mt.decode.attention import attention_json
 
-        check_key(config.api_keys, key_of(request.headers))
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
         body = bodies.parse_attention(await read_json(request), limits)
         worker = worker_for(body.model)
         worker.check_options(body.options)
@@ -180,7 +184,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             except MtError as err:
                 raise ApiError(422, str(err)) from None
 
-        return await answer(request, worker.run(run))
+        return await answer(request, worker.run(run, client_of(request, key)))
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -147,6 +147,9 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("serve", "--max-chars"): "EEW",
     ("serve", "--max-queue"): "EEW",
     ("serve", "--batch-window-ms"): "WEE",  # 0: no pooling window
+    ("serve", "--max-file-segments"): "EEW",  # huge: --max-queue is the limit then
+    ("serve", "--max-file-chars"): "EEW",
+    ("serve", "--max-unzipped-bytes"): "EEW",
     # --threads is checked first, before any file: 1 to MAX_THREADS
     ("translate", "--threads"): "EEE",
     ("eval", "--threads"): "EEE",
