@@ -29,6 +29,7 @@ import io
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from mt.decode.unzip import OverLimit, ZipLimits, unpack
 from mt.errors import MtError
@@ -42,9 +43,51 @@ BLOCK = {"address", "article", "aside", "blockquote", "body", "br", "caption", "
 BLOCK |= {"dt", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6"}
 BLOCK |= {"head", "header", "hr", "html", "li", "main", "nav", "ol", "option", "p", "pre"}
 BLOCK |= {"section", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul"}
-_TAG = re.compile(r"<!--.*?-->|<![^>]*>|<\?[^>]*>|</?([a-zA-Z][^\s/>]*)[^>]*>", re.S)
+_OPEN = re.compile(r"<(?:(!--)|[!?]|(/?)([a-zA-Z][^\s/>]*))")  # where a tag may start
 _RUN_TAG = re.compile(r"<(/?)r(\d+)>")
+_CLOSE = {name: re.compile(rf"</{name}\s*>", re.I) for name in ("script", "style")}
 _LINE = re.compile(r"[^\r\n]+")
+
+
+class Tag(NamedTuple):
+    """A tag, comment or declaration found in HTML: `text[start:end]`, its lowercased `name`
+    ("" for a comment or declaration) and whether it closes."""
+
+    start: int
+    end: int
+    name: str
+    closing: bool
+
+
+def tags(text: str) -> Iterator[Tag]:
+    """Every tag of `text` in order: `<!--...-->`, `<!...>`, `<?...>`, or `<name ...>` and
+    `</name>`, each up to the first `-->` or `>` that ends it. Each end is looked for once
+    (`find`), so this takes time in proportion to the text: a regular expression that
+    matched a whole tag backtracked for minutes on 8 KB of `<a<a<a...` (no `>` to end them)."""
+    pos, gt, dashes = 0, -1, -1
+    search = _OPEN.search
+    while m := search(text, pos):
+        pos = m.start()
+        if gt < pos:
+            gt = text.find(">", pos)
+            if gt < 0:
+                return  # no tag can end from here on
+        if m.group(1):  # <!--
+            if dashes < pos + 4:
+                dashes = text.find("-->", pos + 4)
+                if dashes < 0:
+                    dashes = len(text)  # none from here on
+            if dashes < len(text):
+                yield Tag(pos, dashes + 3, "", False)
+                pos = dashes + 3
+                continue
+        name = m.group(3)
+        yield Tag(pos, gt + 1, name.lower() if name else "", m.group(2) == "/")
+        pos = gt + 1
+
+
+def _has_tag(text: str) -> bool:
+    return next(tags(text), None) is not None
 
 
 @dataclass(frozen=True)
@@ -95,7 +138,8 @@ class Texts:
             "max_file_segments",
         )
 
-    def _count(self, text: str) -> None:
+    def _count(self, text: str, counted: bool = True) -> None:
+        """`text` against the limits; `counted`: it is one of the document's texts."""
         limits = self.limits
         if limits.max_chars is not None and len(text) > limits.max_chars:
             raise OverLimit(
@@ -103,6 +147,8 @@ class Texts:
                 f"{limits.max_chars:,}",
                 "max_chars",
             )
+        if not counted:
+            return
         self.chars += len(text)
         if limits.max_file_chars is not None and self.chars > limits.max_file_chars:
             raise OverLimit(
@@ -116,12 +162,13 @@ class Texts:
         """An HTML fragment's translation: without tags, its text's (entities decoded and
         encoded again); with tags that nest, the HTML path's; else its text pieces', one by
         one, between the tags as written."""
-        if not _TAG.search(frag):
+        if not _has_tag(frag):
             text = html.unescape(frag)
             if not text.strip():
                 return lambda: frag
             part = self.text(text)
             return lambda: html.escape(part(), quote=False)
+        self._count(frag, counted=False)  # over max_chars: refused before it is parsed
         try:
             parse_fragment(frag, "")  # what the HTML path reads: decided now, not mid-way
         except MtError:
@@ -132,11 +179,12 @@ class Texts:
         return lambda: self._html[i]
 
     def _pieces(self, frag: str) -> Part:
-        parts = _TAG.split(frag)
-        tags = [m.group(0) for m in _TAG.finditer(frag)]
-        texts = [p for i, p in enumerate(parts) if i % (1 + _TAG.groups) == 0]
+        found = list(tags(frag))
+        bounds = [0, *(b for t in found for b in (t.start, t.end)), len(frag)]
+        texts = [frag[a:b] for a, b in zip(bounds[::2], bounds[1::2])]
+        marks = [frag[t.start : t.end] for t in found] + [""]
         done = [self.text(html.unescape(t)) for t in texts]
-        return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, tags + [""]))
+        return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, marks))
 
     def fill(self, plain: list[str], fragments: list[str]) -> None:
         if len(plain) != len(self.plain) or len(fragments) != len(self.html):
@@ -230,26 +278,56 @@ def _runs(text: str, spans: Iterable[tuple[int, int]], gather: Callable[[str], P
 
 def _html(text: str, texts: Texts) -> Part:
     """Cut at block tags; each run between them, its edge spaces aside, is one fragment (its
-    inner spaces made one)."""
+    inner spaces made one). A run that has passed max_chars is refused as soon as it has: a
+    page of a million inline tags costs no more than one at the limit."""
+    limit = texts.limits.max_chars
 
     def spans() -> Iterator[tuple[int, int]]:
-        pos, run_start = 0, 0
-        for m in _TAG.finditer(text):
-            if m.start() < pos:  # inside a <script>/<style> already taken
+        pos, run_start, seen, letters = 0, 0, 0, 0
+        for tag in tags(text):
+            if tag.start < pos:  # inside a <script>/<style> already taken
                 continue
-            name = (m.group(1) or "").lower()
-            if name in ("script", "style") and not m.group(0).startswith("</"):
-                close = re.compile(rf"</{name}\s*>", re.I).search(text, m.end())
-                end = close.end() if close else len(text)
-            elif name in BLOCK or not name:  # a block tag, comment or declaration
-                end = m.end()
-            else:
-                continue  # inline: part of the run
-            yield run_start, m.start()
-            pos = run_start = end
+            if tag.name in ("script", "style") and not tag.closing:
+                close = _CLOSE[tag.name].search(text, tag.end)
+                if close is None:  # code to the end: nothing more to translate
+                    yield run_start, tag.start
+                    return
+                end = close.end()
+            elif tag.name in BLOCK or not tag.name:  # a block tag, comment or declaration
+                end = tag.end
+            else:  # inline: part of the run
+                if limit is not None:
+                    letters += len("".join(text[seen : tag.end].split()))
+                    seen = tag.end
+                    if letters > limit:
+                        _too_long(text[run_start : tag.end].lstrip(), limit)
+                continue
+            if tag.start > run_start:  # a run between two tags (a page of <p> has none)
+                yield run_start, tag.start
+            pos = run_start = seen = end
+            letters = 0
         yield run_start, len(text)
 
-    return _runs(text, spans(), lambda core: texts.fragment(" ".join(core.split())))
+    return _runs(text, spans(), lambda core: texts.fragment(_squeeze(core, limit)))
+
+
+def _squeeze(text: str, limit: int | None) -> str:
+    """`text` with each run of spaces made one; OverLimit once it is surely over `limit`
+    characters, found from a prefix (a few times the limit), not from all of the text."""
+    if limit is not None:
+        k = 2 * (limit + 1)
+        while k < len(text):
+            if len(" ".join(text[:k].split())) > limit:
+                _too_long(text, limit)
+            k *= 2
+    return " ".join(text.split())
+
+
+def _too_long(text: str, limit: int) -> None:
+    raise OverLimit(
+        f"a text of more than {limit:,} characters ({text[:30]!r}...); the limit is {limit:,}",
+        "max_chars",
+    )
 
 
 def _srt(text: str, texts: Texts) -> Part:
