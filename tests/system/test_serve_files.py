@@ -3,8 +3,9 @@ server's memory flat, a document's texts counted against limits of their own and
 queue, and translated a slice at a time so other requests do not wait for it.
 
 The server pools for a second (`--batch-window-ms 1000`): a lone one-sentence request waits
-that long in the queue before its pass, and so does everything queued after it, which lets a
-test see documents queued, refused and dropped while the worker waits.
+that long in the queue before its pass, so a test can see it queued and send a slow request
+to join it; while the worker searches for that one, a test sees documents queued, refused and
+dropped.
 """
 
 from __future__ import annotations
@@ -127,11 +128,22 @@ def send(name: str, call, answers: dict) -> threading.Thread:  # noqa: ANN001
     return thread
 
 
-def hold(server: Server, test_de: list[str], answers: dict) -> threading.Thread:
-    """A one-sentence request, once it waits in the queue (for a second: the window)."""
-    thread = send("held", lambda: translate(server, test_de[999:1000]), answers)
+def occupy(server: Server, test_de: list[str], answers: dict) -> list[threading.Thread]:
+    """Keep the worker busy for seconds: a one-sentence request waits out its window in the
+    queue, a slow one (100 long sentences, beam 32) joins its pass, and once the first is
+    answered the worker is searching for the slow one, whatever the machine's load."""
+    threads = [send("held", lambda: translate(server, test_de[999:1000]), answers)]
     wait_for(server, "mt_queue_sentences{", lambda n: n == 1)
-    return thread
+    slow = [{"src": " ".join(test_de[3 * i : 3 * i + 3])[:290]} for i in range(100)]
+    body = {"items": slow, "options": {"beam": 32}, "split_sentences": False}
+    call = lambda: httpx.post(server.url + "/v1/translate", json=body, timeout=300)  # noqa: E731
+    threads.append(send("slow", call, answers))
+    deadline = time.monotonic() + 60
+    while "held" not in answers:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert "slow" not in answers
+    return threads
 
 
 def translate(server: Server, sentences: list[str]) -> httpx.Response:
@@ -147,15 +159,15 @@ def wait_for(server: Server, name: str, ok, timeout: float = 30) -> None:  # noq
 
 
 def test_documents_share_the_queue_and_never_keep_a_request_waiting(server, test_de):
-    """While a request waits in the queue: a document of 150 texts is queued behind it, a
-    second one does not fit the queue (503) while a request of 60 sentences still does, and
-    is answered before the document is done; the document's texts are translated as alone."""
+    """While the worker is busy: a document of 150 texts is queued, a second one does not fit
+    the queue (503) while a request of 60 sentences still does, and is answered before the
+    document is done; the document's texts are translated as they are alone."""
     answers: dict[str, tuple[httpx.Response, float]] = {}
-    threads = [hold(server, test_de, answers)]
+    threads = occupy(server, test_de, answers)
     lines = test_de[200:350]
     doc = ("\n".join(lines) + "\n").encode()
     threads.append(send("doc", lambda: upload(server, "doc.txt", doc), answers))
-    wait_for(server, "mt_queue_sentences{", lambda n: n == 151)
+    wait_for(server, "mt_queue_sentences{", lambda n: n == 150)
     assert metric(server, "mt_documents_in_progress{") == 1
     assert metric(server, "mt_document_texts{") == 150  # its state="total" line
     full = upload(server, "second.txt", doc)
@@ -165,7 +177,7 @@ def test_documents_share_the_queue_and_never_keep_a_request_waiting(server, test
     for thread in threads:
         thread.join(300)
     assert {name: r.status_code for name, (r, _) in answers.items()} == {
-        "held": 200, "doc": 200, "request": 200,
+        "held": 200, "slow": 200, "doc": 200, "request": 200,
     }  # fmt: skip
     assert answers["request"][1] < answers["doc"][1]
     out = httpx.get(answers["doc"][0].json()["translatedFileUrl"]).text.splitlines()
@@ -178,7 +190,7 @@ def test_a_client_that_leaves_drops_its_document(server, test_de):
     dropped = metric(server, "mt_dropped_sentences_total ")
     translated = metric(server, "mt_document_texts_total ")
     answers: dict[str, tuple[httpx.Response, float]] = {}
-    held = hold(server, test_de, answers)
+    threads = occupy(server, test_de, answers)
     doc = ("\n".join(test_de[500:650]) + "\n").encode()
     built = httpx.Request(
         "POST", server.url + "/translate_file", data={"source": "de", "target": "en"},
@@ -192,7 +204,8 @@ def test_a_client_that_leaves_drops_its_document(server, test_de):
         s.sendall(head.encode() + body)
         wait_for(server, "mt_documents_in_progress{", lambda n: n == 1)
     wait_for(server, "mt_documents_in_progress{", lambda n: n == 0, timeout=60)
-    held.join(60)
+    for thread in threads:
+        thread.join(300)
     assert metric(server, "mt_dropped_sentences_total ") == dropped + 150
     assert metric(server, "mt_document_texts_total ") == translated
 
