@@ -60,6 +60,18 @@ def serve(
             "MODEL:NAME=PATH; repeatable); a request chooses it by name ('adapter')."
         ),
     ] = None,
+    max_file_segments: Annotated[
+        int,
+        typer.Option(
+            help="Texts (lines, paragraphs...) of one uploaded document (<= --max-queue)."
+        ),
+    ] = 1000,
+    max_file_chars: Annotated[
+        int, typer.Option(help="Characters of one uploaded document's texts.")
+    ] = 100_000,
+    max_unzipped_bytes: Annotated[
+        int, typer.Option(help="Bytes an uploaded .docx may unzip to (a zip bomb: 413).")
+    ] = 32 << 20,
     threads: ThreadsOption = None,
     keep_numbers: KeepNumbersOption = True,
     glossary: GlossaryOption = None,
@@ -77,6 +89,9 @@ def serve(
         max_queue=max_queue,
         batch_window_ms=batch_window_ms,
         max_glossary_entries=max_glossary_entries,
+        max_file_segments=max_file_segments,
+        max_file_chars=max_file_chars,
+        max_unzipped_bytes=max_unzipped_bytes,
     )
     run_server(
         checkpoints,

@@ -1,8 +1,9 @@
 """Whole documents translated with their formatting kept: .txt, .html, .srt and .docx.
 
-What `/translate_file` (LibreTranslate's route) does with an uploaded file. Each format is
-reduced to the texts a translator takes, translated in one call (so they share batches), and
-written back in place:
+What `/translate_file` (LibreTranslate's route) does with an uploaded file. `read_document`
+reduces a file to the texts a translator takes (a `Document`), so a caller can count and
+schedule them before any is translated; `Document.write` puts their translations back in
+place, in the same format:
 
 - .txt: every line (its ending kept), sentence by sentence;
 - .html: the text between block tags (`<p>`, `<li>`, `<td>`, `<h1>`, `<br>` ...) is one
@@ -14,10 +15,11 @@ written back in place:
   many lines as it had;
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
   paragraph whose runs differ in formatting (a bold word) goes through the HTML path with one
-  tag per run, so the formatting stays on the words it was on.
+  tag per run, so the formatting stays on the words it was on. The zip is unpacked within
+  limits first (mt.decode.unzip): a zip bomb is refused, not inflated.
 
-`translate_text(texts)` and `translate_html(fragments)` are the caller's (the server's worker
-binds them to its translator): this module knows formats, not models.
+This module knows formats, not models: the caller translates `Document.plain` (texts) and
+`Document.html` (fragments) as it likes (`translate_document` takes two functions).
 """
 
 from __future__ import annotations
@@ -25,137 +27,329 @@ from __future__ import annotations
 import html
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from mt.decode.unzip import OverLimit, ZipLimits, unpack
 from mt.errors import MtError
+from mt.spans.markup import parse_fragment
 
 SUFFIXES = (".txt", ".html", ".srt", ".docx")
 Translate = Callable[[list[str]], list[str]]
+Part = Callable[[], str]  # a piece of the output, read once the translations are in
 
 BLOCK = {"address", "article", "aside", "blockquote", "body", "br", "caption", "dd", "div", "dl"}
 BLOCK |= {"dt", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6"}
 BLOCK |= {"head", "header", "hr", "html", "li", "main", "nav", "ol", "option", "p", "pre"}
 BLOCK |= {"section", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul"}
-_TAG = re.compile(r"<!--.*?-->|<![^>]*>|<\?[^>]*>|</?([a-zA-Z][^\s/>]*)[^>]*>", re.S)
+_OPEN = re.compile(r"<(?:(!--)|[!?]|(/?)([a-zA-Z][^\s/>]*))")  # where a tag may start
 _RUN_TAG = re.compile(r"<(/?)r(\d+)>")
+_CLOSE = {name: re.compile(rf"</{name}\s*>", re.I) for name in ("script", "style")}
+_LINE = re.compile(r"[^\r\n]+")
 
 
-def translate_document(
-    data: bytes, suffix: str, translate_text: Translate, translate_html: Translate
-) -> bytes:
-    """The document `data` (a file ending in `suffix`) translated, in the same format."""
+class Tag(NamedTuple):
+    """A tag, comment or declaration found in HTML: `text[start:end]`, its lowercased `name`
+    ("" for a comment or declaration) and whether it closes."""
+
+    start: int
+    end: int
+    name: str
+    closing: bool
+
+
+def tags(text: str) -> Iterator[Tag]:
+    """Every tag of `text` in order: `<!--...-->`, `<!...>`, `<?...>`, or `<name ...>` and
+    `</name>`, each up to the first `-->` or `>` that ends it. Each end is looked for once
+    (`find`), so this takes time in proportion to the text: a regular expression that
+    matched a whole tag backtracked for minutes on 8 KB of `<a<a<a...` (no `>` to end them)."""
+    pos, gt, dashes = 0, -1, -1
+    search = _OPEN.search
+    while m := search(text, pos):
+        pos = m.start()
+        if gt < pos:
+            gt = text.find(">", pos)
+            if gt < 0:
+                return  # no tag can end from here on
+        if m.group(1):  # <!--
+            if dashes < pos + 4:
+                dashes = text.find("-->", pos + 4)
+                if dashes < 0:
+                    dashes = len(text)  # none from here on
+            if dashes < len(text):
+                yield Tag(pos, dashes + 3, "", False)
+                pos = dashes + 3
+                continue
+        name = m.group(3)
+        yield Tag(pos, gt + 1, name.lower() if name else "", m.group(2) == "/")
+        pos = gt + 1
+
+
+def _has_tag(text: str) -> bool:
+    return next(tags(text), None) is not None
+
+
+@dataclass(frozen=True)
+class DocumentLimits:
+    """What one document may ask to have translated (None: no limit). Reading stops at the
+    first text over a limit, with OverLimit naming it, so a file of a million short lines
+    costs no more memory than one at the limit."""
+
+    max_file_segments: int | None = None  # texts: lines, paragraphs, subtitles, fragments
+    max_file_chars: int | None = None  # characters of all of them
+    max_chars: int | None = None  # characters of one
+    zip: ZipLimits = field(default_factory=ZipLimits)  # a .docx's unpacking (mt.decode.unzip)
+
+
+class Texts:
+    """What a document asks to have translated, gathered as it is read: plain texts (sentence
+    by sentence) and HTML fragments (the HTML path). Each gathered piece is a `Part` of the
+    output, read once `fill` has the translations."""
+
+    def __init__(self, limits: DocumentLimits | None = None) -> None:
+        self.limits = limits or DocumentLimits()
+        self.plain: list[str] = []
+        self.html: list[str] = []
+        self.chars = 0
+        self._plain: list[str] = []
+        self._html: list[str] = []
+
+    def text(self, text: str) -> Part:
+        """`text`'s translation (a blank text stays as it is)."""
+        if not text.strip():
+            return lambda: text
+        self._count(text)
+        i = len(self.plain)
+        self.plain.append(text)
+        return lambda: self._plain[i]
+
+    def hold(self, n: int) -> None:
+        """A reader holds `n` entries (a subtitle, a paragraph), blank ones too: they count
+        against max_file_segments as the texts do."""
+        if self.limits.max_file_segments is not None and n > self.limits.max_file_segments:
+            self._over_segments()
+
+    def _over_segments(self) -> None:
+        n = self.limits.max_file_segments
+        raise OverLimit(
+            f"more than {n:,} texts to translate (lines, paragraphs, cells, subtitles); the "
+            f"limit is {n:,}",
+            "max_file_segments",
+        )
+
+    def _count(self, text: str, counted: bool = True) -> None:
+        """`text` against the limits; `counted`: it is one of the document's texts."""
+        limits = self.limits
+        if limits.max_chars is not None and len(text) > limits.max_chars:
+            raise OverLimit(
+                f"a text of {len(text):,} characters ({text[:30]!r}...); the limit is "
+                f"{limits.max_chars:,}",
+                "max_chars",
+            )
+        if not counted:
+            return
+        self.chars += len(text)
+        if limits.max_file_chars is not None and self.chars > limits.max_file_chars:
+            raise OverLimit(
+                f"more than {limits.max_file_chars:,} characters to translate; the limit is "
+                f"{limits.max_file_chars:,}",
+                "max_file_chars",
+            )
+        self.hold(self.segments + 1)
+
+    def fragment(self, frag: str) -> Part:
+        """An HTML fragment's translation: without tags, its text's (entities decoded and
+        encoded again); with tags that nest, the HTML path's; else its text pieces', one by
+        one, between the tags as written."""
+        if not _has_tag(frag):
+            text = html.unescape(frag)
+            if not text.strip():
+                return lambda: frag
+            part = self.text(text)
+            return lambda: html.escape(part(), quote=False)
+        self._count(frag, counted=False)  # over max_chars: refused before it is parsed
+        try:
+            parse_fragment(frag, "")  # what the HTML path reads: decided now, not mid-way
+        except MtError:
+            return self._pieces(frag)
+        self._count(frag)
+        i = len(self.html)
+        self.html.append(frag)
+        return lambda: self._html[i]
+
+    def _pieces(self, frag: str) -> Part:
+        found = list(tags(frag))
+        bounds = [0, *(b for t in found for b in (t.start, t.end)), len(frag)]
+        texts = [frag[a:b] for a, b in zip(bounds[::2], bounds[1::2])]
+        marks = [frag[t.start : t.end] for t in found] + [""]
+        done = [self.text(html.unescape(t)) for t in texts]
+        return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, marks))
+
+    def fill(self, plain: list[str], fragments: list[str]) -> None:
+        if len(plain) != len(self.plain) or len(fragments) != len(self.html):
+            raise ValueError("one translation per text and fragment")
+        self._plain, self._html = list(plain), list(fragments)
+
+    @property
+    def segments(self) -> int:
+        return len(self.plain) + len(self.html)
+
+
+@dataclass
+class Document:
+    """A read document: its texts, and how to write it back once they are translated."""
+
+    texts: Texts
+    _write: Callable[[], bytes]
+
+    @property
+    def plain(self) -> list[str]:
+        return self.texts.plain
+
+    @property
+    def html(self) -> list[str]:
+        return self.texts.html
+
+    def write(self, plain: list[str], fragments: list[str]) -> bytes:
+        """The document with `plain` and `fragments` (translations of `self.plain` and
+        `self.html`, in order) in place of its texts."""
+        self.texts.fill(plain, fragments)
+        return self._write()
+
+
+def read_document(data: bytes, suffix: str, limits: DocumentLimits | None = None) -> Document:
+    """The document `data` (a file ending in `suffix`) read into the texts to translate;
+    MtError for a file this cannot read, OverLimit for one over `limits`."""
+    texts = Texts(limits)
     if suffix == ".docx":
-        return _docx(data, translate_text, translate_html)
+        return Document(texts, _docx(data, texts, texts.limits.zip))
+    if suffix not in SUFFIXES:
+        raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise MtError(f"the {suffix} file is not UTF-8 (byte {err.start})") from None
-    if suffix == ".txt":
-        return _txt(text, translate_text).encode("utf-8")
-    if suffix == ".html":
-        return _html(text, translate_text, translate_html).encode("utf-8")
-    if suffix == ".srt":
-        return _srt(text, translate_text).encode("utf-8")
-    raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
+    read = {".txt": _txt, ".html": _html, ".srt": _srt}[suffix]
+    write = read(text, texts)
+    return Document(texts, lambda: write().encode("utf-8"))
 
 
-def _fill(texts: list[str], translate: Translate) -> list[str]:
-    """`translate` on the texts that hold something; blank ones come back as they are."""
-    todo = [i for i, t in enumerate(texts) if t.strip()]
-    done = translate([texts[i] for i in todo]) if todo else []
-    out = list(texts)
-    for i, t in zip(todo, done):
-        out[i] = t
-    return out
+def translate_document(
+    data: bytes,
+    suffix: str,
+    translate_text: Translate,
+    translate_html: Translate,
+    limits: DocumentLimits | None = None,
+) -> bytes:
+    """The document `data` translated in one go, in the same format."""
+    doc = read_document(data, suffix, limits)
+    plain = translate_text(doc.plain) if doc.plain else []
+    fragments = translate_html(doc.html) if doc.html else []
+    return doc.write(plain, fragments)
 
 
-def _txt(text: str, translate: Translate) -> str:
-    lines = text.splitlines(keepends=True)
-    bodies = [line.rstrip("\r\n") for line in lines]
-    done = _fill(bodies, translate)
-    return "".join(t + line[len(b) :] for t, b, line in zip(done, bodies, lines))
+def _txt(text: str, texts: Texts) -> Part:
+    """Each line's text (between line breaks: \\n, \\r\\n or \\r), the rest kept as written."""
+    return _runs(text, ((m.start(), m.end()) for m in _LINE.finditer(text)), texts.text)
 
 
-def _html(text: str, translate_text: Translate, translate_html: Translate) -> str:
-    """Cut at block tags; each run between them, its edge spaces aside, is one fragment."""
-    pieces: list[tuple[bool, str]] = []  # (translatable run, raw)
-    pos, run_start = 0, 0
-    for m in _TAG.finditer(text):
-        if m.start() < pos:  # inside a <script>/<style> already taken
-            continue
-        name = (m.group(1) or "").lower()
-        if name in ("script", "style") and not m.group(0).startswith("</"):
-            close = re.compile(rf"</{name}\s*>", re.I).search(text, m.end())
-            end = close.end() if close else len(text)
-        elif name in BLOCK or not name:  # a block tag, comment or declaration
-            end = m.end()
-        else:
-            continue  # inline: part of the run
-        pieces.append((True, text[run_start : m.start()]))
-        pieces.append((False, text[m.start() : end]))
-        pos = run_start = end
-    pieces.append((True, text[run_start:]))
-    runs = [raw for keep, raw in pieces if keep]
-    cores = [" ".join(r.split()) for r in runs]
-    done = _fill(cores, lambda frags: translate_fragments(frags, translate_text, translate_html))
-    out, k = [], 0
-    for keep, raw in pieces:
-        if not keep:
-            out.append(raw)
-            continue
-        core = runs[k].strip()
-        lead = runs[k][: len(runs[k]) - len(runs[k].lstrip())]
-        trail = runs[k][len(lead) + len(core) :]
-        out.append(lead + done[k] + trail if core else runs[k])
-        k += 1
-    return "".join(out)
+def _runs(text: str, spans: Iterable[tuple[int, int]], gather: Callable[[str], Part]) -> Part:
+    """`text` with each of its `spans` (in order) translated: only the spans that hold
+    something are kept while reading, so a file of blank lines or bare tags costs nothing."""
+    runs: list[tuple[int, int, Part]] = []
+    for start, end in spans:
+        run = text[start:end]
+        core = run.strip()
+        if core:
+            lead = len(run) - len(run.lstrip())
+            runs.append((start + lead, start + lead + len(core), gather(core)))
+
+    def write() -> str:
+        out, pos = [], 0
+        for start, end, part in runs:
+            out += [text[pos:start], part()]
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+
+    return write
 
 
-def translate_fragments(frags: list[str], translate_text: Translate, translate_html: Translate):
-    """Fragments without tags go the text way (sentence by sentence: a `<p>` often holds a
-    paragraph), their entities decoded and encoded again; the others the HTML way."""
-    plain = [i for i, f in enumerate(frags) if not _TAG.search(f)]
-    tagged = [i for i, f in enumerate(frags) if _TAG.search(f)]
-    out = [""] * len(frags)
-    texts = translate_text([html.unescape(frags[i]) for i in plain]) if plain else []
-    for i, t in zip(plain, texts):
-        out[i] = html.escape(t, quote=False)
-    done = _tagged([frags[i] for i in tagged], translate_text, translate_html) if tagged else []
-    for i, t in zip(tagged, done):
-        out[i] = t
-    return out
+def _html(text: str, texts: Texts) -> Part:
+    """Cut at block tags; each run between them, its edge spaces aside, is one fragment (its
+    inner spaces made one). A run that has passed max_chars is refused as soon as it has: a
+    page of a million inline tags costs no more than one at the limit."""
+    limit = texts.limits.max_chars
+
+    def spans() -> Iterator[tuple[int, int]]:
+        pos, run_start, seen, letters = 0, 0, 0, 0
+        for tag in tags(text):
+            if tag.start < pos:  # inside a <script>/<style> already taken
+                continue
+            if tag.name in ("script", "style") and not tag.closing:
+                close = _CLOSE[tag.name].search(text, tag.end)
+                if close is None:  # code to the end: nothing more to translate
+                    yield run_start, tag.start
+                    return
+                end = close.end()
+            elif tag.name in BLOCK or not tag.name:  # a block tag, comment or declaration
+                end = tag.end
+            else:  # inline: part of the run
+                if limit is not None:
+                    letters += len("".join(text[seen : tag.end].split()))
+                    seen = tag.end
+                    if letters > limit:
+                        _too_long(text[run_start : tag.end].lstrip(), limit)
+                continue
+            if tag.start > run_start:  # a run between two tags (a page of <p> has none)
+                yield run_start, tag.start
+            pos = run_start = seen = end
+            letters = 0
+        yield run_start, len(text)
+
+    return _runs(text, spans(), lambda core: texts.fragment(_squeeze(core, limit)))
 
 
-def _tagged(frags: list[str], translate_text: Translate, translate_html: Translate) -> list[str]:
-    try:
-        return translate_html(frags)
-    except MtError:  # some fragment's inline tags do not nest: text pieces one by one
-        pass
-    out = []
-    for frag in frags:
-        try:
-            out.extend(translate_html([frag]))
-        except MtError:
-            parts = _TAG.split(frag)
-            tags = [m.group(0) for m in _TAG.finditer(frag)]
-            texts = [p for i, p in enumerate(parts) if i % (1 + _TAG.groups) == 0]
-            done = _fill([html.unescape(t) for t in texts], translate_text)
-            out.append("".join(html.escape(d, quote=False) + t for d, t in zip(done, tags + [""])))
-    return out
+def _squeeze(text: str, limit: int | None) -> str:
+    """`text` with each run of spaces made one; OverLimit once it is surely over `limit`
+    characters, found from a prefix (a few times the limit), not from all of the text."""
+    if limit is not None:
+        k = 2 * (limit + 1)
+        while k < len(text):
+            if len(" ".join(text[:k].split())) > limit:
+                _too_long(text, limit)
+            k *= 2
+    return " ".join(text.split())
 
 
-def _srt(text: str, translate: Translate) -> str:
+def _too_long(text: str, limit: int) -> None:
+    raise OverLimit(
+        f"a text of more than {limit:,} characters ({text[:30]!r}...); the limit is {limit:,}",
+        "max_chars",
+    )
+
+
+def _srt(text: str, texts: Texts) -> Part:
     import srt
 
+    subs, lines, parts = [], [], []
     try:
-        subs = list(srt.parse(text))
+        for sub in srt.parse(text):  # read one by one: a limit stops it early
+            texts.hold(len(subs) + 1)
+            ls = sub.content.splitlines() or [""]
+            subs.append(sub)
+            lines.append(len(ls))
+            parts.append(texts.text(" ".join(x.strip() for x in ls)))
     except srt.SRTParseError as err:
         raise MtError(f"not an SRT file ({err})") from None
-    lines = [s.content.splitlines() or [""] for s in subs]
-    done = _fill([" ".join(x.strip() for x in ls) for ls in lines], translate)
-    for sub, ls, t in zip(subs, lines, done):
-        sub.content = "\n".join(rewrap(t, len(ls)))
-    return srt.compose(subs, reindex=False)
+
+    def write() -> str:
+        for sub, n, part in zip(subs, lines, parts):
+            sub.content = "\n".join(rewrap(part(), n))
+        return srt.compose(subs, reindex=False)
+
+    return write
 
 
 def rewrap(text: str, n: int) -> list[str]:
@@ -175,29 +369,44 @@ def rewrap(text: str, n: int) -> list[str]:
     return [" ".join(words[a + 1 : b + 1]) for a, b in zip(bounds, bounds[1:])]
 
 
-def _docx(data: bytes, translate_text: Translate, translate_html: Translate) -> bytes:
+def _docx(data: bytes, texts: Texts, limits: ZipLimits) -> Callable[[], bytes]:
     try:
         import docx
     except ImportError:
         raise MtError(".docx files need python-docx: pip install 'mt[serve]'") from None
     try:
-        document = docx.Document(io.BytesIO(data))
+        unpacked = unpack(data, limits)
+    except OverLimit:
+        raise
+    except MtError as err:
+        raise MtError(f"not a .docx file ({err})") from None
+    try:
+        document = docx.Document(io.BytesIO(unpacked))
     except Exception as err:  # noqa: BLE001 - python-docx raises several kinds on bad files
         raise MtError(f"not a .docx file ({type(err).__name__})") from None
-    paragraphs = [p for p in _paragraphs(document) if p.text.strip()]
-    plain = [p for p in paragraphs if _one_format(p)]
-    mixed = [p for p in paragraphs if not _one_format(p)]
-    for p, t in zip(plain, _fill([p.text for p in plain], translate_text)):
-        _set_runs(p, [t])
-    frags = [
-        "".join(f"<r{k}>{html.escape(r.text, quote=False)}</r{k}>" for k, r in enumerate(p.runs))
-        for p in mixed
-    ]
-    for p, t in zip(mixed, translate_fragments(frags, translate_text, translate_html)):
-        _set_runs(p, _run_texts(t, len(p.runs)))
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
+    del unpacked
+    writes = []
+    for p in _paragraphs(document):
+        if not p.text.strip():
+            continue
+        if _one_format(p):
+            part = texts.text(p.text)
+            writes.append(lambda p=p, part=part: _set_runs(p, [part()]))
+        else:
+            frag = "".join(
+                f"<r{k}>{html.escape(r.text, quote=False)}</r{k}>" for k, r in enumerate(p.runs)
+            )
+            part = texts.fragment(frag)
+            writes.append(lambda p=p, part=part: _set_runs(p, _run_texts(part(), len(p.runs))))
+
+    def write() -> bytes:
+        for each in writes:
+            each()
+        out = io.BytesIO()
+        document.save(out)
+        return out.getvalue()
+
+    return write
 
 
 def _paragraphs(document):  # noqa: ANN001, ANN202 - python-docx objects

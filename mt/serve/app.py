@@ -27,7 +27,7 @@ from mt.serve import bodies, libre
 from mt.serve.glossaries import Glossaries, Stored, check_beam, direction, owner_of
 from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
-from mt.serve.security import check_key, key_of
+from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
 
 # The page may load what this server serves and nothing else.
@@ -162,14 +162,18 @@ def create_app(config: ServeConfig) -> FastAPI:
         if glossary is not None:
             check_beam(session, body.options, body.alignment)
             requests = [dataclasses.replace(r, glossary=glossary) for r in requests]
-        work = worker.translate(requests, body.options, body.alignment, body.split, body.adapter)
+        flow = client_of(request, key)
+        work = worker.translate(
+            requests, body.options, body.alignment, body.split, flow, adapter=body.adapter
+        )
         done = await answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
     @app.post("/v1/score", openapi_extra=bodies.body_doc(bodies.SCORE_SCHEMA))
     async def score(request: Request) -> dict[str, Any]:
         """Score given translations (forced decoding), as `mt score --json`."""
-        check_key(config.api_keys, key_of(request.headers))
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
         body = bodies.parse_score(await read_json(request), limits)
         worker = worker_for(body.model)
         worker.check_adapter(body.adapter)
@@ -187,7 +191,9 @@ def create_app(config: ServeConfig) -> FastAPI:
                 for s in scores
             ]  # fmt: skip
 
-        return {"items": await answer(request, worker.run(run, body.adapter))}
+        return {
+            "items": await answer(request, worker.run(run, client_of(request, key), body.adapter))
+        }
 
     @app.post("/v1/attention", openapi_extra=bodies.body_doc(bodies.ATTENTION_SCHEMA))
     async def attention(request: Request) -> dict[str, Any]:
@@ -195,7 +201,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         `MtViewer.render` draws (format documented in mt/viewer/viewer.js)."""
         from mt.decode.attention import attention_json
 
-        check_key(config.api_keys, key_of(request.headers))
+        key = key_of(request.headers)
+        check_key(config.api_keys, key)
         body = bodies.parse_attention(await read_json(request), limits)
         worker = worker_for(body.model)
         worker.check_adapter(body.adapter)
@@ -207,7 +214,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             except MtError as err:
                 raise ApiError(422, str(err)) from None
 
-        return await answer(request, worker.run(run, body.adapter))
+        return await answer(request, worker.run(run, client_of(request, key), body.adapter))
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

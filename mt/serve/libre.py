@@ -18,7 +18,6 @@ import asyncio
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable
 from email.parser import BytesParser
 from email.policy import HTTP
 from pathlib import PurePath
@@ -28,15 +27,15 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from mt.decode.documents import SUFFIXES, translate_document, translate_fragments
-from mt.decode.requests import Plan
+from mt.decode.documents import SUFFIXES, Document, Texts, read_document
 from mt.decode.requests import Request as Item
 from mt.decode.session import DecodeOptions, Session
+from mt.decode.unzip import OverLimit
 from mt.errors import MtError
 from mt.serve import bodies, languages
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
-from mt.serve.security import check_key, key_of
+from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
 
 KEPT_FILES = 32
@@ -101,28 +100,15 @@ def _alternatives(value: Any) -> int:
     return n
 
 
-def _translators(
-    worker: ModelWorker, session: Session, target: str, lang: str, name: str
-) -> tuple[Callable[[list[str]], list[str]], Callable[[list[str]], list[str]]]:
-    """How a document's texts are translated in the worker's thread: plain texts sentence by
-    sentence (capitals handled), HTML fragments through `--input-format html`'s path."""
-    from mt.decode.translator import translate_stream
-
-    translator = session.translator(targets=session.targets(target))
-    split = Plan(keep_numbers=worker.keep_numbers, split=lang)
-
-    def text(xs: list[str]) -> list[str]:
-        items = [Item(x, to=target, frm=lang, plan=split) for x in xs]
-        return [t.text for t in translate_stream(translator, items)]
-
-    def fragments(xs: list[str]) -> list[str]:
-        items = [
-            Item(x.rstrip("\r\n"), where=f"{name}:{i}", plan=Plan(html=True))
-            for i, x in enumerate(xs, 1)
-        ]
-        return [t.text for t in translate_stream(translator, items)]
-
-    return text, fragments
+def read_upload(data: bytes, suffix: str, filename: str, limits: Limits) -> Document:
+    """An uploaded file read into its texts within the server's limits (413 naming the one
+    it is over, 400 for a file that cannot be read)."""
+    try:
+        return read_document(data, suffix, limits.document())
+    except OverLimit as err:
+        raise ApiError(413, f"{filename}: {err}", err.limit) from None
+    except MtError as err:
+        raise ApiError(400, f"{filename}: {err}") from None
 
 
 def add_routes(
@@ -160,11 +146,13 @@ def add_routes(
             f"{', '.join(known)}; see /languages)",
         )
 
-    async def read(request: Request) -> dict[str, Any]:
+    async def read(request: Request) -> tuple[dict[str, Any], str]:
+        """The fields of the body, and whose request it is (its key, or its address)."""
         raw = await bodies.read_body(request, limits.max_body_bytes)
         obj = _fields(raw, request.headers.get("content-type", ""))
-        check_key(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
-        return obj
+        key = key_of(request.headers, _str(obj.get("api_key")))
+        check_key(api_keys, key)
+        return obj, client_of(request, key)
 
     def adapter_of(obj: dict[str, Any], request: Request, worker: ModelWorker) -> str | None:
         """The adapter a LibreTranslate request names (an `adapter` field of the body or the
@@ -185,7 +173,7 @@ def add_routes(
     async def libre_translate(request: Request) -> dict[str, Any]:
         """LibreTranslate's `/translate`: answers `translatedText` (and `alternatives`,
         `detectedLanguage` when asked for)."""
-        obj = await read(request)
+        obj, flow = await read(request)
         q = obj.get("q")
         source, target = languages_of(obj)
         fmt = obj.get("format", "text")
@@ -215,20 +203,26 @@ def add_routes(
             if fmt == "html":
                 raise ApiError(400, "a glossary applies to format text only")
             check_beam(worker.loaded(adapter), options, False)
-        if fmt == "html":
-
-            def run(session: Session) -> list[Any]:
-                text, fragments = _translators(worker, session, target, detected, "q")
-                return [
-                    "\n".join(translate_fragments(x.split("\n"), text, fragments)) for x in texts
-                ]
-
-            outs: list[Any] = await answer(request, worker.run(run, adapter))
+        if fmt == "html":  # one fragment per line (the HTML path; a line without tags as text)
+            gathered = Texts()
+            parts = [[gathered.fragment(line) for line in x.split("\n")] for x in texts]
+            plain = [Item(x, to=target, frm=detected) for x in gathered.plain]
+            frags = [Item(x, to=target, frm=detected, where=f"q:{i}")
+                     for i, x in enumerate(gathered.html, 1)]  # fmt: skip
+            both = asyncio.gather(
+                worker.translate(plain, DecodeOptions(), False, True, flow, adapter=adapter),
+                worker.translate(
+                    frags, DecodeOptions(), False, False, flow, html=True, adapter=adapter
+                ),
+            )
+            done_plain, done_html = await answer(request, both)
+            gathered.fill([t.text for t in done_plain], [t.text for t in done_html])
+            outs: list[Any] = ["\n".join(part() for part in each) for each in parts]
             alts: list[list[str]] = [[] for _ in texts]
         else:
             # newlines kept: split
             items = [Item(t, to=target, frm=detected, glossary=glossary) for t in texts]
-            work = worker.translate(items, options, False, True, adapter)
+            work = worker.translate(items, options, False, True, flow, adapter=adapter)
             done = await answer(request, work)
             outs = [t.text for t in done]
             alts = [t.texts[1 : n_alt + 1] for t in done]
@@ -244,7 +238,7 @@ def add_routes(
         """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx)
         with `source` and `target`; answers `translatedFileUrl`, the file kept as it was
         written but in `target`."""
-        obj = await read(request)
+        obj, _ = await read(request)
         upload = obj.get("file")
         if not isinstance(upload, tuple):
             raise ApiError(400, "'file' must be an uploaded file (multipart/form-data)")
@@ -256,15 +250,16 @@ def add_routes(
         sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
         worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
         adapter = adapter_of(obj, request, worker)
-
-        def run(session: Session) -> bytes:
-            text, fragments = _translators(worker, session, target, detected, filename)
-            try:
-                return translate_document(data, suffix, text, fragments)
-            except MtError as err:
-                raise ApiError(400, f"{filename}: {err}") from None
-
-        translated = await answer(request, worker.run(run, adapter))
+        # Read off the event loop (a .docx is unzipped and parsed), counted before any work.
+        doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
+        texts = [Item(x, to=target, frm=detected) for x in doc.plain]
+        frags = [Item(x, to=target, frm=detected, where=f"{filename}:{i}")
+                 for i, x in enumerate(doc.html, 1)]  # fmt: skip
+        work = worker.translate_document(PurePath(filename).name, texts, frags, adapter)
+        done_texts, done_frags = await answer(request, work)
+        translated = await asyncio.to_thread(
+            doc.write, [t.text for t in done_texts], [t.text for t in done_frags]
+        )
         name = f"{secrets.token_urlsafe(12)}{suffix}"
         files[name] = (PurePath(filename).name, translated)
         while len(files) > KEPT_FILES:
@@ -313,7 +308,7 @@ def add_routes(
     async def detect(request: Request) -> list[dict[str, Any]]:
         """LibreTranslate's `/detect`: field `q`; the languages served, most likely first,
         with a confidence in percent."""
-        obj = await read(request)
+        obj, _ = await read(request)
         q = obj.get("q")
         if not isinstance(q, str) or not q.strip():
             raise ApiError(400, "'q' must be a non-empty string")

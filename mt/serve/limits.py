@@ -2,13 +2,17 @@
 
 The defaults are what a public service would pick (LibreTranslate's and DeepL's free tiers are
 of this order): a request is a paragraph or a page, not a book, and the queue is short enough
-that a queued sentence is answered in seconds, not minutes. Over a limit, the answer names it,
-so a client knows which knob it hit.
+that a queued sentence is answered in seconds, not minutes. An uploaded document is a few dozen
+pages: its texts go against limits of their own and wait in the same queue. Over a limit, the
+answer names it, so a client knows which knob it hit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from mt.decode.documents import DocumentLimits
+from mt.decode.unzip import ZipLimits
 
 
 @dataclass(frozen=True)
@@ -19,19 +23,27 @@ class Limits:
     max_body_bytes: int = 4 << 20  # bytes of one request body (413 max_body_bytes)
     batch_window_ms: float = 5.0  # how long a worker waits to pool the sentences of requests
     max_glossary_entries: int = 10000  # entries of one glossary, inline or uploaded (413)
+    max_file_segments: int = 1000  # texts (lines, paragraphs...) of a document, <= max_queue
+    max_file_chars: int = 100_000  # characters of one document's texts (413 max_file_chars)
+    max_unzipped_bytes: int = 32 << 20  # what a .docx may unzip to (413 max_unzipped_bytes)
 
     def check(self) -> None:
-        for name in (
-            "max_items",
-            "max_chars",
-            "max_queue",
-            "max_body_bytes",
-            "max_glossary_entries",
-        ):
+        for name in ("max_items", "max_chars", "max_queue", "max_body_bytes",
+                     "max_glossary_entries", "max_file_segments", "max_file_chars",
+                     "max_unzipped_bytes"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 <= self.batch_window_ms <= 1000:
             raise ValueError("batch_window_ms must be between 0 and 1000")
+
+    def document(self) -> DocumentLimits:
+        """What one uploaded document may hold: never more texts than the queue takes."""
+        return DocumentLimits(
+            min(self.max_file_segments, self.max_queue),
+            self.max_file_chars,
+            self.max_chars,
+            ZipLimits(max_unzipped_bytes=self.max_unzipped_bytes),
+        )
 
 
 class ApiError(Exception):

@@ -1,7 +1,8 @@
 """The server's counters in the Prometheus text format, written by hand (no client library).
 
 Requests and errors by route and status, request latency and batch sizes as histograms, the
-queue depth as a gauge. Workers run in threads, so every update takes one lock.
+queue depth as a gauge, and each document being translated with its texts done so far.
+Workers run in threads, so every update takes one lock.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class Histogram:
         return out
 
 
+def _label(value: str) -> str:
+    """A label value as the text format escapes it (a client's file name), kept short."""
+    value = value[:100]
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
@@ -54,6 +61,8 @@ class Metrics:
         self.queue_depth: dict[str, int] = {}  # model -> queued sentences
         self.answered = 0  # translations answered (items, after sentences are joined)
         self.flagged: Counter[str] = Counter()  # doubt flag -> translations that carry it
+        self.documents: dict[tuple[str, str], list] = {}  # (model, id) -> [file, total, done]
+        self.document_texts = 0  # texts of documents translated
 
     def request(self, route: str, status: int, seconds: float) -> None:
         with self.lock:
@@ -79,6 +88,21 @@ class Metrics:
     def queue(self, model: str, depth: int) -> None:
         with self.lock:
             self.queue_depth[model] = depth
+
+    def document(self, model: str, ident: str, file: str, texts: int) -> None:
+        """A document queued for `model`: `texts` to translate."""
+        with self.lock:
+            self.documents[model, ident] = [file, texts, 0]
+
+    def document_done(self, model: str, ident: str, texts: int) -> None:
+        with self.lock:
+            self.document_texts += texts
+            if (model, ident) in self.documents:
+                self.documents[model, ident][2] += texts
+
+    def document_end(self, model: str, ident: str) -> None:
+        with self.lock:
+            self.documents.pop((model, ident), None)
 
     def text(self) -> str:
         with self.lock:
@@ -125,4 +149,24 @@ class Metrics:
             ]
             for model, depth in sorted(self.queue_depth.items()):
                 out.append(f'mt_queue_sentences{{model="{model}"}} {depth}')
+            out += [
+                "# HELP mt_documents_in_progress Documents being translated (/translate_file).",
+                "# TYPE mt_documents_in_progress gauge",
+            ]
+            for model in sorted(set(self.queue_depth) | {m for m, _ in self.documents}):
+                n = sum(m == model for m, _ in self.documents)
+                out.append(f'mt_documents_in_progress{{model="{model}"}} {n}')
+            out += [
+                "# HELP mt_document_texts Texts of each document being translated: all, done.",
+                "# TYPE mt_document_texts gauge",
+            ]
+            for (model, ident), (file, total, done) in sorted(self.documents.items()):
+                labels = f'model="{model}",document="{ident}",file="{_label(file)}"'
+                out.append(f'mt_document_texts{{{labels},state="total"}} {total}')
+                out.append(f'mt_document_texts{{{labels},state="done"}} {done}')
+            out += [
+                "# HELP mt_document_texts_total Texts of documents translated.",
+                "# TYPE mt_document_texts_total counter",
+                f"mt_document_texts_total {self.document_texts}",
+            ]
         return "\n".join(out) + "\n"

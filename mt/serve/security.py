@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 from pathlib import Path
+from typing import Any
 
 from mt.errors import MtError
 from mt.serve.limits import ApiError
@@ -53,3 +54,11 @@ def check_key(keys: list[bytes] | None, given: str | None) -> None:
         match |= hmac.compare_digest(candidate, key)
     if not match:
         raise ApiError(401, "a valid API key is needed (Authorization: Bearer KEY)", "api_key")
+
+
+def client_of(request: Any, key: str | None) -> str:
+    """Whose request it is, for the worker's fair queue (mt.serve.jobs): its API key, or
+    its address."""
+    if key:
+        return "key:" + key
+    return "address:" + (request.client.host if request.client else "")

@@ -13,6 +13,13 @@ Adapters (`mt serve --adapter NAME=PATH`, mt.adapt) are held on the one base in 
 session over the base's weights with its own small tensors (`Session.with_adapter`); a request
 names one (`adapter`) or decodes with the base.
 
+Requests wait in a fair queue (mt.serve.jobs): clients in turn, and a document's texts in
+slices after them, each slice sized to cost about what the recent interactive passes cost
+(the pass's cost measured, the slice's characters scaled to it). So a request that arrives
+while a document is translated waits one slice at most: its latency stays within about twice
+its idle latency. With no request for RECENT_S, a slice may cost IDLE_SLICE_S, so a document
+alone goes at nearly the speed of big batches.
+
 A request whose client has gone is marked cancelled and dropped before its turn; `stop` lets
 the worker finish what is queued, so a server told to stop still answers what it accepted.
 """
@@ -21,11 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ from mt.decode.requests import Plan, Request, Translation
 from mt.decode.session import DecodeOptions, Session
 from mt.decode.translator import Translator
 from mt.errors import MtError
+from mt.serve.jobs import FairQueue, Job, Slice
 from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
 
@@ -40,6 +48,10 @@ ROUND_SENTENCES = 512  # at most this many sentences per pass: later requests wa
 CACHED_TRANSLATORS = 16
 POOL_STRETCH = 50  # see ModelWorker._pool
 GAP = 20
+RECENT_S = 2.0  # interactive work this recent: a document's slice costs what its passes cost
+IDLE_SLICE_S = 0.25  # what a slice may cost when no request has come for RECENT_S
+FIRST_PASS_S = 0.05  # an interactive pass's cost before one is measured
+FIRST_SLICE_CHARS = 500
 
 
 def option_name(key: str) -> str:
@@ -48,44 +60,6 @@ def option_name(key: str) -> str:
     if key == "data.to":
         return "'to'"
     return "options." + key.split(".")[-1]
-
-
-@dataclass
-class Job:
-    """One request's work: sentences to translate with one option set, or a call on the
-    session (score, attention) that runs in the worker's thread."""
-
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    requests: list[Request] = field(default_factory=list)
-    options: DecodeOptions | None = None
-    alignment: bool = False
-    split: bool = False  # each item sentence by sentence (the translator's split stage)
-    call: Callable[[Session], Any] | None = None
-    adapter: str | None = None  # the model's adapter it decodes with; None: the base
-    arrived: float = field(default_factory=time.monotonic)
-    cancelled: bool = False
-
-    @property
-    def key(self) -> tuple:
-        return (self.adapter, dataclasses.astuple(self.options or DecodeOptions()), self.alignment)
-
-    def size(self) -> int:
-        return max(1, len(self.requests))
-
-    def answer(self, value: Any = None, error: BaseException | None = None) -> None:
-        def settle() -> None:
-            if self.future.done():
-                return
-            if error is not None:
-                self.future.set_exception(error)
-            else:
-                self.future.set_result(value)
-
-        try:
-            self.loop.call_soon_threadsafe(settle)
-        except RuntimeError:  # the loop has closed: nobody is waiting any more
-            pass
 
 
 class ModelWorker:
@@ -115,13 +89,16 @@ class ModelWorker:
         self.metrics = metrics
         self.session: Session | None = None
         self.error: str | None = None  # why loading failed
-        self._pending: deque[Job] = deque()
-        self._queued = 0  # sentences in _pending
+        self._queue = FairQueue()
         self._cond = threading.Condition()
         self._stopping = False
         self._hurry = False  # shutting down: no more pooling (see hurry)
         self._expect = 1  # sentences the next pass may wait for (see _pool)
         self._pass_end = 0.0
+        self._pass_s = FIRST_PASS_S  # what an interactive pass costs lately (a moving mean)
+        self._last_pass = -RECENT_S  # when the last interactive pass ended
+        self._slice_chars = FIRST_SLICE_CHARS  # a document slice's characters (see _sliced)
+        self._documents = itertools.count(1)
         self._translators: OrderedDict[tuple, Translator] = OrderedDict()
         self._thread = threading.Thread(target=self._run, name=f"mt-worker-{name}", daemon=True)
 
@@ -161,21 +138,43 @@ class ModelWorker:
             raise ApiError(422, str(err)) from None
 
     def submit(self, job: Job) -> None:
-        """Queue a job, or refuse it with 503 when the queue is full."""
+        """Queue an interactive job, or refuse it with 503 when the queue is full. Documents
+        waiting do not count here: they never make a person's request wait or be refused."""
         self.loaded()
         with self._cond:
             if self._stopping:
                 raise ApiError(503, "the server is shutting down", "shutting_down")
-            if self._queued + job.size() > self.limits.max_queue:
+            if self._queue.interactive + job.size() > self.limits.max_queue:
                 raise ApiError(
                     503,
-                    f"{self._queued} sentences are queued for model {self.name!r}; the limit "
-                    f"is {self.limits.max_queue}: try again shortly",
+                    f"{self._queue.interactive} sentences are queued for model {self.name!r}; "
+                    f"the limit is {self.limits.max_queue}: try again shortly",
                     "max_queue",
                 )
-            self._pending.append(job)
-            self._queued += job.size()
-            self.metrics.queue(self.name, self._queued)
+            self._queue.push(job.flow, job)
+            self.metrics.queue(self.name, self._queue.items)
+            self._cond.notify()
+
+    def submit_document(self, jobs: list[Job], name: str) -> None:
+        """Queue a document's bulk jobs together, or refuse them with 503 when their texts
+        and everything waiting are over max_queue."""
+        self.loaded()
+        n = sum(job.left() for job in jobs)
+        with self._cond:
+            if self._stopping:
+                raise ApiError(503, "the server is shutting down", "shutting_down")
+            if self._queue.items + n > self.limits.max_queue:
+                raise ApiError(
+                    503,
+                    f"{self._queue.items} sentences are queued for model {self.name!r}; with "
+                    f"this document's {n} the limit of {self.limits.max_queue} is passed: try "
+                    "again shortly",
+                    "max_queue",
+                )
+            for job in jobs:
+                self._queue.push_bulk(job.flow, job)
+            self.metrics.document(self.name, jobs[0].flow, name, n)
+            self.metrics.queue(self.name, self._queue.items)
             self._cond.notify()
 
     async def translate(
@@ -184,17 +183,59 @@ class ModelWorker:
         options: DecodeOptions,
         alignment: bool,
         split: bool = False,
+        flow: str = "",
+        html: bool = False,
         adapter: str | None = None,
     ) -> list[Translation]:
+        """`requests` translated (`split`: sentence by sentence; `html`: as HTML fragments),
+        queued in `flow` (the client's)."""
+        if not requests:
+            return []
         loop = asyncio.get_running_loop()
-        job = Job(loop.create_future(), loop, requests, options, alignment, split, adapter=adapter)
+        job = Job(loop.create_future(), loop, requests, options, alignment, split, html, flow)
+        job.adapter = adapter
         return await self._wait(job)
 
-    async def run(self, call: Callable[[Session], Any], adapter: str | None = None) -> Any:
+    async def run(
+        self, call: Callable[[Session], Any], flow: str = "", adapter: str | None = None
+    ) -> Any:
         """`call(session)` in the worker's thread, in turn with the translations; `adapter`:
         the session is that adapter's."""
         loop = asyncio.get_running_loop()
-        return await self._wait(Job(loop.create_future(), loop, call=call, adapter=adapter))
+        job = Job(loop.create_future(), loop, flow=flow, call=call, adapter=adapter)
+        return await self._wait(job)
+
+    async def translate_document(
+        self,
+        name: str,
+        texts: list[Request],
+        fragments: list[Request],
+        adapter: str | None = None,
+    ) -> tuple[list[Translation], list[Translation]]:
+        """A document's texts (sentence by sentence) and HTML fragments translated a slice at
+        a time, between other requests (see mt.serve.jobs); `name` is what /metrics calls it;
+        `adapter`: the model's adapter they are translated with."""
+        loop = asyncio.get_running_loop()
+        flow = f"document-{next(self._documents)}"
+        jobs = {
+            kind: Job(loop.create_future(), loop, reqs, DecodeOptions(), False,
+                      split=kind == "text", html=kind == "html", flow=flow, bulk=True,
+                      adapter=adapter)
+            for kind, reqs in (("text", texts), ("html", fragments)) if reqs
+        }  # fmt: skip
+        if not jobs:
+            return [], []
+        self.submit_document(list(jobs.values()), name)
+        try:
+            await asyncio.gather(*(job.future for job in jobs.values()))
+        except BaseException:  # the client went away, or one part failed: the rest is dropped
+            for job in jobs.values():
+                job.cancelled = True
+            raise
+        finally:
+            self.metrics.document_end(self.name, flow)
+        done = {kind: job.future.result() for kind, job in jobs.items()}
+        return done.get("text", []), done.get("html", [])
 
     async def _wait(self, job: Job) -> Any:
         self.submit(job)
@@ -231,15 +272,30 @@ class ModelWorker:
             return
         while True:
             with self._cond:
-                while not self._pending and not self._stopping:
+                while not self._queue and not self._stopping:
                     self._cond.wait()
-                if not self._pending:
+                if not self._queue:
                     return
-                self._pool()
-            jobs = self._take()
-            self._work(jobs)
+                jobs = []
+                if self._queue.interactive:
+                    self._pool()
+                    jobs = self._queue.take(ROUND_SENTENCES)
+                    self.metrics.queue(self.name, self._queue.items)
+            if jobs:
+                start = time.monotonic()
+                self._work(jobs)
+                end = time.monotonic()
+                self._pass_s += 0.2 * (end - start - self._pass_s)
+                self._last_pass = end
             with self._cond:
-                self._expect = self._queued + sum(job.size() for job in jobs)
+                piece, dropped = self._queue.take_slice(self._fits)
+                self.metrics.queue(self.name, self._queue.items)
+            if dropped:
+                self.metrics.drop(dropped)
+            if piece is not None:
+                self._slice(piece)
+            with self._cond:
+                self._expect = self._queue.interactive + sum(job.size() for job in jobs)
                 self._pass_end = time.monotonic()
 
     def _pool(self) -> None:
@@ -250,34 +306,53 @@ class ModelWorker:
         clients into two cohorts that alternate for good, each pass half as big (and the
         throughput with it). So while fewer sentences are pending than the last pass took
         plus those that queued during it, keep pooling as long as requests keep arriving
-        (one within GAP windows), up to POOL_STRETCH windows after the pass ended.
+        (one within GAP windows), up to POOL_STRETCH windows after the pass ended; not while
+        a document waits (the worker would idle in front of it).
         """
         window = self.limits.batch_window_ms / 1000
-        oldest = self._pending[0].arrived
         while not (self._stopping or self._hurry):
-            now = time.monotonic()
-            if self._queued >= self._expect:
-                if self._queued > 1 or now >= oldest + window:
+            arrivals = self._queue.arrivals()
+            if arrivals is None:
+                return
+            oldest, newest = arrivals
+            now, queued = time.monotonic(), self._queue.interactive
+            if queued >= self._expect or self._queue.bulk:
+                if queued > 1 or now >= oldest + window:
                     return
                 left = oldest + window - now
             else:
-                recent = max(self._pending[-1].arrived, self._pass_end)
+                recent = max(newest, self._pass_end)
                 until = min(recent + GAP * window, self._pass_end + POOL_STRETCH * window)
                 left = max(until, oldest + window) - now
                 if left <= 0:
                     return
             self._cond.wait(left)
 
-    def _take(self) -> list[Job]:
-        with self._cond:
-            jobs, n = [], 0
-            while self._pending and (not jobs or n + self._pending[0].size() <= ROUND_SENTENCES):
-                job = self._pending.popleft()
-                n += job.size()
-                jobs.append(job)
-            self._queued -= n
-            self.metrics.queue(self.name, self._queued)
-        return jobs
+    def _fits(self, job: Job) -> int:
+        """How many of a bulk job's next texts make a slice of about `_slice_chars`."""
+        n, chars = 0, 0
+        for request in itertools.islice(job.requests, job.taken, None):
+            chars += len(request.src)
+            if n and chars > self._slice_chars:
+                break
+            n += 1
+        return n
+
+    def _slice(self, piece: Slice) -> None:
+        """Translate a slice of a document, then size the next one: its characters scaled by
+        how far this one's time was from what a slice may cost now (at most 4x either way)."""
+        if piece.job.dead:
+            self.metrics.drop(piece.end - piece.start)
+            return
+        target = IDLE_SLICE_S
+        if time.monotonic() - self._last_pass < RECENT_S:
+            target = self._pass_s
+        start = time.monotonic()
+        self._translate([(piece.job, piece.requests)])
+        took = max(time.monotonic() - start, 1e-4)
+        chars = sum(len(r.src) for r in piece.requests)
+        self._slice_chars = max(1, int(chars * min(max(target / took, 0.25), 4.0)))
+        self.metrics.document_done(self.name, piece.job.flow, piece.end - piece.start)
 
     def _work(self, jobs: list[Job]) -> None:
         groups: dict[tuple, list[Job]] = {}
@@ -290,7 +365,7 @@ class ModelWorker:
             # Checked just before the model runs: a client may leave while other groups run.
             live = [job for job in group if not self._dropped(job)]
             if live:
-                self._translate(live)
+                self._translate([(job, job.requests) for job in live])
 
     def _dropped(self, job: Job) -> bool:
         if job.cancelled:
@@ -305,42 +380,54 @@ class ModelWorker:
         except Exception as err:  # noqa: BLE001 - goes back to the request that caused it
             job.answer(error=err)
 
-    def _translate(self, group: list[Job]) -> None:
-        """One translator call for the group's requests, a splitting job's with a plan that
-        says so: the translator's split stage (mt.decode.sentences) cuts them into sentences
-        and joins them back, so their sentences share batches with everything else."""
-        first = group[0]  # the group shares its adapter and options
+    def _translate(self, group: list[tuple[Job, list[Request]]]) -> None:
+        """One translator call for the group's requests (a job's, or a slice of a bulk
+        job's), each with the plan its job asks for: a splitting job's says so, and the
+        translator's split stage (mt.decode.sentences) cuts them into sentences and joins them
+        back, so their sentences share batches with everything else. The group shares its
+        adapter and options."""
+        first = group[0][0]
         session = self.loaded(first.adapter)
         # capitals, numbers, glossary, protection, flags
         whole = Plan(keep_numbers=self.keep_numbers, glossary_hard=self.glossary_hard)
         # Sentences in the model's source language, unless a request names its own (`frm`).
-        split = dataclasses.replace(whole, split=session.source_language())
+        plans = {
+            "whole": whole,
+            "split": dataclasses.replace(whole, split=session.source_language()),
+            "html": Plan(html=True),
+        }
         requests = [
-            dataclasses.replace(r, plan=split if job.split else whole)
-            for job in group
-            for r in job.requests
-        ]
+            dataclasses.replace(r, plan=plans["html" if job.html else "split" if job.split
+                                              else "whole"])
+            for job, reqs in group
+            for r in reqs
+        ]  # fmt: skip
         try:
             translator = self._translator(first.options, first.alignment, first.adapter)
             translations = translator.translate(requests)
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
-                for job in group:
-                    self._translate([job])
+                for entry in group:
+                    self._translate([entry])
                 return
             first.answer(error=ApiError(422, str(err)))
             return
         except Exception as err:  # noqa: BLE001
-            for job in group:
+            for job, _ in group:
                 job.answer(error=err)
             return
         self.metrics.batch(sum(t.sentences for t in translations))
         start = 0
-        for job in group:
-            done = translations[start : start + len(job.requests)]
-            start += len(job.requests)
+        for job, reqs in group:
+            done = translations[start : start + len(reqs)]
+            start += len(reqs)
             self.metrics.doubts([t.flags for t in done])
-            job.answer(done)
+            if not job.bulk:
+                job.answer(done)
+                continue
+            job.done += done
+            if len(job.done) == len(job.requests):
+                job.answer(job.done)
 
     def _translator(
         self, options: DecodeOptions | None, alignment: bool, adapter: str | None = None

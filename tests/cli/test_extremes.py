@@ -104,6 +104,9 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.temperature": ("EEW",),
     "decode.seed": ("WEE",),
     "decode.target_vocab_ratio": ("WEE",),  # 0: every piece seen; a ratio is at most 1
+    "finetune.lora_rank": ("EEE",),  # checked whether or not an adapter is trained
+    "finetune.lora_alpha": ("EEW",),
+    "finetune.lora_dropout": ("WEE",),
 }
 
 # (command, flag) -> outcomes at (0, -1, huge).
@@ -147,6 +150,11 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("serve", "--max-chars"): "EEW",
     ("serve", "--max-queue"): "EEW",
     ("serve", "--batch-window-ms"): "WEE",  # 0: no pooling window
+    ("serve", "--max-file-segments"): "EEW",  # huge: --max-queue is the limit then
+    ("serve", "--max-file-chars"): "EEW",
+    ("serve", "--max-unzipped-bytes"): "EEW",
+    ("serve", "--max-glossary-entries"): "EEW",
+    ("eval", "--min-term-accuracy"): "EEE",  # without --glossary: one line, any value
     # --threads is checked first, before any file: 1 to MAX_THREADS
     ("translate", "--threads"): "EEE",
     ("eval", "--threads"): "EEE",

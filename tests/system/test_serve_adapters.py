@@ -154,7 +154,7 @@ def test_the_worker_never_puts_two_adapters_in_one_search(tiny_run, tiny_adapter
     translate_group = worker._translate
 
     def spy(group):  # noqa: ANN001, ANN202
-        calls.append([job.adapter for job in group])
+        calls.append([job.adapter for job, _ in group])
         translate_group(group)
 
     worker._translate = spy
@@ -170,7 +170,9 @@ def test_the_worker_never_puts_two_adapters_in_one_search(tiny_run, tiny_adapter
         await asyncio.to_thread(busy.wait, 60)
         order = ["ui", None, "legal", "ui", None, "legal"]
         futures = [
-            asyncio.ensure_future(worker.translate(requests, DecodeOptions(), False, False, a))
+            asyncio.ensure_future(
+                worker.translate(requests, DecodeOptions(), False, False, adapter=a)
+            )
             for a in order
         ]
         await asyncio.sleep(0)
@@ -182,7 +184,7 @@ def test_the_worker_never_puts_two_adapters_in_one_search(tiny_run, tiny_adapter
         order, answers = asyncio.run(main())
         calls_pooled = list(calls)
         alone = {
-            a: asyncio.run(worker.translate(requests, DecodeOptions(), False, False, a))
+            a: asyncio.run(worker.translate(requests, DecodeOptions(), False, False, adapter=a))
             for a in (None, "legal", "ui")
         }
     finally:

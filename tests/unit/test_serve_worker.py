@@ -145,3 +145,31 @@ def test_jobs_of_different_languages_share_one_translate_call(multi_run, multi30
         assert (whole.text, whole.flags) == (ref.text, ref.flags)
     finally:
         worker.stop()
+
+
+def test_a_document_goes_in_slices_between_other_requests(worker, test_de):
+    """A request sent while a document is translated is answered long before the document
+    is done: the document goes a slice at a time, the request in the next pass. Each text of
+    the document is translated as it would be alone, and its progress is in the metrics."""
+    texts = [Request(x) for x in test_de[:400]]
+    seen: dict[str, object] = {}
+
+    async def main() -> list[Translation]:
+        doc = asyncio.ensure_future(worker.translate_document("notes.txt", texts, []))
+        deadline = time.monotonic() + 60
+        while not worker.metrics.documents and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        [(ident, (file, total, _))] = worker.metrics.documents.items()
+        assert (file, total) == ("notes.txt", 400)
+        [one] = await worker.translate([Request(test_de[500])], DecodeOptions(), False, True)
+        seen.update(one=one, doc_done=doc.done(), progress=worker.metrics.documents[ident][2])
+        done, fragments = await doc
+        assert fragments == [] and not worker.metrics.documents  # gone from /metrics
+        return done
+
+    done = asyncio.run(main())
+    assert seen["doc_done"] is False and 0 <= seen["progress"] < 400
+    assert seen["one"].text
+    assert len(done) == 400 and worker.metrics.document_texts >= 400
+    alone = pooled(worker, [(texts[:40], True)])[0]
+    assert [t.text for t in done[:40]] == [t.text for t in alone]
