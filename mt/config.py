@@ -1,7 +1,7 @@
 """Typed configuration: the plain dataclasses of a run's settings.
 
-One config has the sections `data`, `tokenizer`, `model`, `train` and `decode`, each a dataclass
-below. The rules a value must meet, and the bounds, live once in mt/config_rules.py
+One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune` and `decode`, each a
+dataclass below. The rules a value must meet, and the bounds, live once in mt/config_rules.py
 (`validate`, `decode_checks`); reading YAML and `--set` into these classes is
 mt/config_file.py.
 """
@@ -27,6 +27,26 @@ class CorpusConfig:
     format: Literal["", "text", "tsv", "jsonl", "hf", "tmx", "xliff"] = ""  # empty: `data.format`
     hf_subset: str = ""  # format hf: the dataset's configuration; empty: `data.hf_subset`
     weight: float = 1.0  # times each pair is seen per epoch on average (0.3: a random 30%)
+
+
+@dataclass
+class WatchConfig:
+    """A dev set scored beside `data.valid` at each evaluation (`train.watch`): the general
+    domain beside a fine-tuning run's own, so losing it shows while it happens.
+
+    Its metrics are `watch_bleu/NAME`, `watch_chrf/NAME` and `watch_loss/NAME`. With
+    `keep_within`, `best.pt` is the best `dev_bleu` among the evaluations whose BLEU on this set
+    is at most `keep_within` below its value when the run started (the base model's, evaluated
+    before the first step).
+    """
+
+    name: str = ""  # how its metrics are named: letters, digits, `_`, `-`, `.`
+    src: str = ""  # its source file: text (`.gz` too), or a TMX/XLIFF file holding both sides
+    ref: str = ""  # its reference file (text); empty for a TMX or XLIFF `src`
+    max_examples: int = 0  # 0 scores every line; else its first N pairs
+    # BLEU this set may lose against the start of the run and still let an evaluation become
+    # best.pt (e.g. 1.0); unset: the set is watched, not a rule.
+    keep_within: float | None = None
 
 
 @dataclass
@@ -175,6 +195,10 @@ class TrainConfig:
     log_every: int = 100  # updates between log lines and metrics.jsonl records
     eval_every: int = 1000  # updates between evaluations on the dev set (and checkpoints)
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
+    # Dev sets scored beside data.valid at each evaluation and before the first step (the
+    # general domain beside a fine-tuning's own), each under its name; a `keep_within` on one
+    # makes it a rule for best.pt (WatchConfig above).
+    watch: list[WatchConfig] = field(default_factory=list)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     # At the end, average the last N step checkpoints into averaged.pt and score it on the dev
     # set; it is copied to best.pt when it beats the best evaluation (0 = off; <= keep_last).
@@ -205,6 +229,18 @@ class TrainConfig:
     # Parts that keep their weights while fine-tuning; with tied embeddings, "embeddings"
     # freezes the output projection too.
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)
+
+
+@dataclass
+class FinetuneConfig:
+    """How a fine-tuning run (`train.init_from`) changes its base model."""
+
+    # What keeps the fine-tuned model close to its base on what the base knew (mt/adapt/keep.py):
+    # "kl" adds keep_weight times the KL divergence from the frozen base's next-token
+    # distribution to the model's, per target token of every training batch (Khayrallah et al.
+    # 2018); with the base's own data mixed in (data.corpora: replay) it sees general text too.
+    keep: Literal["none", "kl"] = "none"
+    keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
 
 
 def setting(default: Any, text: str, needs: str = "") -> Any:
@@ -321,6 +357,7 @@ class Config:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
