@@ -157,7 +157,7 @@ def watch_checks(cfg: Config) -> list[tuple[bool, str]]:
                 bool(_WATCH_NAME.fullmatch(w.name)),
                 f"{where}.name must be letters, digits, '_', '-' or '.', got {w.name!r}",
             ),
-            (names.count(w.name) == 1, f"{where}.name {w.name!r} is given twice"),
+            (w.name not in names[:i], f"{where}.name {w.name!r} is given twice"),
             (w.src != "", f"{where}.src must be given (a text, TMX or XLIFF file)"),
             (
                 bilingual or w.ref != "",
