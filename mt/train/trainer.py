@@ -49,7 +49,7 @@ from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, overfit_note, stop_reason
 from mt.train.tune import tune_decode
 from mt.train.update import Update
-from mt.train.watch import watch_sets
+from mt.train.watch import read_watched, watch_sets
 
 
 class Trainer:
@@ -65,6 +65,7 @@ class Trainer:
         self.precision = proc.precision.name
         self.start = setup.decide_start(cfg, run_dir, resume, proc)
         t = cfg.train  # fine-tuning's, when it started from train.init_from
+        watched = read_watched(t.watch, cfg.data) if self.dist.main else []  # train.watch
         prepared, self.lock = nodes.prepare_run(  # rank 0 holds the run directory's lock
             cfg.data,
             cfg.tokenizer,
@@ -94,9 +95,9 @@ class Trainer:
         self.update.net = torch.compile(net) if t.compile else net
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
-        watched = watch_sets(t.watch, self.tokenizer, cfg.data) if self.dist.main else []
+        watch = watch_sets(watched, self.tokenizer, cfg.data)
         self.evaluate = setup.evaluator(
-            cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision, watched
+            cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision, watch
         )
         self.best = BestRule.of(t.watch)  # which evaluation becomes best.pt
         missing = [b.name for b in self.best.bounds if b.name not in self.state.watch_start]

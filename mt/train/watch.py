@@ -12,6 +12,7 @@ it never picks `best.pt` by itself; a `keep_within` on it makes it a bound of th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,12 +64,29 @@ def memory_store(tok: Tokenizer, sources: list[str], refs: list[str], protect: b
     return TokenStore(Path("<memory>"), meta, src, tgt, src_idx, tgt_idx, sizes)
 
 
-def watch_sets(entries: list[WatchConfig], tok: Tokenizer, d: DataConfig) -> list[DevSet]:
-    """The run's watched sets, read and encoded, each named as its entry."""
+@dataclass
+class Watched:
+    """One watch entry's pairs, read before data preparation so a wrong file fails at once."""
+
+    entry: WatchConfig
+    sources: list[str]
+    references: list[str]
+
+
+def read_watched(entries: list[WatchConfig], d: DataConfig) -> list[Watched]:
+    """The raw pairs of every `train.watch` entry (TMX/XLIFF read in `d`'s language pair)."""
     out = []
     for i, w in enumerate(entries):
         sources, refs = read_pairs(w, f"train.watch[{i}] ({w.name})", d.src_lang, d.tgt_lang)
-        store = memory_store(tok, sources, refs, d.protect)
-        codes = format_of(Path(expand_env(w.src))) in FORMATS
-        out.append(DevSet(store, sources, refs, None, w.name, codes=codes))
+        out.append(Watched(w, sources, refs))
+    return out
+
+
+def watch_sets(watched: list[Watched], tok: Tokenizer, d: DataConfig) -> list[DevSet]:
+    """The watched sets encoded with the run's tokenizer, each named as its entry."""
+    out = []
+    for w in watched:
+        store = memory_store(tok, w.sources, w.references, d.protect)
+        codes = format_of(Path(expand_env(w.entry.src))) in FORMATS
+        out.append(DevSet(store, w.sources, w.references, None, w.entry.name, codes=codes))
     return out
