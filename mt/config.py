@@ -196,8 +196,9 @@ class TrainConfig:
     eval_every: int = 1000  # updates between evaluations on the dev set (and checkpoints)
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
     # Dev sets scored beside data.valid at each evaluation and before the first step (the
-    # general domain beside a fine-tuning's own), each under its name; a `keep_within` on one
-    # makes it a rule for best.pt (WatchConfig above).
+    # general domain beside a fine-tuning's own), each under its name (watch_bleu/NAME,
+    # watch_chrf/NAME, watch_loss/NAME); a `keep_within` on one bounds which evaluation may
+    # become best.pt (docs/fine-tuning.md: Keeping the general domain).
     watch: list[WatchConfig] = field(default_factory=list)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     # At the end, average the last N step checkpoints into averaged.pt and score it on the dev
