@@ -62,7 +62,8 @@ class Keep:
             raise MtError(
                 f"finetune.keep: {path} (train.init_from) holds another tokenizer than the run's"
             )
-        base = checkpoint.build_model(cfg.model, tokenizer)
+        with torch.random.fork_rng(devices=[]):  # its random init draws nothing from the run's
+            base = checkpoint.build_model(cfg.model, tokenizer)
         try:
             base.load_state_dict(data["model"])
         except RuntimeError:

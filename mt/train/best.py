@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from mt.config import WatchConfig
+from mt.errors import MtError
 from mt.train.state import TrainState
 
 
@@ -46,6 +48,16 @@ class BestRule:
         """Whether this evaluation may become best.pt: every bound's set within its margin of
         its `start` value."""
         return all(metrics[b.key] >= start[b.name] - b.within for b in self.bounds)
+
+    def check_resumed(self, state: TrainState, last: Path) -> None:
+        """A resumed run must have its bounds' start values in `last.pt`'s state."""
+        missing = [b.name for b in self.bounds if b.name not in state.watch_start]
+        if missing:
+            raise MtError(
+                f"train.watch: {last} holds no start value for {', '.join(missing)} (watched "
+                "from a later start): its keep_within has nothing to measure from; remove it, "
+                "or start the run again"
+            )
 
     def describe(self, start: dict[str, float] | None = None) -> str:
         """The rule in words, with the start values and floors when known."""

@@ -100,13 +100,8 @@ class Trainer:
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision, watch
         )
         self.best = BestRule.of(t.watch)  # which evaluation becomes best.pt
-        missing = [b.name for b in self.best.bounds if b.name not in self.state.watch_start]
-        if self.start.resumed and missing:
-            raise MtError(
-                f"train.watch: {self.start.last} holds no start value for {', '.join(missing)} "
-                "(watched from a later start): its keep_within has nothing to measure from; "
-                "remove it, or start the run again"
-            )
+        if self.start.resumed:
+            self.best.check_resumed(self.state, self.start.last)
         self.checkpoints = Checkpoints(run_dir, cfg, self.tokenizer, self.model, self.state.run_id)
         self.log, self.tensorboard = setup.sinks(
             run_dir, self.dist.main, self.start, self.state.step, use_tensorboard, cfg, self.model
@@ -313,20 +308,13 @@ class Trainer:
         if t.tune_beam or t.tune_alpha:
             best = self.run_dir / "best.pt"
             self.log.write(tune_decode(t, self.cfg.decode, best, self.evaluate, s.step))
-        self._announce_best()
+        if t.watch and s.best_step >= 0:  # which evaluation is best.pt, and by which rule
+            rule = self.best.describe(s.watch_start)
+            self.log.write({"step": s.step, "best_step": s.best_step, "best_rule": rule})
+            tqdm.write(f"best.pt: step {s.best_step}, {rule}", file=sys.stderr)
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
         if self.tensorboard is not None and self.last_metrics:
             self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)
-
-    def _announce_best(self) -> None:
-        """Say which evaluation is best.pt and by which rule (when watching sets), in the log
-        and on stderr."""
-        s = self.state
-        if not self.cfg.train.watch or s.best_step < 0:
-            return
-        rule = self.best.describe(s.watch_start)
-        self.log.write({"step": s.step, "best_step": s.best_step, "best_rule": rule})
-        tqdm.write(f"best.pt: step {s.best_step}, {rule}", file=sys.stderr)
 
     # -- the procedure -----------------------------------------------------------------------
 

@@ -12,7 +12,10 @@ thread):
 - plain: the strings alone;
 - keep: `finetune.keep: kl`, a KL term toward the frozen base on every batch;
 - replay: Multi30k's train mixed in as a second corpus (`data.corpora`, `--replay-weight`);
-- both: replay and the KL term.
+- both: replay and the KL term;
+- watch (on request): plain, with the first 300 pairs of Multi30k's val watched
+  (`train.watch`, `keep_within: 1.0`) and evaluated 7 times: best.pt is the strings' best
+  among the evaluations within 1 BLEU of the base on them.
 
 Then the base and each arm's final model are scored greedily (as the earlier measurement did)
 on the strings test part and Multi30k's test_2016_flickr: lowercased BLEU and chrF, through
@@ -38,7 +41,7 @@ import yaml
 
 from scripts.common import describe_machine, machine, markdown_table, multi30k_dir, say, write_text
 
-ARMS = ("plain", "keep", "replay", "both")
+ARMS = ("plain", "keep", "replay", "both", "watch")
 GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1", "--json"]
 
 
@@ -60,6 +63,14 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
         "eval_bleu": False, "eval_every": args.steps, "log_every": 20, "keep_last": 0,
         "tensorboard": False, "seed": 1,
     }  # fmt: skip
+    if arm == "watch":  # plain, with Multi30k's val watched and best.pt bounded by it
+        general = multi30k_dir().resolve()
+        train.update(eval_bleu=True, eval_every=args.steps // 7)
+        src, ref = general / "val.de.gz", general / "val.en.gz"
+        train["watch"] = [{
+            "name": "multi30k", "src": str(src), "ref": str(ref), "max_examples": 300,
+            "keep_within": 1.0,
+        }]  # fmt: skip
     cfg: dict[str, Any] = {"data": data, "train": train}
     if arm in ("keep", "both"):
         cfg["finetune"] = {"keep": "kl", "keep_weight": args.keep_weight}
@@ -177,7 +188,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=280)
     p.add_argument("--keep-weight", type=float, default=1.0)
     p.add_argument("--replay-weight", type=float, default=0.25)
-    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--arms", default=",".join(ARMS[:4]))
     p.add_argument("--jobs", type=int, default=1, help="arms trained side by side")
     p.add_argument(
         "--also", type=Path, nargs="*", default=[],

@@ -87,3 +87,13 @@ def test_admits_measures_from_the_start(within):
     start = {"general": 10.0}
     assert rule.admits({"watch_bleu/general": 10.0 - within}, start)
     assert not rule.admits({"watch_bleu/general": 10.0 - within - 0.01}, start)
+
+
+def test_a_resumed_run_needs_the_start_values_of_its_bounds(tmp_path):
+    from mt.errors import MtError
+
+    rule = BestRule((Bound("general", 1.0),))
+    rule.check_resumed(TrainState(watch_start={"general": 20.0}), tmp_path / "last.pt")
+    BestRule().check_resumed(TrainState(), tmp_path / "last.pt")  # no bounds: nothing needed
+    with pytest.raises(MtError, match=r"last.pt holds no start value for general"):
+        rule.check_resumed(TrainState(watch_start={"other": 1.0}), tmp_path / "last.pt")
