@@ -30,6 +30,26 @@ class CorpusConfig:
 
 
 @dataclass
+class WatchConfig:
+    """A dev set scored beside `data.valid` at each evaluation (`train.watch`): the general
+    domain beside a fine-tuning run's own, so losing it shows while it happens.
+
+    Its metrics are `watch_bleu/NAME`, `watch_chrf/NAME` and `watch_loss/NAME`. With
+    `keep_within`, `best.pt` is the best `dev_bleu` among the evaluations whose BLEU on this set
+    is at most `keep_within` below its value when the run started (the base model's, evaluated
+    before the first step).
+    """
+
+    name: str = ""  # how its metrics are named: letters, digits, `_`, `-`, `.`
+    src: str = ""  # its source file: text (`.gz` too), or a TMX/XLIFF file holding both sides
+    ref: str = ""  # its reference file (text); empty for a TMX or XLIFF `src`
+    max_examples: int = 0  # 0 scores every line; else its first N pairs
+    # BLEU this set may lose against the start of the run and still let an evaluation become
+    # best.pt (e.g. 1.0); unset: the set is watched, not a rule.
+    keep_within: float | None = None
+
+
+@dataclass
 class DataConfig:
     """Where the parallel corpus lives and which sentence pairs to keep.
 
@@ -180,6 +200,11 @@ class TrainConfig:
     log_every: int = 100  # updates between log lines and metrics.jsonl records
     eval_every: int = 1000  # updates between evaluations on the dev set (and checkpoints)
     eval_bleu: bool = True  # greedy dev BLEU at each evaluation (picks `best.pt`)
+    # Dev sets scored beside data.valid at each evaluation and before the first step (the
+    # general domain beside a fine-tuning's own), each under its name (watch_bleu/NAME,
+    # watch_chrf/NAME, watch_loss/NAME); a `keep_within` on one bounds which evaluation may
+    # become best.pt (docs/fine-tuning.md: Keeping the general domain).
+    watch: list[WatchConfig] = field(default_factory=list)
     keep_last: int = 3  # step checkpoints kept besides last.pt and best.pt
     # At the end, average the last N step checkpoints into averaged.pt and score it on the dev
     # set; it is copied to best.pt when it beats the best evaluation (0 = off; <= keep_last).
@@ -229,6 +254,12 @@ class FinetuneConfig:
     lora_targets: list[Literal["q", "k", "v", "out", "ffn"]] = field(
         default_factory=lambda: ["q", "k", "v", "out", "ffn"]
     )
+    # What keeps the fine-tuned model close to its base on what the base knew (mt/adapt/keep.py):
+    # "kl" adds keep_weight times the KL divergence from the frozen base's next-token
+    # distribution to the model's, per target token of every training batch (Khayrallah et al.
+    # 2018); with the base's own data mixed in (data.corpora: replay) it sees general text too.
+    keep: Literal["none", "kl"] = "none"
+    keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
 
 
 def setting(default: Any, text: str, needs: str = "") -> Any:

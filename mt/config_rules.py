@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from mt.config import Config, DataConfig, DecodeConfig
 from mt.errors import MtError
@@ -130,6 +131,70 @@ def pair_checks(d: DataConfig) -> list[tuple[bool, str]]:
         )
     )
     return checks
+
+
+_WATCH_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def watch_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """`train.watch`: named sets with their files, each name once; `keep_within` needs BLEU."""
+    from mt.cat import format_of
+
+    t = cfg.train
+    checks: list[tuple[bool, str]] = [
+        (
+            not (t.watch and cfg.data.pairs),
+            "train.watch is for a run in one direction (with data.pairs each direction has its "
+            "own dev BLEU already)",
+        )
+    ]
+    names = [w.name for w in t.watch]
+    for i, w in enumerate(t.watch):
+        where = f"train.watch[{i}]"
+        bilingual = bool(w.src) and format_of(Path(w.src)) is not None
+        checks += [
+            (
+                bool(_WATCH_NAME.fullmatch(w.name)),
+                f"{where}.name must be letters, digits, '_', '-' or '.', got {w.name!r}",
+            ),
+            (w.name not in names[:i], f"{where}.name {w.name!r} is given twice"),
+            (w.src != "", f"{where}.src must be given (a text, TMX or XLIFF file)"),
+            (
+                bilingual or w.ref != "",
+                f"{where}.ref must be given (the references of the text file {where}.src)",
+            ),
+            (
+                not (bilingual and w.ref),
+                f"{where}.ref must be empty: the TMX or XLIFF file {where}.src holds them",
+            ),
+            (w.max_examples >= 0, f"{where}.max_examples must be >= 0"),
+            (
+                w.keep_within is None or 0 <= w.keep_within <= 100,
+                f"{where}.keep_within must be in [0, 100] BLEU, got {w.keep_within}",
+            ),
+            (
+                w.keep_within is None or t.eval_bleu,
+                f"{where}.keep_within compares BLEU: it needs train.eval_bleu: true",
+            ),
+        ]
+    return checks
+
+
+def keep_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """`finetune.keep`: a weight that means something, and the base's own vocabulary (the KL
+    compares distributions over the same pieces)."""
+    f = cfg.finetune
+    return [
+        (
+            0 < f.keep_weight <= 1000,
+            f"finetune.keep_weight must be in (0, 1000], got {f.keep_weight}",
+        ),
+        (
+            f.keep == "none" or cfg.train.init_vocab == "keep",
+            "finetune.keep: kl compares the model with its base over the base's vocabulary: it "
+            "cannot be combined with train.init_vocab: new",
+        ),
+    ]
 
 
 AUGMENT_MODIFIERS = ("uppercase", "titlecase", "no_final_punct", "typos")
@@ -276,6 +341,8 @@ def validate(cfg: Config) -> None:
     checks += decode_checks(d)
     checks += pair_checks(cfg.data)
     checks += augment_checks(cfg.data.augment)
+    checks += watch_checks(cfg)
+    checks += keep_checks(cfg)
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))

@@ -1,1 +1,2 @@
-"""Adapting a trained model to a domain: LoRA adapters (lora.py) and their files (files.py)."""
+"""Adapting a trained model to a domain: LoRA adapters (lora.py) and their files (files.py),
+and what keeps a fine-tune's general quality (keep.py)."""

@@ -95,10 +95,12 @@ def average_at_end(
     n: int,
     evaluate: Callable[[], dict[str, float]],
     state: TrainState,
+    admits: Callable[[dict[str, float]], bool] = lambda metrics: True,
 ) -> tuple[dict[str, float], bool]:
     """Write `averaged.pt` (the mean of the last `n` step checkpoints, `mt average`'s code),
     score it on the dev set and make it `best.pt` (and its score the run's best) when it beats
-    the run's best evaluation. Returns its metrics (rounded as logged) and whether it became
+    the run's best evaluation and the best rule `admits` its metrics (mt/train/best.py: the
+    watched sets' bounds). Returns its metrics (rounded as logged) and whether it became
     `best.pt`. The model holds its own weights again after."""
     path = checkpoints.average_last(n)
     averaged = checkpoint.load(path)
@@ -109,11 +111,11 @@ def average_at_end(
         raw = evaluate()
         score = raw.get("dev_bleu", -raw["valid_loss"])  # as the evaluations during training
         metrics = {k: round(v, 4) for k, v in raw.items()}
-        better = score > state.best_score
+        better = score > state.best_score and admits(raw)
         if better:
             sources = averaged["averaged_from"]
             checkpoints.save("best.pt", state.step, metrics=metrics, averaged_from=sources)
-            state.best_score = score
+            state.best_score, state.best_step = score, state.step
     finally:
         model.load_state_dict(kept)
     shown = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())

@@ -3,7 +3,8 @@
 Dev BLEU needs a decoder, so this is where training uses `mt.decode` and `mt.metrics`. The
 greedy translations are returned with the scores, for sinks that show a few of them. A
 multilingual model has a dev set per direction: each gets `dev_bleu/de-en` (and chrF), and
-`dev_bleu` is their mean, which picks `best.pt`.
+`dev_bleu` is their mean, which picks `best.pt`. The sets of `train.watch` (mt/train/watch.py)
+get `watch_loss/NAME`, `watch_bleu/NAME` and `watch_chrf/NAME`, outside every mean.
 """
 
 from __future__ import annotations
@@ -113,15 +114,22 @@ class Evaluator:
     (mt.decode.session), the door `mt eval` uses."""
 
     def __init__(
-        self, session: Session, settings: EvalSettings, sets: list[DevSet], precision: str
+        self,
+        session: Session,
+        settings: EvalSettings,
+        sets: list[DevSet],
+        precision: str,
+        watch: list[DevSet] | None = None,
     ) -> None:
         """`session` holds the model being trained (`Session.from_model`); `precision` is the
-        training's autocast, which decoding runs under too."""
+        training's autocast, which decoding runs under too; `watch`: the sets of `train.watch`
+        (mt/train/watch.py), scored beside `sets` under their names and in no `dev_*` mean."""
         model = session.model
         assert isinstance(model, Transformer), "training evaluates one model"
         self.session, self.settings = session, settings
         self.model, self.tokenizer, self.device = model, session.tokenizer, session.device
         self.sets = sets
+        self.watch = watch or []
         # The examples and the attention picture show the first direction.
         self.sources, self.references = sets[0].sources, sets[0].references
         self.precision = precision
@@ -131,7 +139,7 @@ class Evaluator:
         """Validation loss (teacher forced) and greedy dev BLEU; leaves the model in train
         mode."""
         self.model.eval()
-        out = self._loss()
+        out = self._loss(self.sets)
         first: list[str] = []
         if self.settings.bleu:
             scores: list[tuple[float, float]] = []
@@ -143,15 +151,22 @@ class Evaluator:
                     out[f"dev_bleu/{dev.name}"], out[f"dev_chrf/{dev.name}"] = scores[-1]
             out["dev_bleu"] = float(np.mean([b for b, _ in scores]))
             out["dev_chrf"] = float(np.mean([c for _, c in scores]))
+        for w in self.watch:
+            out[f"watch_loss/{w.name}"] = self._loss([w])["valid_loss"]
+            if self.settings.bleu:
+                out[f"watch_bleu/{w.name}"], out[f"watch_chrf/{w.name}"] = w.scores(
+                    self.translate(w.sources, w.to)
+                )
         self.model.train()
         return Evaluation(out, first)
 
-    def _loss(self) -> dict[str, float]:
+    def _loss(self, sets: list[DevSet]) -> dict[str, float]:
+        """Teacher-forced loss, NLL and perplexity per target token over all of `sets`."""
         e = self.settings
         loss_sum = nll_sum = 0.0
         ntok = 0
         placement = e.lang_token
-        for dev in self.sets:
+        for dev in sets:
             lang = None if dev.to is None else self.tokenizer.lang_id(dev.to)
             mark = lang is not None and placement == "source"
             sizes = dev.store.sizes.astype(np.int64) + mark  # + the source's language token

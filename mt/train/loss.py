@@ -47,3 +47,14 @@ def symmetric_kl(
     (`log_probs`), which the smoothed loss of the same forward pass has already computed."""
     kl = ((logp_a.exp() - logp_b.exp()) * (logp_a - logp_b)).sum(dim=-1) / 2  # both KLs, halved
     return kl.masked_fill(target.eq(pad_id), 0.0).sum()
+
+
+def kl_to_reference(
+    logp_ref: torch.Tensor, logp: torch.Tensor, target: torch.Tensor, pad_id: int
+) -> torch.Tensor:
+    """Summed over non-pad targets: KL(p_ref || p), how far the distribution `logp` moved from
+    a fixed reference `logp_ref` (a frozen base, mt/adapt/keep.py). Its gradient is that of the
+    cross entropy toward the reference's distribution (word-level distillation): the reference
+    takes none."""
+    kl = (logp_ref.exp() * (logp_ref - logp)).sum(dim=-1)  # (B, T)
+    return kl.masked_fill(target.eq(pad_id), 0.0).sum()

@@ -145,6 +145,7 @@ def evaluator(
     sets: list[DevSet],
     device: torch.device,
     precision: str,
+    watch: list[DevSet] | None = None,
 ) -> Evaluator:
     """The evaluation, translating through a session over the model being trained
     (`Session.from_model`), the door `mt eval` uses. The session holds the whole config, as
@@ -153,7 +154,7 @@ def evaluator(
     (`Evaluator.translate`)."""
     session = Session.from_model(net, tokenizer, cfg, device, dtype="fp32")
     settings = EvalSettings.of(cfg.train, cfg.data)
-    return Evaluator(session, settings, sets, precision)
+    return Evaluator(session, settings, sets, precision, watch)
 
 
 def continued(

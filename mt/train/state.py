@@ -29,6 +29,10 @@ class TrainState:
     batch_in_epoch: int = 0  # batches of the current epoch already consumed
     elapsed: float = 0.0  # seconds of training so far, across resumes
     best_score: float = -math.inf  # dev BLEU, or minus validation loss without BLEU
+    best_step: int = -1  # the step of best.pt (mt/train/best.py)
+    # train.watch: each watched set's BLEU at the run's first evaluation (the base's, before
+    # the first step), what a `keep_within` bound is measured from
+    watch_start: dict[str, float] = field(default_factory=dict)
     bad_evals: int = 0
     last_eval_step: int = -1
     best_nll: float = math.inf  # the lowest validation NLL so far (`stop.overfit_note`)

@@ -7,7 +7,8 @@ under its run directory's name.
 
 - Scalars: every number of every `metrics.jsonl` record, at the record's step: a log interval
   under `train/` (`train/loss`, `train/lr`, `train/tgt_tokens_per_s`, ...), an evaluation under
-  `dev/` without its `valid_`/`dev_` prefix (`dev/loss`, `dev/ppl`, `dev/bleu`, ...). Records
+  `dev/` without its `valid_`/`dev_` prefix (`dev/loss`, `dev/ppl`, `dev/bleu`, ...), a watched
+  set's (`train.watch`) under `watch/NAME/` (`watch/general/bleu`, `watch/general/loss`). Records
   of neither kind (the fine-tuning start, the stop) have no curve.
 - At each evaluation: three fixed dev sentences (source, reference, this step's greedy
   translation) as text, and the encoder-decoder attention of the first as an image, drawn by
@@ -70,7 +71,11 @@ def can_draw() -> bool:
 
 
 def tag(group: str, key: str) -> str:
-    """The stable tag of one record key: `train/loss`, `dev/bleu` (for `dev_bleu`), ..."""
+    """The stable tag of one record key: `train/loss`, `dev/bleu` (for `dev_bleu`), ...; a
+    watched set's under its own name: `watch/general/bleu` (for `watch_bleu/general`)."""
+    if key.startswith("watch_") and "/" in key:
+        metric, name = key.removeprefix("watch_").split("/", 1)
+        return f"watch/{name}/{metric}"
     if group == "dev":
         for prefix in ("valid_", "dev_"):
             if key.startswith(prefix):

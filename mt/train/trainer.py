@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from mt.adapt.keep import Keep
 from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
@@ -38,6 +39,7 @@ from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
 from mt.train import distributed, finetune, nodes, setup, tensorboard
 from mt.train.averaging import Ema, average_at_end, ema_weights
+from mt.train.best import BestRule, consider
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.resume import training_state
 from mt.train.rotation import Checkpoints
@@ -47,6 +49,7 @@ from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, overfit_note, stop_reason
 from mt.train.tune import tune_decode
 from mt.train.update import Update
+from mt.train.watch import read_watched, watch_sets
 
 
 class Trainer:
@@ -62,6 +65,7 @@ class Trainer:
         self.precision = proc.precision.name
         self.start = setup.decide_start(cfg, run_dir, resume, proc)
         t = cfg.train  # fine-tuning's, when it started from train.init_from
+        watched = read_watched(t.watch, cfg.data) if self.dist.main else []  # train.watch
         prepared, self.lock = nodes.prepare_run(  # rank 0 holds the run directory's lock
             cfg.data,
             cfg.tokenizer,
@@ -75,7 +79,8 @@ class Trainer:
         self.tokenizer = prepared.tokenizer
         self.train_set, dev_sets = setup.data(prepared, cfg.data)
         self.model = setup.model(cfg.model, t.freeze, self.tokenizer, self.device, self.start)
-        self.update = Update(t, cfg.model, self.model, self.dist, self.device, self.precision)
+        keep = Keep.of(cfg, self.tokenizer, self.device, log=self.dist.main)  # finetune.keep
+        self.update = Update(t, cfg.model, self.model, self.dist, self.device, self.precision, keep)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
         self.state = setup.continued(
@@ -90,9 +95,13 @@ class Trainer:
         self.update.net = torch.compile(net) if t.compile else net
         if self.dist.main:
             save_config(cfg, run_dir / "config.yaml")
+        watch = watch_sets(watched, self.tokenizer, cfg.data)
         self.evaluate = setup.evaluator(
-            cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision
+            cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision, watch
         )
+        self.best = BestRule.of(t.watch)  # which evaluation becomes best.pt
+        if self.start.resumed:
+            self.best.check_resumed(self.state, self.start.last)
         init = self.start.init
         adapter = None if init is None or init.adapter is None else (init.adapter, init.base)
         self.checkpoints = Checkpoints(
@@ -137,15 +146,19 @@ class Trainer:
         """One record for the steps since the last log interval (summed over ranks)."""
         t, s, d = self.cfg.train, self.state, self.dist
         span = window.seconds()
-        w_loss, w_nll, w_tok = distributed.sum_all(
-            d, [float(window.loss), float(window.nll), float(window.tokens)], self.device
-        )
+        sums = [float(window.loss), float(window.nll), float(window.tokens)]
+        keep = self.update.keep is not None  # finetune.keep: the KL term toward the base
+        if keep:
+            sums.append(float(self.update.kl_sum))
+            self.update.kl_sum.zero_()
+        w_loss, w_nll, w_tok, *w_kl = distributed.sum_all(d, sums, self.device)
         rec = {
             "step": s.step,
             "epoch": s.epoch,
             "loss": w_loss / w_tok,
             "nll": w_nll / w_tok,
             "lr": self.update.optimizer.param_groups[0]["lr"],
+            **({"keep_kl": w_kl[0] / w_tok} if keep else {}),
             "grad_norm": window.mean_grad_norm(),  # the same on every rank (all-reduced)
             "tgt_tokens_per_s": w_tok / span,
             "elapsed": round(s.elapsed, 1),
@@ -163,9 +176,11 @@ class Trainer:
         )
         window.reset()
 
-    def _evaluate_and_save(self, start: float) -> None:
+    def _evaluate_and_save(self, start: float, first: bool = False) -> None:
         """Validate and write checkpoints (rank 0). The time since `start` counts as training
         time before `last.pt` records it; patience is then a stop rule like the others.
+        `first`: the evaluation before the first step of a run that watches sets (the start
+        values of the best rule's bounds), which writes no step checkpoint.
 
         TensorBoard's attention picture is drawn on a thread while `best.pt` and the step
         checkpoint are written; `tensorboard_seconds` is what its texts, attention and picture
@@ -182,21 +197,19 @@ class Trainer:
                 self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
                 board = time.perf_counter() - tick
             s.elapsed += time.perf_counter() - start
-            score = metrics.get("dev_bleu", -metrics["valid_loss"])
-            improved = score > s.best_score
-            if improved:
-                s.best_score, s.bad_evals = score, 0
-            else:
-                s.bad_evals += 1
+            improved = consider(self.best, s, s.step, metrics)
+            s.bad_evals = 0 if improved else s.bad_evals + 1
             s.last_eval_step = s.step
             note = overfit_note(s, metrics["valid_nll"]) if "valid_nll" in metrics else None
             if improved:
                 self.checkpoints.save("best.pt", s.step, metrics=metrics)
-            self.checkpoints.save_step(s.step)
+            if not first:
+                self.checkpoints.save_step(s.step)
         if self.tensorboard is not None:
             tick = time.perf_counter()
             self.tensorboard.wait()
             seconds["tensorboard_seconds"] = round(board + time.perf_counter() - tick, 3)
+        ruled = {"admitted": self.best.admits(metrics, s.watch_start)} if self.best.bounds else {}
         self.log.write(
             {
                 "step": s.step,
@@ -204,6 +217,7 @@ class Trainer:
                 "elapsed": round(s.elapsed, 1),
                 **{k: round(v, 4) for k, v in metrics.items()},
                 **seconds,
+                **ruled,  # whether the best rule's bounds let it become best.pt
             }
         )
         self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
@@ -212,6 +226,10 @@ class Trainer:
         tqdm.write(f"step {s.step}: {shown} ({seconds['eval_seconds']:.1f} s)")
         if note:
             tqdm.write(note)
+        if first and self.best.bounds:
+            rule = self.best.describe(s.watch_start)
+            self.log.write({"step": s.step, "best_rule": rule})
+            tqdm.write(f"best.pt: {rule}")
 
     def _evaluate_in_loop(self, window: Window) -> None:
         """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
@@ -281,7 +299,12 @@ class Trainer:
             self._evaluate_and_save(time.perf_counter())
         if t.average_last:
             scores, better = average_at_end(
-                self.checkpoints, self.model, t.average_last, lambda: self.evaluate().metrics, s
+                self.checkpoints,
+                self.model,
+                t.average_last,
+                lambda: self.evaluate().metrics,
+                s,
+                lambda metrics: self.best.admits(metrics, s.watch_start),
             )
             self.log.write({"step": s.step, **{f"averaged_{k}": v for k, v in scores.items()}})
             if better:
@@ -289,6 +312,10 @@ class Trainer:
         if t.tune_beam or t.tune_alpha:
             best = self.run_dir / "best.pt"
             self.log.write(tune_decode(t, self.cfg.decode, best, self.evaluate, s.step))
+        if t.watch and s.best_step >= 0:  # which evaluation is best.pt, and by which rule
+            rule = self.best.describe(s.watch_start)
+            self.log.write({"step": s.step, "best_step": s.best_step, "best_rule": rule})
+            tqdm.write(f"best.pt: step {s.best_step}, {rule}", file=sys.stderr)
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
         if self.tensorboard is not None and self.last_metrics:
             self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)
@@ -316,6 +343,10 @@ class Trainer:
             total=t.max_steps, initial=s.step, unit="step", dynamic_ncols=True, disable=quiet
         )
         window = Window(self.device)
+        if t.watch and not self.start.resumed:  # the start values of the watched sets
+            if d.main:
+                self._evaluate_and_save(time.perf_counter(), first=True)
+            s.last_eval_step = s.step
         reason = stop_reason(t, s)
         while reason is None:
             batches = self._epoch_batches()

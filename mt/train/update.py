@@ -6,7 +6,8 @@ the group on all ranks), so the update does not depend on how the batch was spli
 whose loss or gradient is not finite is skipped without a host sync (fused Adam reads
 `found_inf`); `bad_run` counts such updates in a row for the divergence rule, `bad_total` all of
 them for the log. Both travel in `last.pt` (`counts`), so a resumed run logs the run's total and
-its divergence rule counts across the resume.
+its divergence rule counts across the resume. With `finetune.keep: kl` the objective adds a KL term
+toward the frozen base (mt/adapt/keep.py); `kl_sum` sums it for the log.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import contextlib
 
 import torch
 
+from mt.adapt.keep import Keep
 from mt.batching import Batch
 from mt.config import ModelConfig, TrainConfig
 from mt.device import autocast
 from mt.tokenizer import PAD
 from mt.train import distributed
 from mt.train.distributed import Dist
-from mt.train.loss import log_probs, smoothed_loss_of_log_probs, symmetric_kl
+from mt.train.loss import kl_to_reference, log_probs, smoothed_loss_of_log_probs, symmetric_kl
 from mt.train.schedule import learning_rate
 
 
@@ -37,9 +39,14 @@ class Update:
         d: Dist,
         device: torch.device,
         precision: str,
+        keep: Keep | None = None,
     ) -> None:
-        """`t` and `m`: the train and model sections (the schedule reads `model.d_model`)."""
+        """`t` and `m`: the train and model sections (the schedule reads `model.d_model`);
+        `keep`: the frozen base of `finetune.keep` whose KL term the objective adds."""
         self.train_cfg, self.model_cfg = t, m
+        self.keep = keep
+        # finetune.keep: the KL term summed over the updates since the log last read it
+        self.kl_sum = torch.zeros((), device=device)
         self.model, self.net = model, model
         self.dist, self.device, self.precision = d, device, precision
         self.optimizer = torch.optim.Adam(
@@ -126,8 +133,15 @@ class Update:
             logits = self.net(src, tgt_in)
         logp = log_probs(logits)
         loss, nll = smoothed_loss_of_log_probs(logp, tgt_out, t.label_smoothing, PAD)
-        if not t.rdrop:
-            return loss, nll, loss
-        loss, nll = loss / 2, nll / 2
-        kl = symmetric_kl(*logp.chunk(2), b.tgt_out, PAD)
-        return loss, nll, loss + t.rdrop * kl / 2
+        objective = loss
+        if t.rdrop:
+            loss, nll = loss / 2, nll / 2
+            kl = symmetric_kl(*logp.chunk(2), b.tgt_out, PAD)
+            objective = loss + t.rdrop * kl / 2
+        if self.keep is not None:  # finetune.keep: toward the frozen base (mt/adapt/keep.py)
+            reference = self.keep.reference(src, tgt_in, self.precision)
+            term = kl_to_reference(reference, logp, tgt_out, PAD)
+            term = term / 2 if t.rdrop else term  # per target token, as the loss
+            self.kl_sum += term.detach()
+            objective = objective + self.keep.weight * term
+        return loss, nll, objective

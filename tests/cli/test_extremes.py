@@ -107,6 +107,8 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "finetune.lora_rank": ("EEE",),  # checked whether or not an adapter is trained
     "finetune.lora_alpha": ("EEW",),
     "finetune.lora_dropout": ("WEE",),
+    "finetune.keep_weight": ("EEE",),  # checked whether or not a base is kept
+    "train.watch.max_examples": ("WEW",),  # 0: every line of the watched set
 }
 
 # (command, flag) -> outcomes at (0, -1, huge).
@@ -285,6 +287,13 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
         raw["data"]["corpora"] = [{"name": "train", "weight": value}]
         config.write_text(yaml.safe_dump(raw))
         sets = []
+    elif key == "train.watch.max_examples":  # an entry of a list: written into the file
+        raw = yaml.safe_load(config.read_text())
+        data = tmp_path / "data"
+        watch = {"name": "general", "src": str(data / "val.src"), "ref": str(data / "val.tgt")}
+        raw["train"]["watch"] = [{**watch, "max_examples": value}]
+        config.write_text(yaml.safe_dump(raw))
+        sets = []
     elif key == "train.optimizer_betas":
         sets = [f"{key}=[{value}, {value}]"]
     elif key in ("train.tune_beam", "train.tune_alpha"):
@@ -300,7 +309,9 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
     rc, out, err = run_in_process(args, capsys, monkeypatch)
 
     if expect == "E":
-        short = key.replace("data.corpora.", "data.corpora[0].")
+        short = key.replace("data.corpora.", "data.corpora[0].").replace(
+            "train.watch.", "train.watch[0]."
+        )
         assert_one_error_line(rc, err, short)
         return
     if expect == "A" and rc != 0:

@@ -92,3 +92,46 @@ def test_skipped_update_counts_survive_a_resume(tmp_path, mt_cli):
     assert a == b and all(skipped == step - 1 for step, skipped in a), (a, b)
     steps = [torch.load(d / "last.pt", weights_only=True)["step"] for d in (straight, resumed)]
     assert steps[0] == steps[1] < 40
+
+
+def test_a_fine_tuning_run_with_keep_resumes_exactly(tmp_path, mt_cli):
+    """`finetune.keep: kl` holds the base in memory; `last.pt` holds only the trained model, so
+    the resumed run reads the base again from `train.init_from` (given to neither the config
+    nor the resuming command: the run's own config records it) and adds the same term: the
+    same losses, KL values and weights as the run that never stopped. A watched set is on too:
+    its start values (the base's, evaluated before the first step) come back from `last.pt`."""
+    config = reverse_task_config(tmp_path, max_steps=8, eval_every=8)
+    base = tmp_path / "base"
+    assert mt_cli("train", config, "--run-dir", base).rc == 0
+    data = tmp_path / "data"
+    watch = f"[{{name: general, src: {data / 'val.src'}, ref: {data / 'val.tgt'}}}]"
+    keep = (
+        *("--set", "finetune.keep=kl", "--set", "finetune.keep_weight=2"),
+        *("--set", "train.eval_every=6", "--set", f"train.watch={watch}"),
+        *("--set", "train.max_steps=24"),
+    )
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    init = ("--init-from", base / "best.pt")
+    assert mt_cli("train", config, "--run-dir", straight, *init, *keep).rc == 0
+    half = mt_cli(
+        "train", config, "--run-dir", resumed, *init, *keep, "--set", "train.max_steps=12"
+    )
+    assert half.rc == 0, half.err
+    more = mt_cli("train", config, "--run-dir", resumed, "--resume", *keep)
+    assert more.rc == 0, more.err
+    assert "toward the frozen base" in more.err
+
+    a, b = logged(straight), logged(resumed)
+    assert [r["step"] for r in a if "valid_loss" in r] == [0, 6, 12, 18, 24]
+    assert [r["step"] for r in b] == [r["step"] for r in a]
+    kls = [r["keep_kl"] for r in a if "loss" in r]
+    assert len(kls) == 6 and all(k > 0 for k in kls)
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys()
+        for key in ra:
+            assert rb[key] == pytest.approx(ra[key], rel=1e-5, abs=1e-6), (ra["step"], key)
+    wa = torch.load(straight / "last.pt", weights_only=True)
+    wb = torch.load(resumed / "last.pt", weights_only=True)
+    assert wa["train_state"]["state"]["watch_start"] == wb["train_state"]["state"]["watch_start"]
+    for name, tensor in wa["model"].items():
+        torch.testing.assert_close(wb["model"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)

@@ -207,3 +207,17 @@ def test_the_picture_drawn_on_a_thread_is_written_and_its_failure_raised(tmp_pat
         sink.wait()
     sink.wait()  # raised once
     sink.close()
+
+
+def test_a_watched_sets_values_have_curves_under_its_name():
+    record = {
+        "step": 6, "valid_loss": 2.5, "dev_bleu": 10.0, "watch_bleu/general": 20.5,
+        "watch_chrf/general": 40.0, "watch_loss/general": 3.1, "admitted": True,
+    }  # fmt: skip
+    group, values = scalars(record)
+    assert group == "dev"
+    assert values == {
+        "dev/loss": 2.5, "dev/bleu": 10.0, "watch/general/bleu": 20.5,
+        "watch/general/chrf": 40.0, "watch/general/loss": 3.1,
+    }  # fmt: skip
+    assert scalars({"step": 0, "best_rule": "the highest dev_bleu"}) is None  # no curve

@@ -123,3 +123,56 @@ def test_two_process_ddp_trains_an_adapter_as_one_process_does(tmp_path, mt_cli)
     for name, tensor in wa["model"].items():
         assert name.endswith(("lora_a", "lora_b")), name
         torch.testing.assert_close(wb["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def records(run_dir: Path) -> dict[int, dict]:
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "loss" in r:
+            out[r["step"]] = r
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_fine_tuning_with_keep_matches_single_process(tmp_path, mt_cli):
+    """`finetune.keep: kl` under torchrun: each rank holds its own frozen base, the KL term
+    goes into the gradient DDP averages, and its logged value is summed over the ranks, so
+    the two-process run follows the one-process run with the same global batch (loss, KL and
+    weights). A watched set is scored by rank 0 alone, before the first step too."""
+    if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
+        pytest.skip("torchrun not installed")
+    config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=64)
+    no_dropout = ("--set", "model.dropout=0.0")
+    base = mt_cli("train", config, "--run-dir", tmp_path / "base", *no_dropout)
+    assert base.rc == 0, base.err
+    data = tmp_path / "data"
+    watch = f"[{{name: general, src: {data / 'val.src'}, ref: {data / 'val.tgt'}}}]"
+    keep = [
+        *("--set", "finetune.keep=kl", "--set", "finetune.keep_weight=3"),
+        *("--set", f"train.watch={watch}", "--set", "train.lr_scale=4"),
+        *("--init-from", str(tmp_path / "base" / "best.pt"), *no_dropout),
+    ]
+    single = mt_cli(
+        "train", config, "--run-dir", tmp_path / "single", "--set", "train.accum_steps=2", *keep
+    )
+    assert single.rc == 0, single.err
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    ddp = subprocess.run(
+        [torchrun, "--nproc_per_node=2", "--master_port=29534", "-m", "mt", "train",
+         str(config), "--run-dir", str(tmp_path / "ddp"), *keep],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    a, b = records(tmp_path / "single"), records(tmp_path / "ddp")
+    assert sorted(a) == sorted(b) == list(range(4, K + 1, 4))
+    for step in a:
+        assert a[step]["keep_kl"] > 0
+        for key in ("loss", "keep_kl"):
+            assert b[step][key] == pytest.approx(a[step][key], rel=1e-4), (step, key)
+    wa = torch.load(tmp_path / "single" / "last.pt", weights_only=True)["model"]
+    wb = torch.load(tmp_path / "ddp" / "last.pt", weights_only=True)["model"]
+    for name, tensor in wa.items():
+        torch.testing.assert_close(wb[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    evals = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evals if "watch_loss/general" in r] == [0, K]

@@ -144,6 +144,43 @@ def test_wrong_type_names_key_and_file(tmp_path, text, key):
         ("data:\n  corpora: [{weight: 1}]\n", "data.corpora[0].name"),
         ("data:\n  corpora: [{name: a, wieght: 1}]\n", "data.corpora[0].wieght"),
         ("data:\n  corpora: {name: a}\n", "data.corpora"),
+        (
+            "train:\n  watch: [{name: g, src: a.de, ref: a.en, keep_within: -1}]\n",
+            "train.watch[0].keep_within",
+        ),
+        ("train:\n  watch: [{name: g, src: a.de}]\n", "train.watch[0].ref"),
+        ("train:\n  watch: [{name: g, src: a.tmx, ref: a.en}]\n", "train.watch[0].ref"),
+        ("train:\n  watch: [{src: a.de, ref: a.en}]\n", "train.watch[0].name"),
+        ("train:\n  watch: [{name: 'a b', src: a.de, ref: a.en}]\n", "train.watch[0].name"),
+        ("train:\n  watch: [{name: g, ref: a.en}]\n", "train.watch[0].src"),
+        (
+            "train:\n  watch: [{name: g, src: a, ref: b}, {name: g, src: c, ref: d}]\n",
+            "train.watch[1].name",
+        ),
+        (
+            "train:\n  watch: [{name: g, src: a, ref: b, max_examples: -1}]\n",
+            "train.watch[0].max_examples",
+        ),
+        (
+            "train:\n  eval_bleu: false\n  watch: [{name: g, src: a, ref: b, keep_within: 1}]\n",
+            "train.watch[0].keep_within",
+        ),
+        (
+            "train:\n  watch: [{name: g, src: a, ref: b, keepwithin: 1}]\n",
+            "train.watch[0].keepwithin",
+        ),
+        (
+            "train:\n  watch: [{name: g, src: a, ref: b, keep_within: much}]\n",
+            "train.watch[0].keep_within",
+        ),
+        (
+            "data:\n  pairs: [de-en, en-de]\ntrain:\n  watch: [{name: g, src: a, ref: b}]\n",
+            "train.watch",
+        ),
+        ("finetune:\n  keep: kl\n  keep_weight: 0\n", "finetune.keep_weight"),
+        ("finetune:\n  keep: always\n", "finetune.keep"),
+        ("finetune:\n  keeps: kl\n", "finetune.keeps"),
+        ("finetune:\n  keep: kl\ntrain:\n  init_vocab: new\n", "finetune.keep"),
     ],
 )
 def test_impossible_value_names_key_and_file(tmp_path, text, key):

@@ -1,0 +1,213 @@
+"""Fine-tuning that keeps the general domain: plain, a KL term toward the base, replay, both.
+
+    python -m scripts.studies.keep_general BASE.pt STRINGS_DIR OUT_DIR [--steps 280]
+        [--keep-weight 1.0] [--replay-weight 0.25] [--arms plain,keep,replay,both] [--jobs 2]
+
+From BASE.pt (the demo model), each arm fine-tunes on the software strings that
+scripts/tools/software_strings.py writes to STRINGS_DIR ({train,val,test}.{de,en}) for the same
+number of updates (step-bounded, so the figures do not depend on the machine's load), with the
+recipe of docs/pretrained-models.md (inverse_sqrt, lr 0.0005, warmup 50, 2,048 tokens, one
+thread):
+
+- plain: the strings alone;
+- keep: `finetune.keep: kl`, a KL term toward the frozen base on every batch;
+- replay: Multi30k's train mixed in as a second corpus (`data.corpora`, `--replay-weight`);
+- both: replay and the KL term;
+- watch (on request): plain, with the first 300 pairs of Multi30k's val watched
+  (`train.watch`, `keep_within: 1.0`) and evaluated 7 times: best.pt is the strings' best
+  among the evaluations within 1 BLEU of the base on them.
+
+Then the base and each arm's final model are scored greedily (as the earlier measurement did)
+on the strings test part and Multi30k's test_2016_flickr: lowercased BLEU and chrF, through
+`mt eval`. An arm whose OUT_DIR/ARM/scores.json exists is not run again (arms can be run in
+several calls, or with other weights into other OUT_DIRs, joined in one table by `--also`);
+the table is printed at the end, with the machine and the load average when each arm started
+and ended. docs/fine-tuning.md ("Keeping the general domain") holds the measured table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scripts.common import describe_machine, machine, markdown_table, multi30k_dir, say, write_text
+
+ARMS = ("plain", "keep", "replay", "both", "watch")
+GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1", "--json"]
+
+
+def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    """The fine-tuning config of one arm."""
+    strings, general = str(args.strings.resolve()), str(multi30k_dir().resolve())
+    data: dict[str, Any] = {
+        "root": strings, "src_lang": "de", "tgt_lang": "en", "valid": "val", "test": "test",
+        "max_len": 100,
+    }  # fmt: skip
+    if arm in ("replay", "both"):
+        data["corpora"] = [
+            {"name": "train"},
+            {"name": "train", "root": general, "weight": args.replay_weight},
+        ]
+    train = {
+        "run_dir": str(run_dir), "schedule": "inverse_sqrt", "lr": 0.0005, "warmup": 50,
+        "max_steps": args.steps, "threads": 1, "loader_workers": 0, "max_tokens": 2048,
+        "eval_bleu": False, "eval_every": args.steps, "log_every": 20, "keep_last": 0,
+        "tensorboard": False, "seed": 1,
+    }  # fmt: skip
+    if arm == "watch":  # plain, with Multi30k's val watched and best.pt bounded by it
+        general = multi30k_dir().resolve()
+        train.update(eval_bleu=True, eval_every=args.steps // 7)
+        src, ref = general / "val.de.gz", general / "val.en.gz"
+        train["watch"] = [{
+            "name": "multi30k", "src": str(src), "ref": str(ref), "max_examples": 300,
+            "keep_within": 1.0,
+        }]  # fmt: skip
+    cfg: dict[str, Any] = {"data": data, "train": train}
+    if arm in ("keep", "both"):
+        cfg["finetune"] = {"keep": "kl", "keep_weight": args.keep_weight}
+    return cfg
+
+
+def mt(*argv: str, log: Path | None = None) -> str:
+    """`python -m mt ARGV` with one thread; its stdout (its stderr to `log`, when given)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MT_DATA": str(multi30k_dir().resolve())}
+    err = log.open("w", encoding="utf-8") if log else subprocess.DEVNULL
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mt", *argv], stdout=subprocess.PIPE, stderr=err, env=env,
+            text=True, check=False,
+        )  # fmt: skip
+    finally:
+        if log:
+            err.close()
+    if done.returncode:
+        raise SystemExit(f"mt {' '.join(argv)}: exit {done.returncode} (see {log})")
+    return done.stdout
+
+
+def scores(checkpoint: Path, strings: Path, folder: Path) -> dict[str, Any]:
+    """Greedy lowercased BLEU and chrF on both test sets."""
+    general = multi30k_dir()
+    sets = {
+        "strings": (strings / "test.de", strings / "test.en"),
+        "multi30k": (general / "test_2016_flickr.de.gz", general / "test_2016_flickr.en.gz"),
+    }
+    out = {}
+    for name, (src, ref) in sets.items():
+        raw = json.loads(
+            mt(
+                "eval",
+                str(checkpoint),
+                "--src",
+                str(src),
+                "--ref",
+                str(ref),
+                *GREEDY,
+                log=folder / f"eval_{name}.log",
+            )  # fmt: skip
+        )
+        out[name] = {"bleu_lc": round(raw["bleu_lc"], 2), "chrf": round(raw["chrf"], 2)}
+    return out
+
+
+def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    folder = args.out / arm
+    done = folder / "scores.json"
+    if done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    folder.mkdir(parents=True, exist_ok=True)
+    start_load = os.getloadavg()[0]
+    tick = time.perf_counter()
+    if arm == "base":
+        model = args.base
+    else:
+        config = folder / "config.yaml"
+        write_text(config, yaml.safe_dump(arm_config(arm, args, folder / "run")), "the config")
+        say(f"{arm}: training {args.steps} steps")
+        mt("train", str(config), "--init-from", str(args.base), log=folder / "train.log")
+        model = folder / "run" / "best.pt"
+    seconds = time.perf_counter() - tick
+    say(f"{arm}: scoring {model}")
+    result = {
+        "arm": arm,
+        "scores": scores(model, args.strings, folder),
+        "train_seconds": round(seconds, 1),
+        "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
+        "steps": 0 if arm == "base" else args.steps,
+        "keep_weight": args.keep_weight if arm in ("keep", "both") else 0.0,
+        "replay_weight": args.replay_weight if arm in ("replay", "both") else 0.0,
+    }
+    write_text(done, json.dumps(result, indent=1) + "\n")
+    say(f"{arm}: {result['scores']}")
+    return result
+
+
+def label(r: dict[str, Any]) -> str:
+    """An arm with its settings: `keep (kl 1)`, `both (kl 1, replay 0.25)`."""
+    parts = [f"kl {r['keep_weight']:g}"] if r["keep_weight"] else []
+    parts += [f"replay {r['replay_weight']:g}"] if r["replay_weight"] else []
+    return f"{r['arm']} ({', '.join(parts)})" if parts else r["arm"]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The Markdown table: each arm's scores, its gain on the strings against the base (and
+    as a share of plain fine-tuning's gain) and its change on Multi30k."""
+    base = next(r for r in results if r["arm"] == "base")["scores"]
+    plain = next((r for r in results if r["arm"] == "plain"), None)
+    plain_gain = plain["scores"]["strings"]["bleu_lc"] - base["strings"]["bleu_lc"] if plain else 0
+    rows = []
+    for r in results:
+        s, m = r["scores"]["strings"], r["scores"]["multi30k"]
+        gain = s["bleu_lc"] - base["strings"]["bleu_lc"]
+        share = f"{100 * gain / plain_gain:.0f}%" if plain_gain > 0 and r["steps"] else ""
+        rows.append([
+            label(r), r["steps"], f"{s['bleu_lc']:.2f} ({s['chrf']:.2f})", f"{gain:+.2f}", share,
+            f"{m['bleu_lc']:.2f} ({m['chrf']:.2f})",
+            f"{m['bleu_lc'] - base['multi30k']['bleu_lc']:+.2f}",
+            f"{r['load'][0]} / {r['load'][1]}",
+        ])  # fmt: skip
+    header = ["arm", "steps", "strings test BLEU (chrF)", "gain", "of plain's gain",
+              "Multi30k test BLEU (chrF)", "vs base", "load start / end"]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("base", type=Path)
+    p.add_argument("strings", type=Path)
+    p.add_argument("out", type=Path)
+    p.add_argument("--steps", type=int, default=280)
+    p.add_argument("--keep-weight", type=float, default=1.0)
+    p.add_argument("--replay-weight", type=float, default=0.25)
+    p.add_argument("--arms", default=",".join(ARMS[:4]))
+    p.add_argument("--jobs", type=int, default=1, help="arms trained side by side")
+    p.add_argument(
+        "--also", type=Path, nargs="*", default=[],
+        help="OUT_DIRs of earlier calls (other weights) whose arms join the table",
+    )  # fmt: skip
+    args = p.parse_args()
+    arms = ["base"] + [a for a in args.arms.split(",") if a]
+    info = machine()
+    say(describe_machine(info))
+    with ThreadPoolExecutor(max(args.jobs, 1)) as pool:
+        results = list(pool.map(lambda a: run_arm(a, args), arms))
+    for folder in args.also:
+        for arm in ARMS:
+            done = folder / arm / "scores.json"
+            if done.is_file():
+                results.append(json.loads(done.read_text(encoding="utf-8")))
+    print(describe_machine(info))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
