@@ -19,8 +19,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mt.errors import MtError
-
 FORMATS = ("tmx", "xliff")
 # The tag names of inline codes (mt.cat.inline): pairs `<g1>...</g1>`, lone codes `<x2/>`; a
 # segment whose own text holds such a tag (`&lt;g1&gt;` in the file) takes the next names.
@@ -45,22 +43,3 @@ def format_of(path: Path) -> str | None:
     with `.gz`), else None: how `mt eval --src` tells a bilingual file from plain text."""
     name = path.name.lower().removesuffix(".gz")
     return next((f for s, f in SUFFIXES.items() if name.endswith(s)), None)
-
-
-def read_bilingual(path: Path, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
-    """All segment pairs of a (small) TMX or XLIFF file, `src_lang` side first: a test set."""
-    from mt.cat.tmx import tmx_pairs
-    from mt.cat.xliff import xliff_pairs
-
-    fmt = format_of(path)
-    if fmt is None:
-        raise MtError(f"{path}: not a TMX or XLIFF file name ({', '.join(SUFFIXES)})")
-    read = tmx_pairs if fmt == "tmx" else xliff_pairs
-    src: list[str] = []
-    tgt: list[str] = []
-    for s, t in read(path, src_lang, tgt_lang):
-        src.append(s)
-        tgt.append(t)
-    if not src:
-        raise MtError(f"{path}: no segment pairs")
-    return src, tgt

@@ -1,10 +1,9 @@
-"""`mt translate`, `mt eval` and `mt score`: commands that use a trained model."""
+"""`mt translate` and `mt eval`: commands that translate with a trained model."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -43,6 +42,7 @@ from mt.cli.options import (
     warn_truncated,
     write_output,
 )
+from mt.cli.xliff import fill_xliff, read_xliff, xliff_languages
 from mt.decode.options import OFFERED, DecodeOptions
 from mt.decode.session import keep_learned
 from mt.errors import EXIT_GATE, EXIT_LINES, MtError
@@ -118,13 +118,13 @@ def translate(
     check_max_doubt(max_doubt)
     document = None
     if input_format == "xliff":
-        document = _read_xliff(input, output_format, alignment, options, shard, chunk_lines)
+        document = read_xliff(input, output_format, alignment, options, shard, chunk_lines)
     typing = document is None and input is None and sys.stdin.isatty()  # answer each line
     if typing:
         options = dataclasses.replace(options, buffer_lines=1)
     session = open_session(checkpoints, device, options.dtype, adapter)
     if document is not None:
-        to, from_ = _xliff_languages(session, document, to, from_)
+        to, from_ = xliff_languages(session, document, to, from_)
     targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
@@ -184,7 +184,7 @@ def translate(
             slots = document.slots
             requests = (Request(x.text, where=x.where, plan=plan, glossary=terms) for x in slots)
             done = doubts.watch(translate_stream(decoder, requests))
-            _fill_xliff(document, done, output, failures)
+            fill_xliff(document, done, output, failures)
         elif job is not None:
             job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
         else:
@@ -201,71 +201,6 @@ def translate(
             err=True,
         )
         raise typer.Exit(EXIT_LINES)
-
-
-def _read_xliff(input, output_format, alignment, options, shard, chunk_lines):  # noqa: ANN001, ANN202
-    """The XLIFF document `mt translate --input-format xliff` fills, once the flags that
-    shape line output (which a document does not have) are refused."""
-    from mt.cat.fill import XliffFill
-
-    for given, flag in (
-        (output_format != "text", "--output-format jsonl"),
-        (alignment, "--alignment"),
-        (options.nbest not in (None, 1), "--nbest"),
-        (shard is not None or chunk_lines is not None, "--shard and --chunk-lines"),
-    ):
-        if given:
-            raise MtError(f"--input-format xliff writes the document: not with {flag}")
-    name = str(input) if input is not None else "<stdin>"
-    data = input.read_bytes() if input is not None else sys.stdin.buffer.read()
-    return XliffFill(data, name)
-
-
-def _xliff_languages(session, document, to, from_):  # noqa: ANN001, ANN202
-    """(to, from) for a document: its own languages, which a bilingual model must translate
-    and a multilingual one takes as its target and source unless told otherwise."""
-    from mt.cat import primary
-
-    src, tgt = document.languages
-    if session.languages is None:
-        d = session.cfg.data
-        if (primary(src), primary(tgt)) != (primary(d.src_lang), primary(d.tgt_lang)):
-            raise MtError(
-                f"{document.name}: translates {src} -> {tgt}, but this model translates "
-                f"{d.src_lang}-{d.tgt_lang}"
-            )
-        return to, from_
-    if to is not None and primary(to) != primary(tgt):
-        raise MtError(f"{document.name}: its target language is {tgt}, not --to {to}")
-    return to or primary(tgt), from_ or primary(src)
-
-
-def _fill_xliff(document, done, output: Path | None, failures: list[int]) -> None:  # noqa: ANN001
-    """The translations into the document's targets, the document written whole (atomically
-    to OUT, else to stdout); a segment that failed stays empty, named on stderr."""
-    from mt.atomic import write_bytes
-
-    texts: list[str | None] = []
-    for slot, t in zip(document.slots, done):
-        if t.error:
-            failures.append(len(texts) + 1)
-            typer.echo(f"{slot.where}: could not translate this segment ({t.error})", err=True)
-        texts.append(None if t.error else t.text)
-    filled = document.fill(texts)
-    data = document.to_bytes()
-    if output is not None:
-        write_bytes(output, data, "the output")
-    else:
-        try:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    typer.echo(
-        f"mt translate: {document.name}: {filled} target(s) filled, {document.kept} kept "
-        f"(already translated), {document.skipped} unit(s) not to translate",
-        err=True,
-    )
 
 
 @app.command(name="eval")
@@ -320,7 +255,8 @@ def evaluate(
 ) -> None:
     """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
     --ref)."""
-    from mt.cat import format_of, read_bilingual, strip_codes
+    from mt.cat import format_of, strip_codes
+    from mt.cat.bilingual import read_bilingual
     from mt.data.corpus import read_lines
     from mt.decode.doubt import DoubtCount, flags
     from mt.decode.numbers import kept_rate
@@ -430,62 +366,3 @@ def evaluate(
             )
             raise typer.Exit(EXIT_GATE)
     gate_doubt(doubts, max_doubt, "mt eval")
-
-
-@app.command()
-@decode_flags(OFFERED["score"])
-def score(
-    checkpoints: CheckpointsArg,
-    src: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
-    tgt: Annotated[Path, typer.Option(help="Their translations to score, line by line.")],
-    json_: Annotated[
-        bool, typer.Option("--json", help="One JSON object per line, with token scores.")
-    ] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Default: stdout.")] = None,
-    *,
-    options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
-    device: DeviceOption = "auto",
-    adapter: AdapterOption = None,
-    protect: Annotated[
-        bool,
-        typer.Option(help="A model trained with data.protect: score spans as its placeholders."),
-    ] = True,
-    to: ToOption = None,
-    threads: ThreadsOption = None,
-    shard: ShardOption = None,
-    chunk_lines: ChunkLinesOption = None,
-) -> None:
-    """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
-    length-normalised as beam search ranks it."""
-    from mt.decode.score import count_parallel, score_chunk, score_files, write_scores
-
-    use_threads("score", threads)
-    for path in (src, tgt):
-        if not path.is_file():
-            raise MtError(f"{path}: file not found")
-    count_parallel(src, tgt)  # unequal files or bad UTF-8 fail before the model loads
-    session = open_session(checkpoints, device, options.dtype, adapter)
-    scorer = session.scorer(options, protect=protect, to=to)
-    n = scorer.cfg.buffer_lines
-    settings = {
-        "command": "score",
-        "checkpoints": [str(c) for c in checkpoints],
-        "adapter": None if adapter is None else str(adapter),
-        "decode": asdict(scorer.cfg),
-        "json": json_,
-        "protect": protect,
-        "to": to,
-    }
-    job = chunked_job([src, tgt], output, shard, chunk_lines, n, settings)
-    with settled_heap():
-        if job is not None:
-            job.run(
-                lambda first, lines, out: write_scores(
-                    score_chunk(scorer, lines[0], lines[1], first, n, tgt), out, json_
-                ),
-                "mt score",
-            )
-        else:
-            scores = score_files(scorer, src, tgt, n)
-            write_output(output, lambda out: write_scores(scores, out, json_))
-    warn_truncated(scorer.truncated, scorer.max_src, "source")

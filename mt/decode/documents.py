@@ -25,13 +25,13 @@ This module knows formats, not models: the caller translates `Document.plain` (t
 from __future__ import annotations
 
 import html
-import io
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from mt.decode.unzip import OverLimit, ZipLimits, unpack
+from mt.decode.unzip import OverLimit, ZipLimits
+from mt.decode.word import read_docx
 from mt.errors import MtError
 from mt.spans.markup import parse_fragment
 
@@ -44,7 +44,6 @@ BLOCK |= {"dt", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4"
 BLOCK |= {"head", "header", "hr", "html", "li", "main", "nav", "ol", "option", "p", "pre"}
 BLOCK |= {"section", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "ul"}
 _OPEN = re.compile(r"<(?:(!--)|[!?]|(/?)([a-zA-Z][^\s/>]*))")  # where a tag may start
-_RUN_TAG = re.compile(r"<(/?)r(\d+)>")
 _CLOSE = {name: re.compile(rf"</{name}\s*>", re.I) for name in ("script", "style")}
 _LINE = re.compile(r"[^\r\n]+")
 
@@ -223,7 +222,7 @@ def read_document(data: bytes, suffix: str, limits: DocumentLimits | None = None
     MtError for a file this cannot read, OverLimit for one over `limits`."""
     texts = Texts(limits)
     if suffix == ".docx":
-        return Document(texts, _docx(data, texts, texts.limits.zip))
+        return Document(texts, read_docx(data, texts, texts.limits.zip))
     if suffix not in SUFFIXES:
         raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
@@ -367,92 +366,3 @@ def rewrap(text: str, n: int) -> list[str]:
         cuts.append(prev)
     bounds = [-1, *cuts, len(words) - 1]
     return [" ".join(words[a + 1 : b + 1]) for a, b in zip(bounds, bounds[1:])]
-
-
-def _docx(data: bytes, texts: Texts, limits: ZipLimits) -> Callable[[], bytes]:
-    try:
-        import docx
-    except ImportError:
-        raise MtError(".docx files need python-docx: pip install 'mt[serve]'") from None
-    try:
-        unpacked = unpack(data, limits)
-    except OverLimit:
-        raise
-    except MtError as err:
-        raise MtError(f"not a .docx file ({err})") from None
-    try:
-        document = docx.Document(io.BytesIO(unpacked))
-    except Exception as err:  # noqa: BLE001 - python-docx raises several kinds on bad files
-        raise MtError(f"not a .docx file ({type(err).__name__})") from None
-    del unpacked
-    writes = []
-    for p in _paragraphs(document):
-        if not p.text.strip():
-            continue
-        if _one_format(p):
-            part = texts.text(p.text)
-            writes.append(lambda p=p, part=part: _set_runs(p, [part()]))
-        else:
-            frag = "".join(
-                f"<r{k}>{html.escape(r.text, quote=False)}</r{k}>" for k, r in enumerate(p.runs)
-            )
-            part = texts.fragment(frag)
-            writes.append(lambda p=p, part=part: _set_runs(p, _run_texts(part(), len(p.runs))))
-
-    def write() -> bytes:
-        for each in writes:
-            each()
-        out = io.BytesIO()
-        document.save(out)
-        return out.getvalue()
-
-    return write
-
-
-def _paragraphs(document):  # noqa: ANN001, ANN202 - python-docx objects
-    """Every paragraph: the body's, its tables' (nested too), and the sections' headers and
-    footers'."""
-
-    def walk(container):  # noqa: ANN001, ANN202
-        yield from container.paragraphs
-        for table in getattr(container, "tables", []):
-            for row in table.rows:
-                for cell in row.cells:
-                    yield from walk(cell)
-
-    yield from walk(document)
-    for section in document.sections:
-        for part in (section.header, section.footer):
-            if not part.is_linked_to_previous:
-                yield from walk(part)
-
-
-def _one_format(p) -> bool:  # noqa: ANN001
-    runs = [r for r in p.runs if r.text]
-    if len(runs) != len(p.runs) or not runs:  # fields, images: keep the runs
-        return len(runs) <= 1
-    first = runs[0]._r.rPr
-    key = first.xml if first is not None else ""
-    return all((r._r.rPr.xml if r._r.rPr is not None else "") == key for r in runs)
-
-
-def _set_runs(p, texts: list[str]) -> None:  # noqa: ANN001
-    """Text k into the k-th run that had text (the rest emptied; their formatting stays)."""
-    runs = [r for r in p.runs if r.text] or list(p.runs)
-    for k, run in enumerate(runs):
-        run.text = texts[k] if k < len(texts) else ""
-
-
-def _run_texts(translated: str, n: int) -> list[str]:
-    """The text of each run from a translated `<r0>...</r0><r1>...` fragment: text outside any
-    tag goes to the run before it (the first run at the start)."""
-    texts = [""] * n
-    current, pos = 0, 0
-    for m in _RUN_TAG.finditer(translated):
-        texts[current] += html.unescape(translated[pos : m.start()])
-        k = int(m.group(2))
-        if k < n and not m.group(1):
-            current = k
-        pos = m.end()
-    texts[current] += html.unescape(translated[pos:])
-    return texts

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mt.cat import FORMATS, format_of, read_bilingual
+from mt.cat import FORMATS, format_of
+from mt.cat.bilingual import read_bilingual
 from mt.config import DataConfig, WatchConfig
 from mt.config_file import expand_env
 from mt.data.build import masked

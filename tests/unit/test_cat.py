@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 import mt.cat.tmx
-from mt.cat import format_of, primary, read_bilingual, strip_codes
+from mt.cat import format_of, primary, strip_codes
+from mt.cat.bilingual import read_bilingual
 from mt.cat.fill import XliffFill
 from mt.cat.inline import build, events_of, flatten, number, repair
 from mt.cat.tmx import tmx_pairs
