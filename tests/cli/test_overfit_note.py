@@ -7,10 +7,12 @@ import json
 import random
 import re
 
+import pytest
 from conftest import reverse_task_config
 from inprocess import run_mt_here
 
 
+@pytest.mark.slow  # about 50 s of training: `pytest -m slow`
 def test_a_run_that_memorises_its_training_set_is_told_once(tmp_path):
     # 24 pairs whose targets are unrelated to their sources: dev NLL can only fall while the
     # model learns which words are common, then rises as it memorises the 24 targets.
