@@ -21,6 +21,8 @@ def test_numbers_compare_by_digits_across_separators():
     assert missing(src, "At 10:30 people came 3.5 km.") == ["2.500"]
     assert missing("2 und 2", "2 and two") == ["2"]  # as often as the source has it
     assert kept("Ein Hund.", "A dog.")
+    # Digits inside a protected span are the span's, kept whole by the protection stage.
+    assert numbers("Datei {1} hat 3 Seiten, siehe %2$s oder https://x.de/7") == ["3"]
     assert kept_rate(["1 Hund", "Ein Hund", "2 Hunde"], ["1 dog", "A dog", "dogs"]) == {
         "lines": 2,
         "kept": 50.0,
