@@ -352,7 +352,6 @@ class ModelWorker:
         took = max(time.monotonic() - start, 1e-4)
         chars = sum(len(r.src) for r in piece.requests)
         self._slice_chars = max(1, int(chars * min(max(target / took, 0.25), 4.0)))
-        self.metrics.document_done(self.name, piece.job.flow, piece.end - piece.start)
 
     def _work(self, jobs: list[Job]) -> None:
         groups: dict[tuple, list[Job]] = {}
@@ -426,6 +425,8 @@ class ModelWorker:
                 job.answer(done)
                 continue
             job.done += done
+            # counted before the answer, so a client that sees the document done sees it here
+            self.metrics.document_done(self.name, job.flow, len(done))
             if len(job.done) == len(job.requests):
                 job.answer(job.done)
 
