@@ -1,7 +1,7 @@
 """The Python face of `mt`: load a model, translate, score, train from a config.
 
 `mt/__init__.py` names these and imports this module on first use, so `import mt` stays cheap.
-Each function is a thin layer over what the CLI calls: `mt.decode.session.Session` (the one door
+Each function is a thin layer over what the CLI calls: `mt.translate.session.Session` (the one door
 into a trained or imported model; `Session.translator(...).translate(requests)` and
 `Session.scorer(...).score_lines`) and `mt.train.trainer.train`. A user's error is an `MtError`
 with one line, as on the command line; decode settings are named as the keywords of
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, overload
 
 from mt.config import Config
-from mt.decode.requests import Request
-from mt.decode.score import PairScore, TargetTooLong
-from mt.decode.session import DecodeOptions, Session
 from mt.errors import MtError
+from mt.translate.requests import Request
+from mt.translate.session import DecodeOptions, Session
+from mt.views.score import PairScore, TargetTooLong
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeOptions))
 

@@ -47,7 +47,7 @@ ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
 def applied(x: torch.Tensor) -> torch.Tensor:
     """The activation of a decoding copy's feed-forward layer whose first Linear layer applies
-    the ReLU itself, in the same call (mt.decode.onednn, mt.decode.int8)."""
+    the ReLU itself, in the same call (mt.runtime.onednn, mt.runtime.int8)."""
     return x
 
 

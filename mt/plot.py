@@ -1,6 +1,6 @@
 """Pictures: attention heatmaps and training curves (matplotlib, the optional `[plot]` extra).
 
-Drawing only; the numbers come from `mt.decode.attention` and the run's `metrics.jsonl`.
+Drawing only; the numbers come from `mt.views.attention` and the run's `metrics.jsonl`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from mt.decode.attention import AttentionView
-from mt.decode.vectors import WordVectors
 from mt.errors import MtError
+from mt.views.attention import AttentionView
+from mt.views.vectors import WordVectors
 
 
 def pyplot() -> Any:

@@ -1,4 +1,4 @@
-"""Zip bombs for the tests and benchmarks of zip uploads (mt.decode.unzip): small .docx files
+"""Zip bombs for the tests and benchmarks of zip uploads (mt.serve.unzip): small .docx files
 whose `word/document.xml` inflates to many megabytes, honest or lying about it.
 
 Shared by tests/ and scripts/bench (run from the repository root).

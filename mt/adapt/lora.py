@@ -6,7 +6,7 @@ B starts at zero, so a fresh adapter changes no output, and only A and B train: 
 r * (in + out) values per projection instead of in * out. The model gains wrapped projections,
 not branches: `wrap` puts a `LoraLinear` where an attention or feed-forward block held its
 `nn.Linear`, keeping that layer as its `base` child. A decoding copy may turn the base into
-an int8 or oneDNN layer (mt.decode.int8, mt.decode.onednn): the update stays beside it, in the
+an int8 or oneDNN layer (mt.runtime.int8, mt.runtime.onednn): the update stays beside it, in the
 copy's float type.
 
 The model's fused projections (self-attention's qkv, cross-attention's kv) hold several outputs

@@ -10,7 +10,7 @@ They join the app as their module is imported, in the order `mt --help` lists th
 from mt.cli import training  # noqa: F401  (train, prepare, plot, average)
 from mt.cli import decoding  # noqa: F401  (translate, eval)
 from mt.cli import scoring  # noqa: F401  (score)
-from mt.cli import inspect  # noqa: F401  (attention, vectors)
+from mt.cli import inspecting  # noqa: F401  (attention, vectors)
 from mt.cli import serving  # noqa: F401  (serve)
 from mt.cli import hub  # noqa: F401  (import, export)
 from mt.cli import adapter  # noqa: F401  (adapter merge)

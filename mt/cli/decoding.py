@@ -43,9 +43,9 @@ from mt.cli.options import (
     write_output,
 )
 from mt.cli.xliff import fill_xliff, read_xliff, xliff_languages
-from mt.decode.options import OFFERED, DecodeOptions
-from mt.decode.session import keep_learned
 from mt.errors import EXIT_GATE, EXIT_LINES, MtError
+from mt.translate.options import OFFERED, DecodeOptions
+from mt.translate.session import keep_learned
 
 
 @app.command()
@@ -97,11 +97,11 @@ def translate(
 
     Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
     share of --input's chunks and OUT is the one-process output, in order."""
-    from mt.decode.doubt import DoubtCount
-    from mt.decode.pivot import check_pivot
-    from mt.decode.requests import Plan, Request, read_requests
-    from mt.decode.translator import translate_stream, write_translations
-    from mt.decode.workers import spread
+    from mt.runtime.workers import spread
+    from mt.translate.doubt import DoubtCount
+    from mt.translate.pivot import check_pivot
+    from mt.translate.requests import Plan, Request, read_requests
+    from mt.translate.translator import translate_stream, write_translations
 
     use_threads("translate", threads)
     if input is not None and not input.is_file():
@@ -258,13 +258,13 @@ def evaluate(
     from mt.cat import format_of, strip_codes
     from mt.cat.bilingual import read_bilingual
     from mt.data.corpus import read_lines
-    from mt.decode.doubt import DoubtCount, flags
-    from mt.decode.numbers import kept_rate
-    from mt.decode.requests import Plan, Request
-    from mt.decode.translator import translate_stream
-    from mt.decode.workers import spread
     from mt.glossary.accuracy import term_accuracy
     from mt.metrics import format_scores, score
+    from mt.runtime.workers import spread
+    from mt.translate.doubt import DoubtCount, flags
+    from mt.translate.number_guard import kept_rate
+    from mt.translate.requests import Plan, Request
+    from mt.translate.translator import translate_stream
 
     use_threads("eval", threads)
     check_max_doubt(max_doubt)

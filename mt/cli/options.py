@@ -16,8 +16,8 @@ from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 
-from mt.decode.options import DecodeOptions, base_type, choices
 from mt.errors import EXIT_GATE, MtError
+from mt.translate.options import DecodeOptions, base_type, choices
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,7 +105,7 @@ def flag_help(name: str, text: str) -> str:
 
 
 def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> Callable[[F], F]:
-    """Give a command the decode settings `names` (its entry of mt.decode.options.OFFERED) as
+    """Give a command the decode settings `names` (its entry of mt.translate.options.OFFERED) as
     flags, and hand it one `options: DecodeOptions` in their place.
 
     Each flag is made from its DecodeConfig field (through `options_class`, whose fields are
@@ -153,7 +153,7 @@ def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> C
     return wrap
 
 
-# Decoding one file in many processes (mt.decode.shards).
+# Decoding one file in many processes (mt.runtime.shards).
 ShardOption = Annotated[
     str | None,
     typer.Option(
@@ -180,7 +180,7 @@ def chunked_job(
 ):
     """The chunks this process writes when the input is shared out (`--shard`, or torchrun
     with several processes); None for one process doing it all."""
-    from mt.decode.shards import ChunkedJob, this_shard
+    from mt.runtime.shards import ChunkedJob, this_shard
 
     if chunk_lines is not None and not 0 < chunk_lines <= MAX_CHUNK_LINES:
         raise MtError(f"--chunk-lines must be in [1, {MAX_CHUNK_LINES:,}], got {chunk_lines:,}")
@@ -217,9 +217,9 @@ def use_threads(command: str, asked: int | None, say: bool | None = None):
 def open_session(
     checkpoints: list[Path], device: str, dtype: str | None = None, adapter: Path | None = None
 ):
-    """The front door (mt.decode.session), saying on stderr when a run directory stood for
+    """The front door (mt.translate.session), saying on stderr when a run directory stood for
     its best.pt; with `adapter` (`--adapter`), the model with it folded in."""
-    from mt.decode.session import Session
+    from mt.translate.session import Session
 
     if adapter is not None and len(checkpoints) != 1:
         raise MtError(f"--adapter {adapter} applies to one checkpoint, not to an ensemble")
@@ -326,8 +326,8 @@ def open_glossary(path: Path | None, session, targets, frm: str | None, translat
     refused unless `translator` searches with constraints."""
     if path is None:
         return None
-    from mt.decode.glossary import NEEDS_BEAM
     from mt.glossary.files import read_glossary
+    from mt.translate.terms import NEEDS_BEAM
 
     if not translator.constrain:
         raise MtError(NEEDS_BEAM)

@@ -25,8 +25,8 @@ from mt.cli.options import (
     warn_truncated,
     write_output,
 )
-from mt.decode.options import OFFERED, DecodeOptions
 from mt.errors import MtError
+from mt.translate.options import OFFERED, DecodeOptions
 
 
 @app.command()
@@ -54,7 +54,7 @@ def score(
 ) -> None:
     """Score given translations (forced decoding): 'LOGPROB<TAB>SCORE' per pair, SCORE
     length-normalised as beam search ranks it."""
-    from mt.decode.score import count_parallel, score_chunk, score_files, write_scores
+    from mt.views.score import count_parallel, score_chunk, score_files, write_scores
 
     use_threads("score", threads)
     for path in (src, tgt):

@@ -19,9 +19,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from mt.decode.requests import translation_record
-from mt.decode.score import TargetTooLong
-from mt.decode.session import Session
 from mt.errors import MtError
 from mt.serve import bodies, libre
 from mt.serve.glossaries import Glossaries, Stored, check_beam, direction, owner_of
@@ -29,6 +26,9 @@ from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
+from mt.translate.requests import translation_record
+from mt.translate.session import Session
+from mt.views.score import TargetTooLong
 
 # The page may load what this server serves and nothing else.
 PAGE_CSP = (
@@ -52,8 +52,8 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     api_keys: list[bytes] | None = None
     cors_origins: list[str] = field(default_factory=list)
-    dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
-    keep_numbers: bool = True  # the number guard on every translation (mt.decode.numbers)
+    dtype: str | None = None  # --dtype: what every decode computes in (mt.translate.session)
+    keep_numbers: bool = True  # the number guard on every translation (mt.translate.number_guard)
     glossary: Stored | None = None  # --glossary: for requests of its direction that give none
     glossary_hard: bool = False  # --glossary-hard: glossary terms constrained at once
     adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file
@@ -199,7 +199,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     async def attention(request: Request) -> dict[str, Any]:
         """The translation of `src` and every attention weight behind it: the data
         `MtViewer.render` draws (format documented in mt/viewer/viewer.js)."""
-        from mt.decode.attention import attention_json
+        from mt.views.attention import attention_json
 
         key = key_of(request.headers)
         check_key(config.api_keys, key)

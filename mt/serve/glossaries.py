@@ -23,15 +23,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from mt.decode.constrained import can_constrain
-from mt.decode.dispatch import is_greedy
-from mt.decode.options import DecodeOptions
-from mt.decode.session import Session
 from mt.errors import MtError
 from mt.glossary import Entry, Glossary
 from mt.glossary.files import FORMATS, parse_glossary
 from mt.glossary.words import base_language
+from mt.search.constrained import can_constrain
+from mt.search.dispatch import is_greedy
 from mt.serve.limits import ApiError, Limits, check_text
+from mt.translate.options import DecodeOptions
+from mt.translate.session import Session
 
 MAX_PER_KEY = 100  # uploaded glossaries one API key may hold (409 beyond)
 

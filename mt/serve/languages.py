@@ -13,9 +13,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from mt.decode.session import Session
 from mt.languages import client_code
 from mt.serve.limits import ApiError
+from mt.translate.session import Session
 
 NAMES = {
     "de": "German", "en": "English", "fr": "French", "cs": "Czech", "es": "Spanish",

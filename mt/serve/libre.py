@@ -7,8 +7,8 @@ text or html, `alternatives` N, `api_key`, and mt's `adapter`, in the body or th
 `/languages`, `/detect` and `/frontend/settings`. An extension: `glossary` on `/translate`,
 an object of terms (in a form, its JSON text) or an uploaded glossary's id, as `/v1/translate`
 takes it (mt.serve.glossaries; text format only). Text is translated sentence by sentence with
-its newlines kept (mt.decode.sentences); html goes through `mt translate --input-format html`'s
-path, one fragment per line; files through mt.decode.documents. Translated files are kept in
+its newlines kept (mt.translate.sentences); html goes through `mt translate --input-format html`'s
+path, one fragment per line; files through mt.serve.documents. Translated files are kept in
 memory (the last KEPT_FILES), under a random name, for their download.
 """
 
@@ -29,16 +29,16 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from mt.decode.documents import SUFFIXES, Document, Texts, read_document
-from mt.decode.requests import Request as Item
-from mt.decode.session import DecodeOptions, Session
-from mt.decode.unzip import OverLimit
 from mt.errors import MtError
 from mt.serve import bodies, languages
+from mt.serve.documents import SUFFIXES, Document, Texts, read_document
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.security import check_key, client_of, key_of
+from mt.serve.unzip import OverLimit
 from mt.serve.worker import ModelWorker
+from mt.translate.requests import Request as Item
+from mt.translate.session import DecodeOptions, Session
 
 KEPT_FILES = 32
 MAX_ALTERNATIVES = 8

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mt.decode.documents import DocumentLimits
-from mt.decode.unzip import ZipLimits
+from mt.serve.documents import DocumentLimits
+from mt.serve.unzip import ZipLimits
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Evaluation during training: teacher-forced validation loss and greedy dev BLEU.
 
-Dev BLEU needs a decoder, so this is where training uses `mt.decode` and `mt.metrics`. The
+Dev BLEU needs a decoder, so this is where training uses `mt.translate` and `mt.metrics`. The
 greedy translations are returned with the scores, for sinks that show a few of them. A
 multilingual model has a dev set per direction: each gets `dev_bleu/de-en` (and chrF), and
 `dev_bleu` is their mean, which picks `best.pt`. The sets of `train.watch` (mt/train/watch.py)
@@ -25,15 +25,15 @@ from mt.data.corpus import read_pairs
 from mt.data.loader import collate_store
 from mt.data.prepare import Prepared
 from mt.data.store import TokenStore
-from mt.decode.attention import AttentionView, sentence_attention
-from mt.decode.requests import Request
-from mt.decode.session import DecodeOptions, Session
-from mt.decode.translator import translate_stream
 from mt.device import autocast
 from mt.metrics import bleu, chrf
 from mt.model import Transformer
 from mt.tokenizer import PAD
 from mt.train.loss import label_smoothed_loss
+from mt.translate.requests import Request
+from mt.translate.session import DecodeOptions, Session
+from mt.translate.translator import translate_stream
+from mt.views.attention import AttentionView, sentence_attention
 
 
 @dataclass
@@ -111,7 +111,7 @@ def dev_options() -> DecodeOptions:
 
 class Evaluator:
     """Scores the model on its dev sets (one per direction), translating through `session`
-    (mt.decode.session), the door `mt eval` uses."""
+    (mt.translate.session), the door `mt eval` uses."""
 
     def __init__(
         self,

@@ -32,7 +32,6 @@ from mt import checkpoint
 from mt.config import Config, DataConfig, ModelConfig, TrainConfig
 from mt.data.loader import TrainingSet
 from mt.data.prepare import Prepared
-from mt.decode.session import Session
 from mt.device import (
     Precision,
     Threads,
@@ -53,6 +52,7 @@ from mt.train.metrics_log import JsonlSink, MetricsLog
 from mt.train.resume import decide, read_last, restore, trim_metrics
 from mt.train.state import TrainState
 from mt.train.update import Update
+from mt.translate.session import Session
 
 
 @dataclass(frozen=True)

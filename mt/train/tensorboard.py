@@ -36,9 +36,9 @@ import torch
 import yaml
 
 from mt.config import Config
-from mt.decode.attention import AttentionView
 from mt.errors import MtError
 from mt.train.evaluation import Evaluation, Evaluator, attention_picture
+from mt.views.attention import AttentionView
 
 FOLDER = "tensorboard"
 EXAMPLES = 3  # dev sentences shown at each evaluation

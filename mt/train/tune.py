@@ -21,8 +21,8 @@ from tqdm import tqdm
 from mt import checkpoint
 from mt.adapt.lora import load_weights
 from mt.config import DecodeConfig, TrainConfig
-from mt.decode.session import DecodeOptions
 from mt.train.evaluation import Evaluator
+from mt.translate.session import DecodeOptions
 
 
 def grid(t: TrainConfig, d: DecodeConfig) -> list[tuple[int, float]]:

@@ -9,7 +9,7 @@
  * and passes the JSON its attention endpoint returns.
  *
  * THE DATA FORMAT (the one place it is written down; Python builds it in
- * mt.decode.attention.attention_json and mt.decode.vectors.WordVectors.to_json)
+ * mt.views.attention.attention_json and mt.views.vectors.WordVectors.to_json)
  *
  * Attention, `data.view === "attention"`:
  *   {

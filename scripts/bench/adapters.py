@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.options import DecodeOptions
-from mt.decode.session import Session
-from mt.decode.translator import translate_stream
 from mt.errors import MtError
+from mt.translate.options import DecodeOptions
+from mt.translate.session import Session
+from mt.translate.translator import translate_stream
 from scripts.common import (
     alternate,
     describe_machine,

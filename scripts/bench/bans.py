@@ -64,11 +64,11 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.requests import Plan
-from mt.decode.translator import Translator, translate_stream
 from mt.spans.bans import Bans, SpanRule
 from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
+from mt.translate.requests import Plan
+from mt.translate.translator import Translator, translate_stream
 from scripts.bench.protect import inject_text
 from scripts.common import (
     REPO,

@@ -6,7 +6,7 @@ CTranslate2 runs a decoding step as one C++ loop; mt dispatches a few hundred to
 step from Python (docs/benchmarks.md, "Workers, and CTranslate2's replicas"). If dispatch were
 the cost, inductor, which traces the step into one graph and fuses its small ops into
 generated C++, would show it. Each engine is a decoding copy as `mt translate` makes it
-(`mt.decode.dtype.decode_model`: fp32, bf16 with oneDNN's packed products, or int8), its step
+(`mt.runtime.dtype.decode_model`: fp32, bf16 with oneDNN's packed products, or int8), its step
 compiled in place; search is the toolkit's (greedy or beam), on token batches of the test
 lines as `mt translate` cuts them. Reports the compile time (the first pass), sentences/s of
 the best round, and whether both wrote the same tokens.
@@ -44,7 +44,7 @@ def batches(tokenizer, lines: list[str], max_tokens: int, longest: int):  # noqa
 
 def search(model, srcs: list, cfg) -> list[list[int]]:  # noqa: ANN001
     """The toolkit's greedy (beam 1) or beam search over the batches: each line's tokens."""
-    from mt.decode.search import beam_search, greedy_search
+    from mt.search.beam import beam_search, greedy_search
 
     if cfg.beam == 1:
         return [h.tokens for s in srcs for h in greedy_search(model, s, cfg, with_scores=False)]
@@ -67,8 +67,8 @@ def main() -> None:
     import torch
     import torch._dynamo
 
-    from mt.decode.dtype import decode_model
     from mt.device import Precision
+    from mt.runtime.dtype import decode_model
 
     loaded = load_checkpoint(args.checkpoint, args.threads)
     data = loaded.cfg.data

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
-from mt.decode.constrained import constrained_beam_search, phrase_ids
-from mt.decode.search import beam_search
-from mt.decode.steps import Hypothesis
 from mt.metrics import score
+from mt.search.beam import beam_search
+from mt.search.constrained import constrained_beam_search, phrase_ids
+from mt.search.steps import Hypothesis
 from scripts.common import alternate, describe_machine, load_checkpoint, markdown_table, read_lines
 
 WORD = re.compile(r"[A-Za-z]+")

@@ -32,8 +32,8 @@ def sync() -> None:
 
 def child_decode(args: argparse.Namespace) -> dict:
 
-    from mt.decode.requests import Plan, Request
-    from mt.decode.session import DecodeOptions, Session
+    from mt.translate.requests import Plan, Request
+    from mt.translate.session import DecodeOptions, Session
     from scripts.common import read_lines
 
     lines = read_lines(args.src)[: args.limit]

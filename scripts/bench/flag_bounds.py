@@ -25,8 +25,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    from mt.decode.doubt import flags
     from mt.textstats import LONG, SHORT, count_stats
+    from mt.translate.doubt import flags
 
     def lines(split: str, lang: str) -> list[str]:
         name = "test_2016_flickr" if split == "test" else split

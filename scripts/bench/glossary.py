@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mt.decode.requests import Plan, Request
-from mt.decode.session import Session
-from mt.decode.translator import translate_stream
 from mt.glossary.accuracy import term_accuracy
 from mt.glossary.files import read_glossary
 from mt.metrics import bleu
+from mt.translate.requests import Plan, Request
+from mt.translate.session import Session
+from mt.translate.translator import translate_stream
 from scripts.common import (
     alternate,
     describe_machine,

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.requests import Plan, Request
-from mt.decode.translator import Translator, translate_stream
 from mt.errors import MtError
 from mt.metrics import bleu
 from mt.spans.markup import parse_fragment
+from mt.translate.requests import Plan, Request
+from mt.translate.translator import Translator, translate_stream
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines, timed
 from scripts.span_checks import kept
 

@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mt.config_file import load_config
-from mt.decode.onednn import available as onednn_available
 from mt.memory import keep_freed_memory
 from mt.model import Transformer
+from mt.runtime.onednn import available as onednn_available
 from mt.tokenizer import PAD
 from mt.train.loss import label_smoothed_loss
 from scripts.bench.train import matmul_peak, real_batches, step_flops

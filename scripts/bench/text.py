@@ -72,14 +72,14 @@ def main() -> None:
 
     import sacrebleu
 
-    from mt.decode.casing import usual_case
-    from mt.decode.doubt import FLAGS, flags
-    from mt.decode.numbers import kept_rate
-    from mt.decode.requests import Plan, Request
-    from mt.decode.session import Session
-    from mt.decode.stages import spelling_cost
-    from mt.decode.translator import translate_stream
     from mt.textstats import WORD
+    from mt.translate.casing import usual_case
+    from mt.translate.doubt import FLAGS, flags
+    from mt.translate.number_guard import kept_rate
+    from mt.translate.requests import Plan, Request
+    from mt.translate.session import Session
+    from mt.translate.stages import spelling_cost
+    from mt.translate.translator import translate_stream
 
     src = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.de.gz")]
     ref = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.en.gz")]

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from mt.decode.requests import Plan, Request, isolated
-from mt.decode.session import Session
 from mt.metrics import bleu
+from mt.translate.requests import Plan, Request, isolated
+from mt.translate.session import Session
 from scripts.span_checks import same_spans, span_counts
 
 

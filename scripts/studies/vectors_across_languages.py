@@ -2,7 +2,7 @@
 word come together layer by layer? (README: Many languages; docs/many-languages.md.)
 
 Takes the first `--captions` test_2016_flickr captions whose four versions all hold the word
-(dog / Hund / chien / pes), follows the word with `mt vectors` (mt.decode.vectors), prints the
+(dog / Hund / chien / pes), follows the word with `mt vectors` (mt.views.vectors), prints the
 mean distance between each language pair's occurrences in the same caption at each depth, and
 draws the picture.
 
@@ -22,7 +22,7 @@ import torch
 
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines, text_path
-from mt.decode.vectors import word_vectors
+from mt.views.vectors import word_vectors
 from scripts.common import markdown_table
 
 WORDS = {"de": "Hund", "fr": "chien", "cs": "pes", "en": "dog"}

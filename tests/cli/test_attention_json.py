@@ -7,15 +7,15 @@ import json
 import torch
 
 from mt.checkpoint import load_model
-from mt.decode.attention import (
+from mt.tokenizer import BOS
+from mt.translate.requests import Plan, Request
+from mt.translate.translator import Translator
+from mt.views.attention import (
     attention_data,
     attention_json,
     layer_label,
     translate_with_attention,
 )
-from mt.decode.requests import Plan, Request
-from mt.decode.translator import Translator
-from mt.tokenizer import BOS
 
 
 def test_attention_json_holds_every_weight_and_the_translate_alignment(tiny_run):

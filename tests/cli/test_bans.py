@@ -23,19 +23,19 @@ from hypothesis import strategies as st
 
 from mt.checkpoint import load_model
 from mt.config import DecodeConfig
-from mt.decode.constrained import constrained_beam_search
-from mt.decode.ensemble import Ensemble
-from mt.decode.protect import Search as ProtectSearch
-from mt.decode.protect import protect_stage
-from mt.decode.requests import Request, Translation
-from mt.decode.search import beam_search, greedy_search
-from mt.decode.stages import run
-from mt.decode.steps import Hypothesis, Sampling
+from mt.search.beam import beam_search, greedy_search
+from mt.search.constrained import constrained_beam_search
+from mt.search.ensemble import Ensemble
+from mt.search.steps import Hypothesis, Sampling
 from mt.spans import WIDEST, find_spans
 from mt.spans.bans import Bans, SpanRule, step_mask
 from mt.spans.index import piece_texts
 from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
+from mt.translate.protect import Search as ProtectSearch
+from mt.translate.protect import protect_stage
+from mt.translate.requests import Request, Translation
+from mt.translate.stages import run
 from scripts.processes import start_server
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]

@@ -1,4 +1,4 @@
-"""What decoding computes in (`--dtype`, decode.dtype; mt/decode/dtype.py): bf16 on a CPU
+"""What decoding computes in (`--dtype`, decode.dtype; mt/runtime/dtype.py): bf16 on a CPU
 through a bf16 copy of the weights and close to fp32, the CUDA half copy built on the CPU, the
 session's rule for a checkpoint's setting, and the flag on translate, eval, score and serve.
 
@@ -19,16 +19,16 @@ from conftest import REPO, run_in_process
 
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
-from mt.decode.dtype import decode_model
-from mt.decode.requests import Plan, Request
-from mt.decode.score import Scorer
-from mt.decode.session import DecodeOptions, Session
-from mt.decode.translator import Translator
 from mt.device import Precision
 from mt.errors import MtError
+from mt.runtime.dtype import decode_model
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
+from mt.translate.requests import Plan, Request
+from mt.translate.session import DecodeOptions, Session
+from mt.translate.translator import Translator
+from mt.views.score import Scorer
 
 CPU = torch.device("cpu")
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import run_in_process
 
 from mt.data.corpus import read_lines
-from mt.decode.doubt import MIN_CHARS, DoubtCount, confidence, flags, looped
-from mt.decode.steps import length_penalty
+from mt.search.steps import length_penalty
+from mt.translate.doubt import MIN_CHARS, DoubtCount, confidence, flags, looped
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from test_extremes import write_task
 from test_search import make_model, sources
 
 from mt.config import DecodeConfig, ModelConfig
-from mt.decode.ensemble import Ensemble
-from mt.decode.search import beam_search, greedy_search
 from mt.model import Transformer
+from mt.search.beam import beam_search, greedy_search
+from mt.search.ensemble import Ensemble
 from mt.tokenizer import BOS
 
 

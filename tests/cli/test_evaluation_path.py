@@ -10,10 +10,10 @@ import torch
 from conftest import run_in_process
 
 from mt.checkpoint import load_model
-from mt.decode.session import Session
 from mt.spans import find_spans
 from mt.train import setup
 from mt.train.evaluation import DevSet
+from mt.translate.session import Session
 
 LINES = [
     "Ein Hund läuft %s über die Wiese.",

@@ -1,4 +1,4 @@
-"""The one door into a trained model (mt.decode.session), through the CLI: an ensemble does what
+"""The one door into a trained model (mt.translate.session), through the CLI: an ensemble does what
 one model does or refuses in one line, tokenizers compare by vocabulary, a run directory stands
 for its best.pt, and `mt average` refuses checkpoints of different runs."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from mt.decode.session import DecodeOptions, Session
 from mt.errors import MtError
+from mt.translate.session import DecodeOptions, Session
 
 CONSTRAINED = [
     {"src": "Ein Hund rennt im Park.", "constraints": ["dog"]},

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from mt.data.corpus import read_lines
-from mt.decode.requests import Plan, Request
-from mt.decode.session import Session
 from mt.glossary import Glossary
 from mt.glossary.accuracy import term_accuracy
+from mt.translate.requests import Plan, Request
+from mt.translate.session import Session
 
 # Targets the tiny model never writes unaided: every line holding a term must change.
 PAIRS = [("Mann", "gent"), ("Frau", "lady"), ("Hund", "hound"), ("Gruppe von Menschen", "crowd")]

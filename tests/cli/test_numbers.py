@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process
 
-from mt.decode.numbers import digits, kept, kept_rate, missing, numbers
-from mt.decode.requests import Plan, Request
-from mt.decode.session import Session
+from mt.translate.number_guard import digits, kept, kept_rate, missing, numbers
+from mt.translate.requests import Plan, Request
+from mt.translate.session import Session
 
 
 def test_numbers_compare_by_digits_across_separators():

@@ -8,8 +8,8 @@ import torch
 pytest.importorskip("matplotlib")
 
 from mt.checkpoint import load_model  # noqa: E402
-from mt.decode.attention import AttentionView, sentence_attention  # noqa: E402
 from mt.plot import attention_figure, curves_figure, read_metrics  # noqa: E402
+from mt.views.attention import AttentionView, sentence_attention  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -11,10 +11,10 @@ import torch
 
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
-from mt.decode.requests import Plan, Request
-from mt.decode.translator import Translator
 from mt.errors import MtError
 from mt.spans.markup import parse_fragment
+from mt.translate.requests import Plan, Request
+from mt.translate.translator import Translator
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 from conftest import run_in_process
 
-from mt.decode.translator import Translator
 from mt.spans import find_spans
+from mt.translate.translator import Translator
 
 WORDLESS = [
     '<span color="$color">$number_or_percent</span> Kosten zur Einberufung',

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from mt.checkpoint import load, save
-from mt.decode.options import DecodeOptions
-from mt.decode.session import Session
 from mt.errors import MtError
+from mt.translate.options import DecodeOptions
+from mt.translate.session import Session
 from scripts.processes import start_server
 
 LINES = 40

@@ -8,9 +8,9 @@ import pytest
 from conftest import run_in_process
 
 from mt.data.corpus import read_lines
-from mt.decode.requests import Plan, Request
-from mt.decode.sentences import fit, line_split, split_sentences
-from mt.decode.session import Session
+from mt.translate.requests import Plan, Request
+from mt.translate.sentences import fit, line_split, split_sentences
+from mt.translate.session import Session
 
 
 @pytest.fixture(scope="module")

@@ -174,7 +174,7 @@ class _Dev:
     def attention_views(self, sentence, step):
         import torch
 
-        from mt.decode.attention import AttentionView
+        from mt.views.attention import AttentionView
 
         weights = torch.rand(1, 3, 4).softmax(-1)
         return "t", [AttentionView("encoder-decoder attention", weights, list("abc"), list("wxyz"))]

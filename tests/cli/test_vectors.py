@@ -12,8 +12,8 @@ from conftest import run_in_process
 
 from mt.checkpoint import load_model
 from mt.config import ModelConfig
-from mt.decode.vectors import encoder_trace, find_word, pca_2d, word_vectors
 from mt.model import Transformer
+from mt.views.vectors import encoder_trace, find_word, pca_2d, word_vectors
 
 SENTENCES = [
     "Ein Mann sitzt auf einer Bank im Park.",
@@ -29,7 +29,7 @@ def loaded(tiny_run):
 
 def hooked_states(model: Transformer, src: torch.Tensor) -> list[torch.Tensor]:
     """Embedding + position (recomputed from the weights) and each encoder layer's output
-    (read by forward hooks), independently of mt.decode.vectors."""
+    (read by forward hooks), independently of mt.views.vectors."""
     d = model.cfg.d_model
     pos = torch.arange(src.size(1), dtype=torch.float32)[:, None]
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)

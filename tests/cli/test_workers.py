@@ -1,5 +1,5 @@
 """`decode.workers`: decoding spread over forked processes of one thread each
-(mt.decode.workers), on a model trained on Multi30k: the same lines out as one process, in
+(mt.runtime.workers), on a model trained on Multi30k: the same lines out as one process, in
 order, across buffers; a worker's error or death is one line in the parent."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import threading
 
 import pytest
 
-from mt.decode.requests import Plan, Request
-from mt.decode.session import DecodeOptions, Session
-from mt.decode.translator import translate_stream
-from mt.decode.workers import WorkerPool, shares, spread
 from mt.errors import MtError
+from mt.runtime.workers import WorkerPool, shares, spread
+from mt.translate.requests import Plan, Request
+from mt.translate.session import DecodeOptions, Session
+from mt.translate.translator import translate_stream
 
 N = 60
 

@@ -28,10 +28,10 @@ from conftest import REPO, TIMES, reverse_task_config
 from mt.checkpoint import load_model
 from mt.config_file import load_config
 from mt.data.corpus import read_lines
-from mt.decode.requests import Plan, Request
-from mt.decode.translator import Translation, Translator
 from mt.train.trainer import Trainer
 from mt.train.update import Update
+from mt.translate.requests import Plan, Request
+from mt.translate.translator import Translation, Translator
 
 CUDA = [
     pytest.mark.cuda,

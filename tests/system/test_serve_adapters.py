@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mt.decode.requests import Request
-from mt.decode.session import DecodeOptions
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
+from mt.translate.requests import Request
+from mt.translate.session import DecodeOptions
 from scripts.processes import start_server
 
 ITEMS = [

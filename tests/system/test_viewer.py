@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from mt.checkpoint import load_model
-from mt.decode.attention import attention_json, translate_with_attention
-from mt.decode.vectors import word_vectors
 from mt.viewer import page, write_html
+from mt.views.attention import attention_json, translate_with_attention
+from mt.views.vectors import word_vectors
 from scripts.browser import chromium
 from scripts.browser import missing as browser_missing
 

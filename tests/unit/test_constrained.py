@@ -14,7 +14,8 @@ from mt.batching import pad
 from mt.checkpoint import Loaded, load_model
 from mt.config import DecodeConfig
 from mt.data.corpus import read_lines
-from mt.decode.constrained import (
+from mt.search.beam import beam_search
+from mt.search.constrained import (
     advance,
     banks,
     constrained_beam_search,
@@ -22,8 +23,7 @@ from mt.decode.constrained import (
     phrase_tensors,
     word_edges,
 )
-from mt.decode.search import beam_search
-from mt.decode.steps import length_penalty, max_lengths
+from mt.search.steps import length_penalty, max_lengths
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
 N_SENTENCES = 50

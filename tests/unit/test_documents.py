@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from mt.decode.documents import rewrap, translate_document
 from mt.errors import MtError
+from mt.serve.documents import rewrap, translate_document
 
 TAG = re.compile(r"<[^>]+>")
 

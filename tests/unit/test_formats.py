@@ -8,9 +8,9 @@ import json
 import pytest
 from conftest import run_in_process
 
-from mt.decode.requests import parse_jsonl_line, po_requests
 from mt.errors import MtError
 from mt.spans import find_spans
+from mt.translate.requests import parse_jsonl_line, po_requests
 
 GCC = ["gcc-internal-format"]
 FOUND = [

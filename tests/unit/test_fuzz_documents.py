@@ -1,4 +1,4 @@
-"""The document readers (mt.decode.documents: html, srt, docx, txt) fuzzed with hypothesis: any
+"""The document readers (mt.serve.documents: html, srt, docx, txt) fuzzed with hypothesis: any
 input is read or refused with a one-line MtError (a 4xx, never a 500), within memory in
 proportion to it, and what is read is written back with every tag, timing and run as it was.
 Pathological inputs of 64 KB are read in linear time (no hang)."""
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mt.decode.documents import Document, DocumentLimits, read_document, tags
 from mt.errors import MtError
+from mt.serve.documents import Document, DocumentLimits, read_document, tags
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMITS = DocumentLimits(max_file_segments=200, max_file_chars=20_000, max_chars=2000)

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
-from mt.decode.int8 import quantize_linears
 from mt.model import Transformer, applied
+from mt.runtime.int8 import quantize_linears
 
 
 def small_model(tie: bool = True) -> Transformer:

@@ -22,8 +22,8 @@ from mt.adapt.lora import (
     wrap,
 )
 from mt.config import ModelConfig
-from mt.decode.int8 import quantize_linears
 from mt.model import Transformer
+from mt.runtime.int8 import quantize_linears
 
 CFG = ModelConfig(d_model=32, n_heads=4, d_ff=64, encoder_layers=2, decoder_layers=2)
 SRC = torch.tensor([[5, 17, 33, 8, 2], [9, 44, 2, 0, 0]])

@@ -1,4 +1,4 @@
-"""`decode.gemm`: CPU decoding's products through oneDNN (mt/decode/onednn.py): fp32's output
+"""`decode.gemm`: CPU decoding's products through oneDNN (mt/runtime/onednn.py): fp32's output
 layer, and every Linear layer of bf16's half copy on packed weights.
 
 The oneDNN layers compute what `F.linear` computes (to float rounding) for every row count,
@@ -15,14 +15,14 @@ from torch import nn
 
 from mt.config import ModelConfig
 from mt.data.corpus import read_lines
-from mt.decode import onednn
-from mt.decode.dtype import decode_model, uses_onednn
-from mt.decode.ensemble import Ensemble
-from mt.decode.requests import Plan, Request
-from mt.decode.session import DecodeOptions, Session
 from mt.device import Precision
 from mt.errors import MtError
 from mt.model import Transformer, applied
+from mt.runtime import onednn
+from mt.runtime.dtype import decode_model, uses_onednn
+from mt.search.ensemble import Ensemble
+from mt.translate.requests import Plan, Request
+from mt.translate.session import DecodeOptions, Session
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch lacks the oneDNN op")
 

@@ -98,8 +98,9 @@ def test_restore_glues_as_the_source_did() -> None:
 
 
 def test_restore_keeps_numbers_written_side_by_side_apart() -> None:
-    """The number guard's spans (mt.decode.numbers): two numbers the model wrote touching, or
-    one touching a word, stay two numbers and a word; tags around a placeholder still touch."""
+    """The number guard's spans (mt.translate.number_guard): two numbers the model wrote
+    touching, or one touching a word, stay two numbers and a word; tags around a
+    placeholder still touch."""
     src = "seit 17 Minuten an der Haltestelle 42."
     spans = [Span(m.start(), m.end(), "number", m.group()) for m in re.finditer(r"\d+", src)]
     m = mask(src, PH, spans)
@@ -223,3 +224,20 @@ def test_tags_follow_the_links() -> None:
     # A red ball, %s.  (the `.` word of the source is punctuation: %s goes after `Ball,`)
     out = assemble(unit, lifted, ["A", "red", "ball,", "."], [{0}, {1}, {2}, {3}])
     assert out == "A <b>red</b> ball, %s ."
+
+
+def test_number_guard_reads_spans_both_ways_and_leaves_lines_masking_would_change() -> None:
+    """`%L2` is a Qt placeholder to the default formats and `%L` then `2` to the widest: its
+    digit is no number either way. A number glued to text, once a placeholder word, can make
+    a span of what was none (`1%s` -> `Z00 %s`, `<a1>` -> `<a Z00 >`): the guard leaves such
+    a line as translated."""
+    from mt.spans import Span
+    from mt.spans.placeholders import mask
+    from mt.translate.number_guard import number_matches, numbers, span_texts
+
+    assert numbers("%L2https://x.de/a?b=1 and 5 dogs") == ["1", "5"]
+    for src, same in [("1%s", False), ("<a1>", False), ("seit 17 Minuten", True)]:
+        spans = [Span(m.start(), m.end(), "number", m.group()) for m in number_matches(src)]
+        masked = mask(src, PH, spans)
+        assert masked is not None
+        assert (span_texts(masked.text) == span_texts(src)) is same, src

@@ -7,9 +7,9 @@ import torch
 
 from mt.batching import pad
 from mt.config import DecodeConfig, ModelConfig
-from mt.decode.search import beam_search, greedy_search
-from mt.decode.steps import length_penalty, log_softmax_, max_lengths, row_topk
 from mt.model import Transformer
+from mt.search.beam import beam_search, greedy_search
+from mt.search.steps import length_penalty, log_softmax_, max_lengths, row_topk
 from mt.tokenizer import BOS, EOS, PAD
 from mt.train.loss import label_smoothed_loss
 

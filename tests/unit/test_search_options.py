@@ -7,8 +7,8 @@ import torch
 from test_search import FIRST, V, make_model, sequence_logp, sources, train_copier
 
 from mt.config import DecodeConfig
-from mt.decode.search import beam_search, greedy_search
-from mt.decode.steps import Sampling, length_penalty, repeated_ngram_bans
+from mt.search.beam import beam_search, greedy_search
+from mt.search.steps import Sampling, length_penalty, repeated_ngram_bans
 from mt.tokenizer import BOS, PAD
 
 torch.set_num_threads(1)

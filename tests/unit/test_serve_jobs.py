@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from mt.decode.requests import Request
 from mt.serve.jobs import FairQueue, Job
+from mt.translate.requests import Request
 
 
 def job(flow: str, n: int, bulk: bool = False, name: str = "") -> Job:

@@ -13,11 +13,6 @@ import torch
 from mt.checkpoint import load, load_model, save
 from mt.config import TokenizerConfig
 from mt.data.corpus import read_lines
-from mt.decode.casing import case_back, usual_case
-from mt.decode.doubt import DoubtCount, flags
-from mt.decode.requests import Plan, Request
-from mt.decode.session import Session
-from mt.decode.stages import spelling_cost
 from mt.textstats import (
     LONG,
     SHORT,
@@ -29,6 +24,11 @@ from mt.textstats import (
 )
 from mt.tokenizer import train_tokenizer
 from mt.train.nodes import pack, unpack
+from mt.translate.casing import case_back, usual_case
+from mt.translate.doubt import DoubtCount, flags
+from mt.translate.requests import Plan, Request
+from mt.translate.session import Session
+from mt.translate.stages import spelling_cost
 
 LANGS = ("de", "en", "fr", "cs")
 

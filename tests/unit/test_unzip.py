@@ -1,4 +1,4 @@
-"""Zip uploads unpacked within limits (mt.decode.unzip): real zip bombs, honest and lying, are
+"""Zip uploads unpacked within limits (mt.serve.unzip): real zip bombs, honest and lying, are
 refused while the reader holds a few hundred kilobytes, where zipfile's own `read` (what
 python-docx calls) holds the whole inflated member."""
 
@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
-from mt.decode.documents import read_document
-from mt.decode.unzip import CHUNK, OverLimit, ZipLimits, unpack
 from mt.errors import MtError
+from mt.serve.documents import read_document
+from mt.serve.unzip import CHUNK, OverLimit, ZipLimits, unpack
 from scripts.bombs import zip_bomb
 
 MIB = 1 << 20

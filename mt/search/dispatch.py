@@ -1,6 +1,6 @@
 """Which search a batch takes, given the one validated DecodeConfig.
 
-Every search (mt.decode.search, mt.decode.constrained) takes that DecodeConfig whole and reads
+Every search (mt.search.beam, mt.search.constrained) takes that DecodeConfig whole and reads
 the fields it uses, so a new decode setting is its field, its rule (mt.config_rules) and its
 search code; this module only chooses the search.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 
 from mt.config import DecodeConfig
-from mt.decode.constrained import WordEdges, constrained_beam_search
-from mt.decode.search import beam_search, greedy_search
-from mt.decode.steps import Hypothesis, Sampling
 from mt.model import Transformer
+from mt.search.beam import beam_search, greedy_search
+from mt.search.constrained import WordEdges, constrained_beam_search
+from mt.search.steps import Hypothesis, Sampling
 from mt.spans.bans import Bans
 
 

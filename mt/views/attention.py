@@ -13,10 +13,10 @@ import torch
 
 from mt.batching import pad
 from mt.config import DecodeConfig
-from mt.decode.dispatch import search
-from mt.decode.target import Target, model_for
 from mt.model import AttentionMaps, Transformer
+from mt.search.dispatch import search
 from mt.tokenizer import BOS, EOS, Tokenizer
+from mt.translate.target import Target, model_for
 
 
 @dataclass

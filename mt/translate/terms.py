@@ -1,9 +1,9 @@
-"""Glossaries: the stage (mt.decode.stages) that makes a translation use a request's terms.
+"""Glossaries: the stage (mt.translate.stages) that makes a translation use a request's terms.
 
 A request may carry a glossary (`--glossary FILE`, a server request's `"glossary"`); its terms
 are found in the source (mt.glossary: case-insensitively, at word boundaries, in inflected
 forms, longest first, none inside a protected span), and the translation must write each one's
-target term. The lexically constrained beam search (mt.decode.constrained) is what guarantees
+target term. The lexically constrained beam search (mt.search.constrained) is what guarantees
 it; the stage decides which phrases it is given:
 
 - the guard (the default): the line is translated as usual, and kept when its translation
@@ -27,12 +27,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from mt.decode.requests import Request, Translation
-from mt.decode.stages import Ask, Rounds, Stage
 from mt.errors import MtError
 from mt.glossary import Match, uses
 from mt.glossary.words import base_language
 from mt.spans import find_spans
+from mt.translate.requests import Request, Translation
+from mt.translate.stages import Ask, Rounds, Stage
 
 NEEDS_BEAM = (
     "a glossary needs the constrained beam search: drop --greedy, --sample, --alignment, "

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mt.decode.steps import Hypothesis
 from mt.errors import MtError
 from mt.languages import Languages
+from mt.search.steps import Hypothesis
 from mt.tokenizer import BOS, Tokenizer
 
 

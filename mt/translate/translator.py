@@ -1,7 +1,7 @@
 """Requests in, translations out: the one door to search, `Translator.translate(requests)`.
 
-Each request's `Plan` (mt.decode.requests) names the steps around search it takes (protection,
-capitals, numbers, pivot, sentences, HTML: mt.decode.stages); `translate` runs them, and their
+Each request's `Plan` (mt.translate.requests) names the steps around search it takes (protection,
+capitals, numbers, pivot, sentences, HTML: mt.translate.stages); `translate` runs them, and their
 rounds of search come back here, where sentences are sorted by length and cut into token-budget
 batches (little padding), then put back in input order. `translate_stream` feeds an endless
 input `buffer_lines` at a time, so memory stays bounded on any input size. Every input line
@@ -21,28 +21,28 @@ import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
-from mt.decode.casing import recase_stage
-from mt.decode.constrained import WordEdges, can_constrain, phrase_ids, word_edges
-from mt.decode.dispatch import is_greedy, search
-from mt.decode.doubt import doubt_stage
-from mt.decode.dtype import decode_model
-from mt.decode.glossary import glossary_stage
-from mt.decode.html import html_stage
-from mt.decode.numbers import numbers_stage
-from mt.decode.pivot import pivot_stage
-from mt.decode.protect import Search, protect_stage
-from mt.decode.requests import Plan, Request, Translation, isolated, translation_record
-from mt.decode.sentences import split_stage
-from mt.decode.stages import Stage, run, spelling_cost
-from mt.decode.steps import Hypothesis, Sampling
-from mt.decode.target import Target, Targets, model_for, strip_mark
-from mt.decode.workers import WorkerPool
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
+from mt.runtime.dtype import decode_model
+from mt.runtime.workers import WorkerPool
+from mt.search.constrained import WordEdges, can_constrain, phrase_ids, word_edges
+from mt.search.dispatch import is_greedy, search
+from mt.search.steps import Hypothesis, Sampling
 from mt.spans.bans import Bans, SpanRule
 from mt.textstats import LONG, SHORT
 from mt.tokenizer import EOS, Tokenizer
+from mt.translate.casing import recase_stage
+from mt.translate.doubt import doubt_stage
+from mt.translate.html_input import html_stage
+from mt.translate.number_guard import numbers_stage
+from mt.translate.pivot import pivot_stage
+from mt.translate.protect import Search, protect_stage
+from mt.translate.requests import Plan, Request, Translation, isolated, translation_record
+from mt.translate.sentences import split_stage
+from mt.translate.stages import Stage, run, spelling_cost
+from mt.translate.target import Target, Targets, model_for, strip_mark
+from mt.translate.terms import glossary_stage
 
 
 class Translator:
@@ -56,7 +56,7 @@ class Translator:
         with_scores: bool = False,
         targets: Targets | None = None,
     ) -> None:
-        # decode.dtype, int8 and gemm (mt.decode.dtype): a copy of the model or a context around
+        # decode.dtype, int8 and gemm (mt.runtime.dtype): a copy of the model or a context around
         # each call, so the caller's model (maybe mid-training) is not touched.
         self.precision = resolve_decode_dtype(cfg.dtype, device, cfg.int8)
         self.model = decode_model(model, self.precision, device, cfg.int8, cfg.gemm)
@@ -81,10 +81,10 @@ class Translator:
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
         # Protection: search writes no span of its own (mt.spans.bans; built on first use),
-        # and the protection stage (mt.decode.protect) lifts out and puts back the source's.
+        # and the protection stage (mt.translate.protect) lifts out and puts back the source's.
         self._bans: Bans | None = None
         self._edges: WordEdges | None = None  # where a constraint's word may end (on first use)
-        # The target language of each line (a multilingual model): mt.decode.target.
+        # The target language of each line (a multilingual model): mt.translate.target.
         self.targets = targets or Targets(tokenizer, device)
         self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
         # Whether this search takes constraints: the one rule, which the stages that turn
@@ -149,9 +149,9 @@ class Translator:
         return out
 
     def _stages(self, plan: Plan, split: bool, terms: bool = False) -> list[Stage]:
-        """The steps around search `plan` names, outermost first (mt.decode.stages); `split`:
+        """The steps around search `plan` names, outermost first (mt.translate.stages); `split`:
         some requests are translated sentence by sentence (each request's own `plan.split`);
-        `terms`: some carry a glossary (mt.decode.glossary: inside the capitals and numbers
+        `terms`: some carry a glossary (mt.translate.terms: inside the capitals and numbers
         stages, so it sees a line in its usual case, and the numbers' retry keeps the terms)."""
         beam = not (self.greedy or self.sampling is not None)
         below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
@@ -267,7 +267,7 @@ def translate_stream(
 ) -> Iterator[Translation]:
     """Translate an endless iterable (of lines, or requests) buffer by buffer, yielding in
     input order; a line becomes a request with `plan` (default: the CLI's defaults). A
-    `WorkerPool` (mt.decode.workers) in place of the translator spreads each buffer over its
+    `WorkerPool` (mt.runtime.workers) in place of the translator spreads each buffer over its
     processes."""
     chunks = buffers(items, translator.cfg.buffer_lines, plan or Plan())
     if isinstance(translator, WorkerPool):

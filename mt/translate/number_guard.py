@@ -21,13 +21,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from mt.decode.doubt import Bounds, flags
-from mt.decode.protect import masked_request
-from mt.decode.requests import Request
-from mt.decode.stages import Ask, Rounds, Stage
 from mt.spans import WIDEST, Span, find_spans
 from mt.spans.placeholders import mask, placeholders_for, restore
 from mt.tokenizer import Tokenizer
+from mt.translate.doubt import Bounds, flags
+from mt.translate.protect import masked_request
+from mt.translate.requests import Request
+from mt.translate.stages import Ask, Rounds, Stage
 
 # Digits, with `.`, `,`, `:`, thin or no-break spaces between groups (`2.500`, `3,5`,
 # `10 000`, a time `14:35`): one number, so a time is put back whole.
@@ -41,8 +41,16 @@ def number_matches(text: str) -> list[re.Match[str]]:
     found = list(NUMBER.finditer(text))
     if not found:
         return found
-    spans = find_spans(text, WIDEST)
+    # Both readings: the default formats' (`%L2`, Qt's) and the widest's (`%L` then `2`).
+    spans = find_spans(text) + find_spans(text, WIDEST)
     return [m for m in found if not any(s.start < m.end() and m.start() < s.end for s in spans)]
+
+
+def span_texts(text: str) -> tuple[list[str], list[str]]:
+    """The protected spans of `text` in both readings. A number glued to other text, once a
+    placeholder word, can make a span of what was none (`x.de/a?b=` after `b=1` is masked), so
+    the guard leaves a line as translated where masking changes these."""
+    return [s.text for s in find_spans(text)], [s.text for s in find_spans(text, WIDEST)]
 
 
 def numbers(text: str) -> list[str]:
@@ -80,7 +88,7 @@ def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
 
 
 def numbers_stage(tokenizer: Tokenizer, constrain: bool, bounds: Bounds) -> Stage:
-    """The guard, as a stage (mt.decode.stages): the lines that lost a number translated
+    """The guard, as a stage (mt.translate.stages): the lines that lost a number translated
     again with their numbers as placeholders, put back as written (a request with a prefix
     or constraints of its own is left as it is); `constrain`: the search takes constraints;
     `bounds`: the length bounds the new translation is flagged with."""
@@ -97,7 +105,9 @@ def numbers_stage(tokenizer: Tokenizer, constrain: bool, bounds: Bounds) -> Stag
         for i in retry:
             src = requests[i].src.strip()
             spans = [Span(m.start(), m.end(), "number", m.group()) for m in number_matches(src)]
-            masks[i] = mask(src, ph, spans)
+            masked = mask(src, ph, spans)
+            if masked is not None and span_texts(masked.text) == span_texts(src):
+                masks[i] = masked
         again = [masked_request(requests[i], m, constrain) for i, m in masks.items() if m]
         second = (yield Ask(again, isolate=True)) if again else []
         for (i, m), t in zip(((i, m) for i, m in masks.items() if m), second):

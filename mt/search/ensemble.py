@@ -17,8 +17,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from mt.decode.steps import log_softmax_
 from mt.model import DecoderState, Transformer
+from mt.search.steps import log_softmax_
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ place, in the same format:
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
   paragraph whose runs differ in formatting (a bold word) goes through the HTML path with one
   tag per run, so the formatting stays on the words it was on. The zip is unpacked within
-  limits first (mt.decode.unzip): a zip bomb is refused, not inflated.
+  limits first (mt.serve.unzip): a zip bomb is refused, not inflated.
 
 This module knows formats, not models: the caller translates `Document.plain` (texts) and
 `Document.html` (fragments) as it likes (`translate_document` takes two functions).
@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from mt.decode.unzip import OverLimit, ZipLimits
-from mt.decode.word import read_docx
 from mt.errors import MtError
+from mt.serve.unzip import OverLimit, ZipLimits
+from mt.serve.word import read_docx
 from mt.spans.markup import parse_fragment
 
 SUFFIXES = (".txt", ".html", ".srt", ".docx")
@@ -98,7 +98,7 @@ class DocumentLimits:
     max_file_segments: int | None = None  # texts: lines, paragraphs, subtitles, fragments
     max_file_chars: int | None = None  # characters of all of them
     max_chars: int | None = None  # characters of one
-    zip: ZipLimits = field(default_factory=ZipLimits)  # a .docx's unpacking (mt.decode.unzip)
+    zip: ZipLimits = field(default_factory=ZipLimits)  # a .docx's unpacking (mt.serve.unzip)
 
 
 class Texts:

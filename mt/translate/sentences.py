@@ -22,11 +22,11 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from mt.decode.doubt import Bounds, flags
-from mt.decode.requests import Request, Translation
-from mt.decode.stages import Ask, Rounds, Stage
-from mt.decode.steps import Hypothesis
+from mt.search.steps import Hypothesis
 from mt.tokenizer import Tokenizer
+from mt.translate.doubt import Bounds, flags
+from mt.translate.requests import Request, Translation
+from mt.translate.stages import Ask, Rounds, Stage
 
 _CLAUSE = re.compile(r"(?<=[,;:])\s+")
 _SPACE = re.compile(r"\s+")
@@ -198,7 +198,7 @@ def gather(
 
 
 def split_stage(tokenizer: Tokenizer, max_src: int, bounds: Bounds) -> Stage:
-    """The stage (mt.decode.stages): each request its plan splits translated sentence by
+    """The stage (mt.translate.stages): each request its plan splits translated sentence by
     sentence, the others whole, one translation per request; the sentences and the whole
     lines go down together, so they share batches."""
     size, limit = source_size(tokenizer, max_src)

@@ -17,8 +17,8 @@ from mt.cli.options import (
     open_session,
     use_threads,
 )
-from mt.decode.options import OFFERED, DecodeOptions
 from mt.errors import MtError
+from mt.translate.options import OFFERED, DecodeOptions
 
 
 @app.command()
@@ -43,7 +43,7 @@ def attention(
     to: ToOption = None,
 ) -> None:
     """Draw encoder, decoder and encoder-decoder attention for one translated sentence."""
-    from mt.decode.attention import attention_json, layer_label
+    from mt.views.attention import attention_json, layer_label
 
     if not src.strip():
         raise MtError("--src is empty")
@@ -100,7 +100,7 @@ def vectors(
 ) -> None:
     """Follow a word's vector from its embedding through every encoder layer, in each
     sentence, and name the keys whose attention pushed it most."""
-    from mt.decode.vectors import read_sentences, summary, word_vectors
+    from mt.views.vectors import read_sentences, summary, word_vectors
 
     sentences = read_sentences(src or [], input)
     use_threads("vectors", None, say=False)  # one sentence: the policy's count, unsaid

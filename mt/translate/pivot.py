@@ -2,7 +2,7 @@
 
 The comparison point for zero-shot directions (de->fr from a model trained on X<->en only):
 the same model, asked twice, through the language it has seen with both. A stage
-(mt.decode.stages): two rounds of search per buffer, so input order, streaming and one line
+(mt.translate.stages): two rounds of search per buffer, so input order, streaming and one line
 out per line in hold.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mt.decode.requests import Request
-from mt.decode.stages import Ask, Rounds, Stage
-from mt.decode.target import Targets
 from mt.errors import MtError
+from mt.translate.requests import Request
+from mt.translate.stages import Ask, Rounds, Stage
+from mt.translate.target import Targets
 
 
 def check_pivot(targets: Targets, pivot: str) -> None:

@@ -34,7 +34,7 @@ from torch import nn
 from mt.model import FeedForward, applied, fusable
 
 ROW_STEP = 8
-MAX_ROWS = 256  # mt.decode.steps.ROWS_PER_CHUNK: search projects this many rows at a time
+MAX_ROWS = 256  # mt.search.steps.ROWS_PER_CHUNK: search projects this many rows at a time
 LONG_ROW_STEP = 64  # bf16: more rows (the encoder's, a batch's first step) pad to this
 
 

@@ -7,11 +7,11 @@ that pays on each device.
   call and every activation before every product and back, which a decode of many short calls
   pays over and over; the half copy is cast once. Its BLEU stayed within 0.2 of fp32's. With
   `decode.gemm` auto or onednn, a CPU's half copy runs every Linear layer through oneDNN on
-  weights packed once (mt.decode.onednn).
+  weights packed once (mt.runtime.onednn).
 - int8 (CPU): a copy whose Linear layers are dynamically quantised; they take fp32 inputs, so
   int8 decodes in fp32 around them.
 - fp32 on a CPU, `decode.gemm` onednn (auto's choice there): a copy, sharing the weights, whose
-  output layer multiplies through oneDNN (mt.decode.onednn). Only search asks for it.
+  output layer multiplies through oneDNN (mt.runtime.onednn). Only search asks for it.
 
 The caller's model (maybe mid-training) is never changed: what differs is a copy.
 """
@@ -23,9 +23,9 @@ import copy
 import torch
 from torch import nn
 
-from mt.decode import onednn
-from mt.decode.int8 import quantize_linears
 from mt.device import Precision
+from mt.runtime import onednn
+from mt.runtime.int8 import quantize_linears
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

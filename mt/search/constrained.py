@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import torch
 
 from mt.config import DecodeConfig
-from mt.decode.search import Beams, continuing, hf_done, only_eos
-from mt.decode.steps import ROWS_PER_CHUNK, Hypothesis, log_softmax_, max_lengths, row_topk
 from mt.model import DecoderState, Transformer
+from mt.search.beam import Beams, continuing, hf_done, only_eos
+from mt.search.steps import ROWS_PER_CHUNK, Hypothesis, log_softmax_, max_lengths, row_topk
 from mt.spans.bans import Bans, apply_mask, step_bans
 from mt.spans.masks import RowMask
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
@@ -206,7 +206,7 @@ def constrained_beam_search(
     (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
     `bans` (`mt.spans.bans`) but those of the phrases; with `edges`, a phrase that ends in a
     letter is not continued by a piece of the same word. Of `cfg` (the one validated settings
-    object every search takes, see `mt.decode.search`) it reads beam, alpha, nbest, the length
+    object every search takes, see `mt.search.beam`) it reads beam, alpha, nbest, the length
     limit and the ending rules `beam_search` reads (penalty, length_offset, hf_stopping), so an
     imported model's HF decoding rules hold for its protected spans and numbers too. The
     translator refuses constraints with stop_early or no_repeat_ngram (`can_constrain`).

@@ -1,4 +1,4 @@
-"""Word documents (.docx) for mt.decode.documents: unpacked within the upload's limits,
+"""Word documents (.docx) for mt.serve.documents: unpacked within the upload's limits,
 every paragraph (body, tables, headers, footers) read into the texts to translate, and written
 back with each run's formatting kept."""
 
@@ -10,14 +10,14 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
-from mt.decode.unzip import OverLimit, ZipLimits, unpack
 from mt.errors import MtError
+from mt.serve.unzip import OverLimit, ZipLimits, unpack
 
 _RUN_TAG = re.compile(r"<(/?)r(\d+)>")  # a run's tags in a paragraph's fragment
 
 
 class Gather(Protocol):
-    """What collects a document's texts (mt.decode.documents.Texts)."""
+    """What collects a document's texts (mt.serve.documents.Texts)."""
 
     def text(self, text: str) -> Callable[[], str]: ...
 
@@ -25,7 +25,7 @@ class Gather(Protocol):
 
 
 def read_docx(data: bytes, texts: Gather, limits: ZipLimits) -> Callable[[], bytes]:
-    """A .docx unpacked within `limits` (mt.decode.unzip), each paragraph's text given to
+    """A .docx unpacked within `limits` (mt.serve.unzip), each paragraph's text given to
     `texts` (one of a single format as text, one of several runs as a fragment whose tags are
     its runs); returns what writes the document back once the translations are in."""
     try:

@@ -1,4 +1,4 @@
-"""Protected spans: the stage (mt.decode.stages) that keeps them, for a request whose plan
+"""Protected spans: the stage (mt.translate.stages) that keeps them, for a request whose plan
 says `protect`.
 
 Under protection every search bans the tokens that would write a span its source does not
@@ -36,14 +36,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from mt.decode.requests import Request, Translation
-from mt.decode.stages import Ask, Rounds, Stage
-from mt.decode.steps import Hypothesis
+from mt.search.steps import Hypothesis
 from mt.spans import WIDEST, find_spans
 from mt.spans.markup import text_unit
 from mt.spans.place import Unit, fold_wordless, lift, place
 from mt.spans.placeholders import Masked, exact, mask, placeholders_for, restore, writable
 from mt.tokenizer import Tokenizer
+from mt.translate.requests import Request, Translation
+from mt.translate.stages import Ask, Rounds, Stage
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Search:
 
     tokenizer: Tokenizer
     nbest: int
-    constrain: bool  # the search takes constraints (`mt.decode.constrained.can_constrain`)
+    constrain: bool  # the search takes constraints (`mt.search.constrained.can_constrain`)
 
 
 def masked_request(r: Request, m: Masked, constrain: bool) -> Request:

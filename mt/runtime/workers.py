@@ -37,13 +37,13 @@ import torch
 
 from mt.batching import token_batches
 from mt.config import DecodeConfig
-from mt.decode.requests import Request, Translation, isolated
 from mt.errors import MtError
 from mt.tokenizer import Tokenizer
+from mt.translate.requests import Request, Translation, isolated
 
 
 class Translator(Protocol):
-    """What the pool reads of `mt.decode.translator.Translator` (which imports this module, so
+    """What the pool reads of `mt.translate.translator.Translator` (which imports this module, so
     it is named by what it offers)."""
 
     cfg: DecodeConfig

@@ -12,7 +12,7 @@ thing everywhere:
   `dtype` is how this process computes (`--dtype` of translate, eval, score and serve), like the
   device: a caller's option set may still name one; without either, a CPU decodes `auto` and
   CUDA as the checkpoint's decode.dtype says (the setting was made for the GPU it trained on).
-- `session.decode_config(options)` applies a caller's `DecodeOptions` (mt.decode.options: one
+- `session.decode_config(options)` applies a caller's `DecodeOptions` (mt.translate.options: one
   optional field per DecodeConfig field) to a copy of the
   checkpoint's decode settings and checks the result with the config's own rules
   (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
@@ -20,7 +20,7 @@ thing everywhere:
 - `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
   A translator has one method, `translate(requests)`; each `Request` carries the `Plan` of
   steps around search it takes (protection, capitals, numbers, HTML, pivot, sentences), and
-  `mt.decode.translator.translate_stream` feeds it an endless input buffer by buffer.
+  `mt.translate.translator.translate_stream` feeds it an endless input buffer by buffer.
 
 An ensemble is a model like any other here: translate (greedy, beam, n-best, prefixes,
 constraints, sampling), score and int8 work on it; attention and vectors, which show one
@@ -43,18 +43,18 @@ from mt.adapt.lora import fold, with_adapter
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import Config, DecodeConfig, to_dict
 from mt.config_rules import validate_decode
-from mt.decode.dtype import uses_onednn
-from mt.decode.ensemble import Ensemble
-from mt.decode.options import DecodeOptions
-from mt.decode.score import Scorer
-from mt.decode.target import Targets
-from mt.decode.translator import Translator
 from mt.device import planless_attention, resolve_decode_dtype, resolve_device
 from mt.errors import MtError
 from mt.languages import Languages
 from mt.model import Transformer
+from mt.runtime.dtype import uses_onednn
+from mt.search.ensemble import Ensemble
 from mt.spans import index as spans_index
 from mt.tokenizer import Tokenizer
+from mt.translate.options import DecodeOptions
+from mt.translate.target import Targets
+from mt.translate.translator import Translator
+from mt.views.score import Scorer
 
 # Settings that mean something only with another switched on (DecodeConfig's `needs`).
 NEEDS = {
@@ -229,7 +229,7 @@ class Session:
         target_vocab: bool = True,
         ratio: float | None = None,
     ) -> Targets:
-        """The target-language choice for a decode (mt.decode.target), checked once: an
+        """The target-language choice for a decode (mt.translate.target), checked once: an
         unknown language is one line naming the model's languages. A bilingual model takes
         no `to` but its own target language."""
         if self.languages is None:
@@ -293,8 +293,8 @@ class Session:
     def attention(self, sentence: str, options: DecodeOptions | None = None, to: str | None = None):
         """`sentence` translated with these options (into `to`, for a multilingual model),
         with every attention weight the model computed for that translation
-        (mt.decode.attention.SentenceAttention)."""
-        from mt.decode.attention import translate_with_attention
+        (mt.views.attention.SentenceAttention)."""
+        from mt.views.attention import translate_with_attention
 
         model = self.single_model("attention")
         if not sentence.strip():

@@ -4,7 +4,7 @@ Both searches drop a sentence from the active batch as soon as it is finished, s
 batch follows its sentences rather than its longest one. Beam search is vectorised over
 (sentences x beams): one `step` call per output position for the whole batch, the cache rows
 reordered to follow the surviving beams. With beam size 1 it returns the greedy output. The
-pieces of one step they share are in mt/decode/steps.py.
+pieces of one step they share are in mt/search/steps.py.
 
 Every search takes its settings as the one validated `DecodeConfig` (checked by
 `mt.config_rules`), not as one argument per setting and not as a copy of some of its fields:
@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from mt.config import DecodeConfig
-from mt.decode.steps import (
+from mt.model import Transformer
+from mt.search.steps import (
     Hypothesis,
     Sampling,
     length_penalty,
@@ -31,7 +32,6 @@ from mt.decode.steps import (
     step_rules,
     top_tokens,
 )
-from mt.model import Transformer
 from mt.spans.bans import Bans
 from mt.tokenizer import BOS, EOS
 

@@ -28,15 +28,15 @@ import torch
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.data.corpus import line_chunks
-from mt.decode.dtype import decode_model
-from mt.decode.steps import length_penalty
-from mt.decode.target import Target, model_for
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
+from mt.runtime.dtype import decode_model
+from mt.search.steps import length_penalty
 from mt.spans import mask_pair
 from mt.spans.placeholders import placeholders_for
 from mt.tokenizer import BOS, EOS, Tokenizer
+from mt.translate.target import Target, model_for
 
 EOS_PIECE = "</s>"
 
@@ -87,7 +87,7 @@ class Scorer:
         # A model trained with data.protect saw spans as placeholders: score them as such.
         self.mask = protect and placeholders_for(tokenizer).reserved
         # A multilingual model's target language: its token before the source, or the
-        # decoder's first input (mt.decode.target).
+        # decoder's first input (mt.translate.target).
         self.target = target or Target(None, [], None, None)
 
     def score_lines(self, src: list[str], tgt: list[str]) -> list[PairScore]:

@@ -1,4 +1,4 @@
-"""HTML fragments: a stage (mt.decode.stages) for requests whose plan says `html`.
+"""HTML fragments: a stage (mt.translate.stages) for requests whose plan says `html`.
 
 Each request's source is one fragment; its markup is parsed (mt.spans.markup: malformed input
 is one `FILE:LINE` error, the request's `where`), its text translated in one round of search
@@ -8,10 +8,10 @@ by alignment (mt.spans.place), nested as they were.
 
 from __future__ import annotations
 
-from mt.decode.protect import Search, units_rounds
-from mt.decode.requests import Request
-from mt.decode.stages import Rounds, Stage
 from mt.spans.markup import html_unit, parse_fragment
+from mt.translate.protect import Search, units_rounds
+from mt.translate.requests import Request
+from mt.translate.stages import Rounds, Stage
 
 
 def html_stage(search: Search, protect: bool) -> Stage:

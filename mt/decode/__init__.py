@@ -1,1 +1,0 @@
-"""Decoding: search algorithms and the raw-text translator built on them."""
