@@ -4,13 +4,15 @@ Both searches drop a sentence from the active batch as soon as it is finished, s
 batch follows its sentences rather than its longest one. Beam search is vectorised over
 (sentences x beams): one `step` call per output position for the whole batch, the cache rows
 reordered to follow the surviving beams. With beam size 1 it returns the greedy output. The
-pieces of one step they share are in mt/search/steps.py.
+pieces of one step they share are in mt/search/steps.py; what restricts a step (a prefix,
+no-repeat-ngram, and the caller's `rules`: protected spans, a target language) is a step rule
+(mt/search/rules.py), which the search applies without knowing what it is.
 
 Every search takes its settings as the one validated `DecodeConfig` (checked by
 `mt.config_rules`), not as one argument per setting and not as a copy of some of its fields:
 a new decode option is then its field, its rule and the lines of the search that reads it,
 with no signature or call site in between to update. What varies per call rather than per
-setting (alignments, scores, prefixes, sampling, bans) stays a keyword argument.
+setting (alignments, scores, prefixes, sampling, rules) stays a keyword argument.
 """
 
 from __future__ import annotations
@@ -22,17 +24,15 @@ import torch
 
 from mt.config import DecodeConfig
 from mt.model import Transformer
+from mt.search.rules import Prefixes, Step, StepRule, reads_history, search_rules, step_rules
 from mt.search.steps import (
     Hypothesis,
     Sampling,
     length_penalty,
     output_limits,
-    prefix_tensor,
     sample_tokens,
-    step_rules,
     top_tokens,
 )
-from mt.spans.bans import Bans
 from mt.tokenizer import BOS, EOS
 
 
@@ -46,18 +46,19 @@ def greedy_search(
     with_scores: bool = True,
     prefixes: list[list[int]] | None = None,
     sampling: Sampling | None = None,
-    bans: Bans | None = None,
+    rules: Sequence[StepRule] = (),
 ) -> list[Hypothesis]:
     """The most probable next token at each step (or a drawn one, with `sampling`), within
     `cfg`'s length limit and n-gram rule (the beam settings are not read). Without
     `with_scores` the scores are NaN and each step skips the log-normaliser, a pass with an
     exp over every (row, vocabulary) entry that only the score needs (translation output is
-    the tokens). `prefixes[i]` (target ids) is forced as the start of output i; `bans`
-    (`mt.spans.bans`) are tokens it may not write."""
+    the tokens). `prefixes[i]` (target ids) is forced as the start of output i; `rules`
+    (`mt.search.rules`) restrict what it may write."""
     B, dev = src.size(0), src.device
-    prefix = prefix_tensor(prefixes, B, dev)
-    limit = output_limits(src, prefix, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
-    no_repeat_ngram = cfg.no_repeat_ngram
+    prefix = Prefixes(prefixes, B, dev)
+    limit = output_limits(src, prefix.prefix, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
+    rules = search_rules(prefix, cfg.no_repeat_ngram, rules)
+    keep_history = reads_history(rules)
     memory, mask, _ = model.encode(src)
     state = model.start_state(memory, mask)
     active = torch.arange(B, device=dev)  # original row of each active row
@@ -72,18 +73,18 @@ def greedy_search(
     lengths = torch.zeros(B, dtype=torch.long, device=dev)
     scores = torch.zeros(B, dtype=torch.float64, device=dev)
     t = 0
-    parents = None  # the row of the step before each row extends, for the span ban
+    parents = None  # the row of the step before each row extends, for rules that read it
     while active.numel():
         force = limit[active] <= t  # at the length limit only EOS may come
-        rules = step_rules(prefix, active, t, history, no_repeat_ngram, bans, parents)
+        said = step_rules(rules, Step(t, active, history, parents))
         if sampling is not None:
             tok, lp, eos_lp, align = sample_tokens(
-                model, prev, state, sampling, rules, alignment=alignment
+                model, prev, state, sampling, said, alignment=alignment
             )
             top_tok, top_lp = tok[:, None], lp[:, None]
         else:
             top_lp, top_tok, eos_lp, align = top_tokens(
-                model, prev, state, 1, rules, alignment=alignment, normalise=with_scores
+                model, prev, state, 1, said, alignment=alignment, normalise=with_scores
             )
         best = top_tok[:, 0].masked_fill(force, EOS)
         if top_lp is None or eos_lp is None:
@@ -99,13 +100,13 @@ def greedy_search(
         finished = int(done.sum())  # the step's one read from the device
         if finished == done.numel():
             break
-        if no_repeat_ngram or bans is not None:
+        if keep_history:
             history = torch.cat([history, best[:, None]], dim=1)
         if finished:
             keep = (~done).nonzero().squeeze(1)
             state = state.select(keep)
             active, best, history = active[keep], best[keep], history[keep]
-        if bans is not None:
+        if keep_history:
             parents = keep if finished else torch.arange(len(best), device=dev)
         prev = best
         t += 1
@@ -252,7 +253,7 @@ def beam_search(
     *,
     alignment: bool = False,
     prefixes: list[list[int]] | None = None,
-    bans: Bans | None = None,
+    rules: Sequence[StepRule] = (),
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence, by length-normalised log-probability (every
     setting named here is a field of `cfg`).
@@ -271,25 +272,24 @@ def beam_search(
 
     `prefixes[i]` (target ids) is forced as the start of every hypothesis of sentence i, with
     its log-probability in the score; `no_repeat_ngram` N > 0 bans any n-gram of N tokens from
-    occurring twice in a hypothesis; `bans` (`mt.spans.bans`) are tokens it may not write.
+    occurring twice in a hypothesis; `rules` (`mt.search.rules`) restrict what it may write.
     """
     B, K, dev = src.size(0), cfg.beam, src.device
     alpha, nbest, penalty, offset = cfg.alpha, cfg.nbest, cfg.penalty, cfg.length_offset
-    prefix = prefix_tensor(prefixes, B, dev)
-    limit = output_limits(src, prefix, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
+    prefix = Prefixes(prefixes, B, dev)
+    limit = output_limits(src, prefix.prefix, cfg.max_len_a, cfg.max_len_b, model.cfg.max_positions)
+    rules = search_rules(prefix, cfg.no_repeat_ngram, rules)
     beams = Beams(model, src)
     align_hist = torch.empty(B, 0, dtype=torch.long, device=dev)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    reorder = None  # the row of the step before each row extends, for the span ban
+    reorder = None  # the row of the step before each row extends, for rules that read it
     while beams.sent.numel():
         t, sent, history = beams.step, beams.sent, beams.history
         n, width = beams.scores.shape
         # A sentence's best 2K candidates over K x V are among its rows' best 2K each.
-        rules = step_rules(
-            prefix, sent.repeat_interleave(width), t, history, cfg.no_repeat_ngram, bans, reorder
-        )
+        said = step_rules(rules, Step(t, sent.repeat_interleave(width), history, reorder))
         row_lp, row_tok, eos_lp, align = top_tokens(
-            model, beams.prev, beams.state, 2 * K, rules, alignment=alignment
+            model, beams.prev, beams.state, 2 * K, said, alignment=alignment
         )
         assert row_lp is not None and eos_lp is not None  # normalised by default
         C = row_lp.size(1)

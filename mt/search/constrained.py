@@ -24,6 +24,7 @@ the model's; sentences without constraints get exactly `beam_search`'s result (t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,9 +32,8 @@ import torch
 from mt.config import DecodeConfig
 from mt.model import DecoderState, Transformer
 from mt.search.beam import Beams, continuing, hf_done, only_eos
+from mt.search.rules import Step, StepRule, StepRules, step_rules
 from mt.search.steps import ROWS_PER_CHUNK, Hypothesis, log_softmax_, max_lengths, row_topk
-from mt.spans.bans import Bans, apply_mask, step_bans
-from mt.spans.masks import RowMask
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
 NEG = float("-inf")
@@ -144,25 +144,29 @@ def _expand(
     k: int,
     wanted: torch.Tensor,  # (R, C) tokens whose log-probability is asked for
     no_eos: torch.Tensor,  # (R,) bool, rows that may not end yet
-    mask: RowMask | None = None,  # banned tokens (`step_bans`)
+    rules: StepRules | None = None,  # the step's rules (`mt.search.rules`)
     unglued: torch.Tensor | None = None,  # (R,) bool, rows whose next token starts a word
     glue: torch.Tensor | None = None,  # (V,) bool, the tokens that continue a word
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Feed `prev`; per row the `k` best tokens other than PAD/BOS (and EOS where `no_eos`)
     with their log-probabilities (R, k), the log-probabilities of `wanted` (R, C) and of EOS
     (R,). `search.top_tokens` returns only the top k, but the constraint tokens are needed
-    wherever they rank (and whatever `mask` says: a user's phrase is theirs to ask for), so
+    wherever they rank (and whatever `rules` ban: a user's phrase is theirs to ask for), so
     this is its loop with one gather more; projecting a chunk of rows
     at a time keeps each chunk's logits in cache, as there."""
     hidden, _ = model.step_hidden(prev, state)
     lps, toks, wanted_lps, eos = [], [], [], []
     for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
         rows = slice(start, start + len(chunk))
-        logp = log_softmax_(model.project(chunk).float())
+        logp = model.project(chunk).float()
+        if rules is not None:
+            rules.restrict_support(logp, start)
+        log_softmax_(logp)
         wanted_lps.append(logp.gather(1, wanted[rows]))
         eos_lp = logp[:, EOS].clone()
         eos.append(eos_lp)
-        apply_mask(logp, mask, start)
+        if rules is not None:
+            rules.ban(logp, start)
         if unglued is not None and glue is not None:
             logp.masked_fill_(unglued[rows, None] & glue[None, :], NEG)
         logp[:, PAD] = NEG
@@ -199,12 +203,12 @@ def constrained_beam_search(
     constraints: list[list[list[int]]],
     cfg: DecodeConfig,
     *,
-    bans: Bans | None = None,
+    rules: Sequence[StepRule] = (),
     edges: WordEdges | None = None,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per sentence that contain every phrase of `constraints[i]`
-    (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token of
-    `bans` (`mt.spans.bans`) but those of the phrases; with `edges`, a phrase that ends in a
+    (target ids, see `phrase_ids`; an empty list: plain beam search), writing no token
+    `rules` ban (`mt.search.rules`) but those of the phrases; with `edges`, a phrase that ends in a
     letter is not continued by a piece of the same word. Of `cfg` (the one validated settings
     object every search takes, see `mt.search.beam`) it reads beam, alpha, nbest, the length
     limit and the ending rules `beam_search` reads (penalty, length_offset, hf_stopping), so an
@@ -251,10 +255,10 @@ def constrained_beam_search(
         row_sent = sent.repeat_interleave(width)
         r_phr, r_len = phrases[row_sent], lengths[row_sent]  # (R, C, L), (R, C)
         nxt = r_phr.gather(2, progress[:, :, None].clamp(max=r_phr.size(2) - 1))[:, :, 0]
-        mask = step_bans(bans, beams.history, row_sent)
+        said = step_rules(rules, Step(t, row_sent, beams.history))
         glue = edges.glue if edges is not None and bool(unglued.any()) else None
         row_lp, row_tok, con_lp, eos_lp = _expand(
-            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), mask, unglued, glue
+            model, beams.prev, beams.state, 2 * K, nxt, ~met.all(1), said, unglued, glue
         )
         force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
         # At the limit EOS keeps its log-probability; HF's forced_eos_token_id makes it 0.

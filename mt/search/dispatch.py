@@ -7,14 +7,16 @@ search code; this module only chooses the search.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from mt.config import DecodeConfig
 from mt.model import Transformer
 from mt.search.beam import beam_search, greedy_search
 from mt.search.constrained import WordEdges, constrained_beam_search
+from mt.search.rules import StepRule
 from mt.search.steps import Hypothesis, Sampling
-from mt.spans.bans import Bans
 
 
 def is_greedy(cfg: DecodeConfig) -> bool:
@@ -32,14 +34,14 @@ def search(
     prefixes: list[list[int]] | None = None,
     constraints: list[list[list[int]]] | None = None,
     sampling: Sampling | None = None,
-    bans: Bans | None = None,
+    rules: Sequence[StepRule] = (),
     edges: WordEdges | None = None,
 ) -> list[list[Hypothesis]]:
     """The hypotheses of each row, best first: constrained beam search for rows with
     constraints (a phrase ending in a letter ending a word, given `edges`), greedy search or
     sampling (one each), else beam search."""
     if constraints is not None and any(constraints):
-        return constrained_beam_search(model, src, constraints, cfg, bans=bans, edges=edges)
+        return constrained_beam_search(model, src, constraints, cfg, rules=rules, edges=edges)
     if is_greedy(cfg) or sampling is not None:
         hyps = greedy_search(
             model,
@@ -49,7 +51,7 @@ def search(
             with_scores=with_scores or sampling is not None,
             prefixes=prefixes,
             sampling=sampling,
-            bans=bans,
+            rules=rules,
         )
         return [[h] for h in hyps]
-    return beam_search(model, src, cfg, alignment=alignment, prefixes=prefixes, bans=bans)
+    return beam_search(model, src, cfg, alignment=alignment, prefixes=prefixes, rules=rules)

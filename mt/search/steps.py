@@ -1,8 +1,9 @@
-"""What greedy, beam and constrained search share at each step: length limits, prefixes,
-n-gram bans, the length penalty, the next-token scores of a chunk of rows, and sampling.
+"""What greedy, beam and constrained search share at each step: length limits, the length
+penalty, the next-token scores of a chunk of rows under the step's rules (`mt.search.rules`),
+and sampling.
 
 Kept apart from the searches so that each search reads as its loop; nothing here knows which
-search calls it.
+search calls it, nor which rules restrict it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mt.model import DecoderState, Transformer
-from mt.spans.bans import Bans, apply_mask, step_bans
-from mt.spans.masks import RowMask
+from mt.search.rules import StepRules
 from mt.tokenizer import BOS, EOS, PAD
 
 
@@ -29,39 +29,6 @@ def max_lengths(src: torch.Tensor, a: float, b: int, limit: int) -> torch.Tensor
     src_len = src.ne(PAD).sum(1)
     # Clamped while still float: a huge a or b must reach the cap, not wrap around in int64.
     return (src_len.double() * a + min(b, limit)).clamp(1, limit - 1).floor().long()
-
-
-def prefix_tensor(prefixes: list[list[int]] | None, n: int, device: torch.device) -> torch.Tensor:
-    """(n, P) forced target tokens, PAD after each row's prefix (P = 0 without prefixes)."""
-    rows = prefixes or [[] for _ in range(n)]
-    width = max((len(p) for p in rows), default=0)
-    out = torch.full((n, width), PAD, dtype=torch.long)
-    for i, p in enumerate(rows):
-        out[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-    return out.to(device)
-
-
-def forced_at(prefix: torch.Tensor, rows: torch.Tensor, t: int) -> torch.Tensor | None:
-    """Token each decoder row must emit at step `t` (-1 where free); None when none must."""
-    if t >= prefix.size(1):
-        return None
-    tok = prefix[rows, t]
-    return None if bool(tok.eq(PAD).all()) else tok.masked_fill(tok.eq(PAD), -1)
-
-
-def repeated_ngram_bans(history: torch.Tensor, n: int) -> torch.Tensor | None:
-    """(rows, W) tokens that would repeat an n-gram already in each row's `history` (PAD where
-    none): the tokens that once followed the row's last n-1 tokens. Vectorised over rows, so
-    a beam step costs a few tensor ops rather than a Python loop over hypotheses."""
-    t = history.size(1)
-    if n < 1 or t < n - 1 or (n > 1 and t < n):
-        return None
-    if n == 1:
-        return history
-    windows = history.unfold(1, n - 1, 1)[:, : t - n + 1]  # (rows, W, n-1) earlier contexts
-    last = history[:, t - n + 1 :]  # (rows, n-1) the context now
-    match = windows.eq(last[:, None, :]).all(-1)  # (rows, W)
-    return torch.where(match, history[:, n - 1 :], PAD)
 
 
 def length_penalty(length: int, alpha: float, kind: str = "gnmt") -> float:
@@ -112,42 +79,6 @@ def row_topk(x: torch.Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[torch.Te
     return top, cols.gather(1, j)
 
 
-@dataclass(frozen=True)
-class StepRules:
-    """What the rows of one step may write, worked out by the search from its settings and
-    history and read by `top_tokens` / `sample_tokens` (so a new restriction is a field here
-    and its lines there, not one more argument of every step function).
-
-    `forced` (N,): the token a row must write (a target prefix; -1 where free), None when no
-    row must. `banned` (N, W): token ids a row may not write (no-repeat-ngram; PAD entries ban
-    nothing new). `mask` (`mt.spans.masks.RowMask`, `mt.spans.bans.step_bans`): tokens banned too.
-    """
-
-    forced: torch.Tensor | None = None
-    banned: torch.Tensor | None = None
-    mask: RowMask | None = None
-
-
-def step_rules(
-    prefix: torch.Tensor,
-    rows: torch.Tensor,
-    t: int,
-    history: torch.Tensor,
-    no_repeat_ngram: int,
-    bans: Bans | None,
-    parents: torch.Tensor | None = None,
-) -> StepRules:
-    """The rules of step `t` for decoder rows whose sentences are `rows` (indices into
-    `prefix` and the spans of `bans`), each row having written `history` so far; `parents`:
-    the row of step `t - 1` each row extends, where the search knows it (the span ban then
-    need not find it)."""
-    return StepRules(
-        forced=forced_at(prefix, rows, t),
-        banned=repeated_ngram_bans(history, no_repeat_ngram) if no_repeat_ngram else None,
-        mask=step_bans(bans, history, rows, parents),
-    )
-
-
 def top_tokens(
     model: Transformer,
     prev: torch.Tensor,
@@ -163,19 +94,21 @@ def top_tokens(
     most-attended source position if `alignment`. Without `normalise` the two log-probability
     results are None and the log-softmax pass (an exp per row and vocabulary entry) is skipped.
 
-    Tokens `rules` bans are excluded. A row with a forced token (a target prefix) gets that
-    token as its only candidate, with its real log-probability, whatever the bans say.
+    Tokens outside `rules`' support are masked before the log-softmax, those it bans after
+    it. A row with a forced token (a target prefix) gets that token as its only candidate,
+    with its real log-probability, whatever the bans say.
 
     Projecting a chunk of rows at a time keeps each chunk's logits in cache for the passes over
     them: log_softmax (one fused kernel, where logsumexp takes four passes)
     and `row_topk`. The normaliser includes PAD and BOS, which are masked only afterwards.
     """
-    forced, banned, mask = rules.forced, rules.banned, rules.mask
+    forced = rules.forced
     hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
     lps, toks, eos = [], [], []
     for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
         rows = slice(start, start + len(chunk))
         logits = model.project(chunk).float()
+        rules.restrict_support(logits, start)
         if normalise:
             log_softmax_(logits)
             eos.append(logits[:, EOS])  # masking PAD and BOS below leaves this column
@@ -183,9 +116,7 @@ def top_tokens(
         force_lp = (
             logits.gather(1, force.clamp(min=0)[:, None])[:, 0] if force is not None else None
         )
-        if banned is not None:
-            logits.scatter_(1, banned[rows], float("-inf"))
-        apply_mask(logits, mask, start)
+        rules.ban(logits, start)
         logits[:, PAD] = float("-inf")
         logits[:, BOS] = float("-inf")
         top, tok = row_topk(logits, min(k, logits.size(-1)))
@@ -227,15 +158,15 @@ def sample_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One drawn token per row (N,), its log-probability under the model (N,) (not the
     tempered one: scores stay comparable with search), EOS's log-probability, alignment.
-    Tokens `rules` bans are not drawn; a forced token is taken."""
-    forced, banned, mask = rules.forced, rules.banned, rules.mask
+    Tokens outside `rules`' support or banned are not drawn; a forced token is taken."""
+    forced = rules.forced
     hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
-    logp = log_softmax_(model.project(hidden).float())
+    logits = model.project(hidden).float()
+    rules.restrict_support(logits)
+    logp = log_softmax_(logits)
     eos_lp = logp[:, EOS].clone()
     logits = logp / sampling.temperature
-    if banned is not None:
-        logits.scatter_(1, banned, float("-inf"))
-    apply_mask(logits, mask)
+    rules.ban(logits)
     logits[:, PAD] = float("-inf")
     logits[:, BOS] = float("-inf")
     if 0 < sampling.topk < logits.size(-1):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mt.search.rules import Restriction, Step
 from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex, index_for, may
 from mt.spans.masks import RowMask
@@ -174,11 +175,17 @@ class SpanRule:
 
 @dataclass
 class Bans:
-    """What a search may not write: a fixed mask and/or the span rule (either may be None)."""
+    """What a search may not write: a fixed mask and/or the span rule (either may be None).
+    A step rule (`mt.search.rules.StepRule`): every search applies it as it does its own."""
 
     vocab: torch.Tensor | None = None  # (V,) or (B, V) bool, True = banned; B: sentences
     spans: SpanRule | None = None
     allowed: list[tuple[str, ...]] | None = None  # per sentence: spans it may write (its own)
+    reads_history = True  # the span rule reads each row's text so far
+
+    def restrict(self, step: Step) -> Restriction | None:
+        mask = step_bans(self, step.history, step.sent, step.parents)
+        return None if mask is None else Restriction(ban=mask)
 
 
 def step_mask(bans: Bans | None, history: torch.Tensor, sent: torch.Tensor) -> torch.Tensor | None:

@@ -4,42 +4,39 @@ told, and the guard that keeps the output in it.
 This is the one place decoding decides the target language. A request names it (`to`, from
 `--to`, a JSONL line's `"to"` or a server request); a model that writes one language needs no
 name. The model is told with its language token (mt/languages.py): before the source ids
-(`data.lang_token: source`), or as the decoder's first input in place of BOS (`target`). Both
-the second and the guard live in `TargetLanguage`, the model seen from one target language: it
-feeds the token wherever a search or scorer feeds BOS, and lets the search score only the
-pieces that are the language's own, so a zero-shot direction cannot drift into English. It
-sits between the search and the model, so greedy, beam and constrained search, sampling,
-scoring and ensembles all pass through it without knowing of languages.
+(`data.lang_token: source`), or as the decoder's first input in place of BOS (`target`). The
+second lives in `TargetLanguage`, the model seen from one target language: it feeds the token
+wherever a search or scorer feeds BOS. It sits between the search and the model, so greedy,
+beam and constrained search, sampling, scoring and ensembles all pass through it without
+knowing of languages. The guard, which lets the search score only the pieces that are the
+language's own so that a zero-shot direction cannot drift into English, is a step rule
+(`LanguageGuard`, `mt.search.rules`): the search's distribution over the language's pieces.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
 from mt.errors import MtError
 from mt.languages import Languages
+from mt.search.rules import Columns, Restriction, Step, StepRule
 from mt.search.steps import Hypothesis
 from mt.tokenizer import BOS, Tokenizer
 
 
 class TargetLanguage:
     """A model seen from one target language: BOS fed to the decoder becomes `start` (None:
-    unchanged), and the logits of every piece outside `allowed` are -inf (None: all pass).
-    `forced` (M2M/NLLB): the decoder reads BOS then this token before the search's first
+    unchanged). `forced` (M2M/NLLB): the decoder reads BOS then this token before the search's first
     choice, so the token is written without being searched or scored (HF's forced BOS).
     Everything else is the model's own."""
 
     def __init__(
-        self,
-        model: torch.nn.Module,
-        start: int | None,
-        allowed: torch.Tensor | None,
-        forced: int | None = None,
+        self, model: torch.nn.Module, start: int | None, forced: int | None = None
     ) -> None:
         self.model, self.start, self.forced = model, start, forced
-        self.banned = None if allowed is None else ~allowed  # (V,) bool on the model's device
 
     def _first(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.forced is not None:  # (B, T) -> (B, T + 1): the forced token after BOS
@@ -70,10 +67,6 @@ class TargetLanguage:
         maps.cross = [w[:, :, keep] for w in maps.cross]
         return maps
 
-    def project(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.model.project(hidden)  # this call's own tensor: masked in place
-        return logits if self.banned is None else logits.masked_fill_(self.banned, float("-inf"))
-
     def __getattr__(self, name: str):
         return getattr(self.model, name)
 
@@ -87,6 +80,12 @@ class Target:
     start: int | None  # the decoder's first input instead of BOS
     guard: torch.Tensor | None  # (V,) allowed pieces, or None (no guard)
     forced: int | None = None  # read after BOS before the output (placement "forced")
+
+    @cached_property
+    def rules(self) -> list[StepRule]:
+        """The step rules of a search into this language: its guard, where it has one (kept
+        with the target, which `Targets` keeps per language)."""
+        return [] if self.guard is None else [LanguageGuard(self.guard)]
 
 
 class Targets:
@@ -154,10 +153,28 @@ class Targets:
 
 def model_for(model: torch.nn.Module, target: Target) -> torch.nn.Module:
     """`model` as the search should see it for `target` (itself for a bilingual model)."""
-    if target.start is None and target.guard is None and target.forced is None:
+    if target.start is None and target.forced is None:
         return model
-    wrapped = TargetLanguage(model, target.start, target.guard, target.forced)
+    wrapped = TargetLanguage(model, target.start, target.forced)
     return wrapped  # type: ignore[return-value]
+
+
+class LanguageGuard:
+    """The step rule of a target language's guard: the pieces outside `allowed` (V,) bool
+    are out of the distribution, so the search scores only the language's own."""
+
+    reads_history = False
+
+    def __init__(self, allowed: torch.Tensor) -> None:
+        self.support = Columns.of(~allowed)
+
+    def restrict(self, step: Step) -> Restriction:
+        return Restriction(support=self.support)
+
+
+def target_rules(target: Target | None) -> list[StepRule]:
+    """The step rules a search into `target` applies: its guard, where it has one."""
+    return [] if target is None else target.rules
 
 
 def strip_mark(hyps: list[Hypothesis], target: Target) -> list[Hypothesis]:

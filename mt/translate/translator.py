@@ -28,6 +28,7 @@ from mt.runtime.dtype import decode_model
 from mt.runtime.workers import WorkerPool
 from mt.search.constrained import WordEdges, can_constrain, phrase_ids, word_edges
 from mt.search.dispatch import is_greedy, search
+from mt.search.rules import StepRule
 from mt.search.steps import Hypothesis, Sampling
 from mt.spans.bans import Bans, SpanRule
 from mt.textstats import LONG, SHORT
@@ -41,7 +42,7 @@ from mt.translate.protect import Search, protect_stage
 from mt.translate.requests import Plan, Request, Translation, isolated, translation_record
 from mt.translate.sentences import split_stage
 from mt.translate.stages import Stage, run, spelling_cost
-from mt.translate.target import Target, Targets, model_for, strip_mark
+from mt.translate.target import Target, Targets, model_for, strip_mark, target_rules
 from mt.translate.terms import glossary_stage
 
 
@@ -116,6 +117,7 @@ class Translator:
         model = self.model if target is None else model_for(self.model, target)
         if constraints is not None and self._edges is None:
             self._edges = word_edges(self.tokenizer, self.device)
+        rules: list[StepRule] = [bans] if bans is not None else []
         return search(
             model,
             src,
@@ -125,7 +127,7 @@ class Translator:
             prefixes=prefixes,
             constraints=constraints,
             sampling=self.sampling,
-            bans=bans,
+            rules=rules + target_rules(target),
             edges=self._edges,
         )
 

@@ -16,7 +16,7 @@ from mt.config import DecodeConfig
 from mt.model import AttentionMaps, Transformer
 from mt.search.dispatch import search
 from mt.tokenizer import BOS, EOS, Tokenizer
-from mt.translate.target import Target, model_for
+from mt.translate.target import Target, model_for, target_rules
 
 
 @dataclass
@@ -85,7 +85,7 @@ def translate_with_attention(
     src = pad([target.src_mark + tokenizer.encode_src([sentence])[0]]).to(device)
     # The best output of plain search: n-best, stop-early and n-gram bans do not apply.
     plain = dataclasses.replace(cfg, nbest=1, stop_early=False, no_repeat_ngram=0)
-    hyp = search(model, src, plain)[0][0]
+    hyp = search(model, src, plain, rules=target_rules(target))[0][0]
     tgt_in = torch.tensor([[BOS] + hyp.tokens], device=device)
     marks = [tokenizer.src.id_to_piece(i) for i in target.src_mark]
     start = target.start if target.forced is None else target.forced  # the row shown first

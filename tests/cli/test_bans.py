@@ -329,18 +329,21 @@ def _search(model, tok, path: str, srcs: list[str], seed: int, bans, sampling_ar
         [torch.tensor(x) for x in tok.encode_src(srcs)], batch_first=True, padding_value=PAD
     )
     cfg = DecodeConfig(beam=4, alpha=1.0, max_len_a=2.0, max_len_b=20, nbest=4)
+    rules = [bans] if bans else []
     if path == "beam":
-        return [h for hs in beam_search(model, src, cfg, bans=bans) for h in hs]
+        return [h for hs in beam_search(model, src, cfg, rules=rules) for h in hs]
     if path == "constrained":
         phrases = [[tok.encode_tgt([" mi"])[0]] for _ in srcs]
         one = dataclasses.replace(cfg, nbest=1)
-        return [h[0] for h in constrained_beam_search(model, src, phrases, one, bans=bans)]
+        return [h[0] for h in constrained_beam_search(model, src, phrases, one, rules=rules)]
     sampling = None
     if path == "sample":
         topk, topp, temperature = sampling_args
         sampling = Sampling(topk, topp, temperature, torch.Generator().manual_seed(seed))
     prefixes = [tok.encode_tgt([" ka"])[0] for _ in srcs] if path == "prefix" else None
-    return greedy_search(model, src, cfg, prefixes=prefixes, sampling=sampling, bans=bans)
+    return greedy_search(
+        model, src, cfg, prefixes=prefixes, sampling=sampling, rules=[bans] if bans else []
+    )
 
 
 EXAMPLES = 15
