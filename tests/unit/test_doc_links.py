@@ -139,3 +139,18 @@ def test_the_check_finds_what_it_is_for(tmp_path):
 )
 def test_slugs_match_the_toc_extension(heading, expected):
     assert slug(heading) == expected
+
+
+def test_pages_the_code_names_exist():
+    """A docstring or comment that sends the reader to a page (`docs/studies/decoding.md`)
+    names one that exists: pages move when the manual is reorganised."""
+    named = re.compile(r"\bdocs/[\w/.-]*\w\.md\b")
+    missing = []
+    for folder in ("mt", "scripts", "tests"):
+        for source in sorted((REPO / folder).rglob("*.py")):
+            text = source.read_text(encoding="utf-8")
+            for number, line in enumerate(text.splitlines(), 1):
+                for page in named.findall(line):
+                    if not (REPO / page).exists() and (REPO / page).resolve() not in generated():
+                        missing.append(f"{source.relative_to(REPO)}:{number}: {page}")
+    assert not missing, "\n".join(missing)
