@@ -14,15 +14,15 @@ import torch
 def step_layout(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Encoder keys and values (B, H, S, D/H) as the decoding steps read them, made once per
     sentence instead of by every step of every layer (the projection's views of one fused
-    (B, S, 2, H, D/H) tensor were copied by each step: 6% of a greedy decode at OPUS-MT's base
-    shape). Same values, same arithmetic.
+    (B, S, 2, H, D/H) tensor were copied by each step of every layer). Same values, same
+    arithmetic.
 
     On a CPU, steps take `attend`'s spelled-out path, so k is stored transposed
     (`k.transpose(-2, -1)` is contiguous) and `q @ k^T` reads it in place. On a GPU, steps go
     through SDPA, whose fused kernels (flash, memory-efficient, cuDNN) need each row's last
-    dimension contiguous. Given the transposed k, SDPA fell back to its unfused math kernel
-    (a quarter of a GPU decode's host time on an H100, docs/studies/on-a-gpu.md), so there
-    both stay plainly contiguous. v is contiguous everywhere."""
+    dimension contiguous. Given the transposed k, SDPA fell back to its unfused math kernel,
+    a large share of a GPU decode's host time (docs/studies/on-a-gpu.md), so there both stay
+    plainly contiguous. v is contiguous everywhere."""
     if k.device.type == "cpu":
         return k.transpose(-2, -1).contiguous().transpose(-2, -1), v.contiguous()
     return k.contiguous(), v.contiguous()
@@ -41,7 +41,8 @@ class SelfCache:
 
     They live in the first `length` positions of buffers (rows, H, room, D/H) with room for
     later steps, doubled when full, so a step writes its one position instead of copying the
-    whole cache into a new tensor (`torch.cat`: 8% of a greedy decode at OPUS-MT's base shape).
+    whole cache into a new tensor (`torch.cat`, a copy that grows with every step;
+    docs/studies/importing.md).
     Reordering rows (beams, finished sentences) copies the kept positions into a spare pair of
     buffers, which then swap with the current ones: the cache selected from is spent (stepping
     or selecting it again raises), as search always goes on from the state `select` returns.

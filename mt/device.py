@@ -169,10 +169,9 @@ def planless_attention(device: torch.device) -> None:
     """On CUDA, leave cuDNN's fused attention out of the kernels SDPA may choose (flash and
     memory-efficient attention stay). cuDNN builds an execution plan for every new input
     shape, and a decode meets a new key length at every step, a training run a new batch shape
-    for its first many steps. On an H200 in bf16 (docs/studies/on-a-gpu.md), without it the
-    first decode of 500 lines ran 13.7x faster greedy and 10.2x at beam 5, a first training
-    pass over 40 real batches 7.9x faster, and warm passes no slower (decoding 1.25-1.31x
-    faster, training equal). A process-wide torch setting: every CUDA entry point calls this."""
+    for its first many steps: building those plans is most of a first pass, and without
+    cuDNN's kernel warm passes are no slower (docs/studies/on-a-gpu.md). A process-wide torch
+    setting: every CUDA entry point calls this."""
     import torch
 
     if device.type == "cuda":
@@ -339,9 +338,9 @@ def choose_threads(
     A count the user asked for (`--threads`, train.threads) comes first, then OMP_NUM_THREADS,
     then the policy: each process takes its share of the usable cores (`processes` is how many
     share them, as torchrun starts on one machine). Decoding too: with idle threads sleeping
-    soon (yield_when_waiting), two decoding threads beat one by a fifth on the free 2-core EPYC and
-    lost no more than one beside a competing training (docs/benchmarks.md, "Busy and limited
-    machines"); it was the spinning, not the second thread, that collapsed beside other work.
+    soon (yield_when_waiting), two decoding threads beat one on free cores and lose no more
+    than one beside a competing training (docs/studies/busy-machines.md); it was the spinning,
+    not the second thread, that collapsed beside other work.
     """
     if asked is None and env_threads(environ) is not None:
         asked, source = env_threads(environ), "OMP_NUM_THREADS"
@@ -367,16 +366,13 @@ def yield_when_waiting(environ: MutableMapping[str, str] = os.environ) -> None:
     is imported, so callers do this first: `mt`'s entry point before any command runs, scripts
     before `import torch`.
 
-    Neither extreme serves. libgomp's default spins 300,000 turns (over 15 ms at the 55-80 ns
-    a turn measured on a Zen 5), which beside other work burns the time that work needs.
-    Sleeping at once (OMP_WAIT_POLICY=PASSIVE) makes every parallel region wake its threads
-    through the kernel, and a decoding step is hundreds of small ops microseconds apart. On a
-    2-core Zen 5, `mt translate` of the 1,000 test lines ran 1.22x (greedy) and 1.19x (beam 5)
-    faster with 1,000 turns (about 70 microseconds) than sleeping at once, and beside a
-    competing training no slower (docs/benchmarks.md, "Idle threads"); the recipe's bf16
-    update ran 1.17x in a benchmark and a whole `mt train` of 600 updates 1.14x.
-    3,000 turns gained a little more alone and lost a fifth beside the training, 10,000 lost
-    80%."""
+    Neither extreme serves. libgomp's default spins 300,000 turns (milliseconds), which beside
+    other work burns the time that work needs. Sleeping at once (OMP_WAIT_POLICY=PASSIVE)
+    makes every parallel region wake its threads through the kernel, and a decoding step is
+    hundreds of small ops microseconds apart. A short spin (SHORT_SPIN turns) wins back most
+    of what sleeping at once costs decoding and training on free cores, and is no slower than
+    sleeping beside a competing training; longer spins gain little more alone and lose much
+    beside it (docs/studies/bf16-and-threads.md, "Idle threads: a short spin")."""
     if "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
         return
     environ["GOMP_SPINCOUNT"] = str(SHORT_SPIN)

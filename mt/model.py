@@ -68,12 +68,13 @@ def attend(
     Two CPU cases also take the spelled-out path. Decoding steps (a few queries per row): there
     torch's CPU kernel has a fixed cost per (row, head) that makes it slower than two batched
     matmuls and a softmax at beam-search shapes. And bf16 (autocast on a CPU with native bf16):
-    torch's bf16 CPU kernel, its backward above all, ran about 9x slower than its fp32 one at
-    the recipe's sentence lengths, while the two products reach the CPU's bf16 units through
-    oneDNN (docs/benchmarks.md). But at a decoding step's shapes (a query or a few per row, a
-    few dozen keys) those bf16 products ran 2.6x slower than fp32's, which left bf16 decoding
-    no faster than fp32 while its Linear layers ran faster: bf16 decoding steps on a CPU (a
-    bf16 copy of the weights, or a dev evaluation under training's autocast) attend in fp32.
+    torch's bf16 CPU kernel, its backward above all, is far slower than its fp32 one at the
+    recipe's sentence lengths, while the two products reach the CPU's bf16 units through
+    oneDNN. But at a decoding step's shapes (a query or a few per row, a few dozen keys) those
+    bf16 products are slower than fp32's, which left bf16 decoding no faster than fp32 while
+    its Linear layers ran faster: bf16 decoding steps on a CPU (a bf16 copy of the weights, or
+    a dev evaluation under training's autocast) attend in fp32. Measured in
+    docs/studies/bf16-and-threads.md.
     `causal` without a mask lets the fused kernel skip the masked half, and on CUDA it is what
     admits the flash kernel (which takes no mask at all).
     """
@@ -373,9 +374,9 @@ class Transformer(nn.Module):
         """Decoder output (..., D) -> next-token logits (..., V).
 
         Under autocast on a CPU (bf16) the output layer computes in fp32: bf16 logits, rounded
-        to 8 bits of mantissa, left the recipe's bf16 training 0.5-0.9 test BLEU behind fp32's
-        at equal updates, fp32 ones within 0.4 over two seeds (+0.15 to -0.39;
-        docs/studies/recipe-search.md, round 25), for 0-10% of bf16's training speed.
+        to 8 bits of mantissa, left the recipe's bf16 training behind fp32's test BLEU at equal
+        updates, and fp32 logits close that gap for a small part of bf16's training speed
+        (docs/studies/recipe-search.md, round 25).
         """
         hidden = self.decoder_norm(hidden)
         if hidden.device.type == "cpu" and torch.is_autocast_enabled("cpu"):

@@ -16,7 +16,8 @@ Two decode-time steps guess from the text alone, and guess better from the train
   quantiles of the training pairs' ratios, per direction (a translation into Czech runs
   shorter than one into German), kept within [LOW_RANGE] and [HIGH_RANGE] so that a noisy
   corpus cannot switch the flags off. SHORT and LONG are the fallback: the pooled Multi30k
-  quantiles of twelve directions (docs/benchmarks.md), for checkpoints without bounds.
+  quantiles of twelve directions (docs/studies/text-as-people-send-it.md), for checkpoints
+  without bounds.
 
 A table is a list of spellings, most frequent first (its key is the spelling in lower case
 as capitals give it back: `Straße` -> `strasse`), so it stays a plain value that

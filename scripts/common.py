@@ -8,7 +8,7 @@
   before torch starts its pool.
 - `timed()` and `alternate()`: one timed call, and several settings timed in turn over several
   rounds (the machines are shared and noisy: the best round is the one least disturbed).
-- `markdown_table()`: the tables that go into docs/benchmarks.md.
+- `markdown_table()`: the tables that go into docs/studies/.
 - `read_lines()`, `write_text()`: a corpus file (`.gz` too) in, a result file out atomically.
 - `worktree()`: an older commit checked out beside the working tree, to measure both.
 

@@ -3,9 +3,9 @@ that pays on each device.
 
 - bf16 (a CPU with native bf16, or CUDA) and fp16 (CUDA): a half copy of the weights; every op
   runs in that type, and search takes the log-softmax of the logits in fp32. On a CPU this beat
-  bf16 autocast around fp32 weights (docs/benchmarks.md): autocast casts every weight at every
-  call and every activation before every product and back, which a decode of many short calls
-  pays over and over; the half copy is cast once. Its BLEU stayed within 0.2 of fp32's. With
+  bf16 autocast around fp32 weights: autocast casts every weight at every call and every
+  activation before every product and back, which a decode of many short calls pays over and
+  over; the half copy is cast once, at fp32's quality (docs/studies/bf16-and-threads.md). With
   `decode.gemm` auto or onednn, a CPU's half copy runs every Linear layer through oneDNN on
   weights packed once (mt.runtime.onednn).
 - int8 (CPU): a copy whose Linear layers are dynamically quantised; they take fp32 inputs, so

@@ -1,10 +1,9 @@
 """int8 decoding on CPU: the Linear layers dynamically quantised (int8 weights per tensor,
 activations quantised per call), the rest fp32.
 
-It decodes faster than fp32 for a small BLEU cost (docs/benchmarks.md has the measured
-speed and BLEU). torch
-has deprecated its quantized tensor types in favour of torchao; they still work in the pinned
-torch, and the deprecation warning is not shown to `mt translate` users.
+It decodes faster than fp32 for a small BLEU cost (measured in docs/studies/decoding-speed.md).
+torch has deprecated its quantized tensor types in favour of torchao; they still work in the
+pinned torch, and the deprecation warning is not shown to `mt translate` users.
 """
 
 from __future__ import annotations

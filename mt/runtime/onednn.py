@@ -1,25 +1,24 @@
 """CPU decoding's Linear layers through oneDNN's matrix multiply (`decode.gemm`): fp32's output
 layer, and every Linear layer of a bf16 copy.
 
-torch's default CPU fp32 GEMM is MKL's, which on AMD CPUs takes a slower path: the 58k-wide
-output layer of an OPUS-MT-base model, half of a decoding step there, ran 1.3-1.6x faster
-through oneDNN (the library CTranslate2 uses on AMD) on 16-256 rows, 1 EPYC Zen 3 core
-(docs/benchmarks.md). The decoder's other Linear layers (512-2048 wide) gained nothing
-measurable, so they stay `nn.Linear`. The weight is used as it is (no packed copy); the logits
-bias is added inside the same call.
+torch's default CPU fp32 GEMM is MKL's, which on AMD CPUs takes a slower path: oneDNN (the
+library CTranslate2 uses there) runs a wide output layer faster, and an OPUS-MT-base model's
+58k-wide one is half of a decoding step (measured in docs/studies/importing.md). The decoder's
+other Linear layers (512-2048 wide) gained nothing measurable, so they stay `nn.Linear`. The
+weight is used as it is (no packed copy); the logits bias is added inside the same call.
 
-oneDNN builds and keeps a kernel for every row count it meets (~0.7 MB each), and a decode
+oneDNN builds and keeps a kernel, and its memory, for every row count it meets, and a decode
 meets hundreds (sentences finish, beams shrink), so rows are padded up to a multiple of
-`ROW_STEP` and fed `MAX_ROWS` at a time: at most 32 row counts, ~22 MB.
+`ROW_STEP` and fed `MAX_ROWS` at a time: at most 32 row counts.
 
 bf16 on a CPU with native bf16 (`onednn_bf16`): every Linear layer of the half copy goes through
 oneDNN on its weight reordered once into oneDNN's blocked layout (torch's bf16 `F.linear` hands
 over the plain weight at every call), rows padded the same way (and to `LONG_ROW_STEP` beyond
 `MAX_ROWS`, in one call: split calls cost beam search what packing gained), since oneDNN builds a
-bf16 kernel for every shape it meets and a fresh `mt translate` pays for each. On a 2-core AMX
-Xeon this decoded beam 5 7-12% faster than torch's bf16 products warm and 22-38% on a fresh
-process's first pass, and greedy about even (docs/benchmarks.md). The reorder gets no batch-size
-hint: one of 256 rows ran slower at the rows a decoding step has.
+bf16 kernel for every shape it meets and a fresh `mt translate` pays for each. Against torch's
+bf16 products this pays at beam 5, warm and more so in a fresh process's first pass, and leaves
+greedy about even (docs/studies/bf16-and-threads.md). The reorder gets no batch-size hint: one
+of 256 rows ran slower at the rows a decoding step has.
 """
 
 from __future__ import annotations

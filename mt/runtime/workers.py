@@ -4,10 +4,9 @@
 A decoding step is hundreds of small ops. torch splits each op over its intra-op threads, but
 an op on a few hundred rows is too small to split (it runs on one core while the others wait)
 and the threads meet at the end of every op; a process that decodes its own batches on one
-thread pays neither. On a 2-core Zen 5, two such processes decoded the 1,000 test lines 1.34x
-faster greedy and 1.16x at beam 5 than one process with two threads (bf16), and CTranslate2
-gained more than that from the same change (docs/benchmarks.md, "Workers, and CTranslate2's
-replicas").
+thread pays neither. So processes of one thread decode faster than one process with as many
+threads, and CTranslate2 gains more than mt from the same change
+(docs/studies/bf16-and-threads.md, "Workers, and CTranslate2's replicas").
 
 The pool forks its workers once, from the process that holds the loaded translator, so they
 share its weights copy-on-write and need nothing pickled but requests and translations.
@@ -61,10 +60,9 @@ MIN_SHARE_TOKENS = 1024  # below this a batch's fixed cost per step weighs more 
 def shares(translator: Translator, requests: list[Request], count: int) -> list[list[int]]:
     """Indices of `requests` cut into batches by source length, as one process cuts them but
     small enough that each of `count` workers gets several (`SHARES_PER_WORKER`; at most
-    `decode.max_tokens` and at least `MIN_SHARE_TOKENS` each), the largest first. With five
-    batches of 4,096 tokens for two workers, one waited a batch's time for the other at the
-    end: the 1,000 test lines, beam 5, took 2.95 s against 2.59 s in batches of 2,048 (2-core
-    Zen 5)."""
+    `decode.max_tokens` and at least `MIN_SHARE_TOKENS` each), the largest first: with a few
+    large batches for two workers, one waits a batch's time for the other at the end, which
+    smaller shares spare."""
     ids = translator.tokenizer.encode_src([r.src.strip() for r in requests])
     sizes = [max(len(x), 1) for x in ids]
     even = sum(sizes) // (SHARES_PER_WORKER * count)

@@ -41,9 +41,9 @@ def length_penalty(length: int, alpha: float, kind: str = "gnmt") -> float:
 def log_softmax_(logits: torch.Tensor) -> torch.Tensor:
     """`torch.log_softmax(logits, -1)` written over `logits` (same values, bit for bit), for
     the fresh (rows x V) logits of a step. A new tensor of that size is fresh memory from the
-    system at every step (above malloc's reuse threshold of 32 MB), whose page faults made
-    the normalisation 2-3x slower at 256 rows of a 58k vocabulary (68 against 26 ms, 1 Zen 3
-    core) and a beam-4 decode of an OPUS-MT-sized model 10-18% slower in all."""
+    system at every step (above malloc's reuse threshold of 32 MB), whose page faults slowed
+    the normalisation of a large vocabulary's logits, and with it a whole decode of an
+    OPUS-MT-sized model (docs/studies/importing.md)."""
     return torch._log_softmax(logits, -1, False, out=logits)
 
 
@@ -52,12 +52,12 @@ TOPK_BLOCK = 64  # columns per block in row_topk
 
 
 def row_topk(x: torch.Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """`x.topk(k, dim=-1)` (sorted) for a wide 2-D `x`, faster: 1.5-1.8 against 2.4 ms for
-    k=10 on 256 x 8,000 (2 EPYC cores).
+    """`x.topk(k, dim=-1)` (sorted) for a wide 2-D `x`, faster than torch's
+    (docs/studies/decoding-speed.md, "What changed in decoding").
 
-    torch's CPU topk costs ~1 ns per element; a max over contiguous blocks costs a tenth of
-    that or less. The k largest entries of a row lie in the k blocks with the largest maxima
-    (a block outside them has k larger block maxima above its own), so the exact top k is the
+    torch's CPU topk pays per element what a max over contiguous blocks pays for several. The
+    k largest entries of a row lie in the k blocks with the largest maxima (a block outside
+    them has k larger block maxima above its own), so the exact top k is the
     top k of those k blocks plus the columns that do not fill a whole block. Values are exactly
     those of `topk`; which of several equal entries is returned may differ, as topk leaves it
     open.

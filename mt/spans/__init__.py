@@ -120,8 +120,8 @@ CLOSING_TAG = re.compile(r"</([A-Za-z][\w:.-]*)\s*>")
 # Where any span can start: every pattern begins with one of these characters (after a
 # lookbehind) or at a word boundary (URLs, addresses), so a position that is neither starts
 # none. Said once up front, it spares `re` trying every pattern at each letter inside a word
-# (find_spans runs 2.3x faster on software strings; tests/unit/test_span_starts.py checks
-# each pattern's first character against it).
+# (docs/studies/span-ban.md; tests/unit/test_span_starts.py checks each pattern's first
+# character against it).
 STARTS = "<%&{$"
 _GUARD = rf"(?=[{re.escape(STARTS)}]|\b)"
 

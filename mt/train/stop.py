@@ -70,8 +70,8 @@ def overfit_note(s: TrainState, nll: float) -> str | None:
     that says so (once a run, kept across --resume).
 
     On a fast CPU the Multi30k recipe's 30 minutes reach 24 epochs: its validation NLL rises
-    after mid-run and `best.pt` stays at an early step, where more dropout scores 42.1 BLEU
-    against 40.4 (docs/studies/recipe-search.md, round 28). The log is where a user sees it."""
+    after mid-run and `best.pt` stays at an early step, where more dropout scores higher
+    (docs/studies/recipe-search.md, round 28). The log is where a user sees it."""
     if nll < s.best_nll:
         s.best_nll, s.best_nll_step, s.nll_bad_evals = nll, s.step, 0
         return None

@@ -1,11 +1,11 @@
 """Capitals: an ALL-CAPS or Title Case line translated in its usual case, the output cased back.
 
 A model trained on ordinarily cased sentences reads "ZWEI HUNDE SPIELEN IM SCHNEE" as strings
-of rare pieces and writes nonsense ("This is tuuuming the ommmmmm"): lowercased BLEU 0.2
-against 23.6 on the same sentences in their usual case (issue 42). So before search, a line
-whose letters are all capitals (a headline, a label, a shouted message), or whose words nearly
-all start with one (a title), is given each word's usual case, and the translation is written
-back in the line's case: all capitals, or each word's first letter capitalised.
+of rare pieces and writes nonsense ("This is tuuuming the ommmmmm"), where the same sentences
+in their usual case translate well (docs/studies/text-as-people-send-it.md). So before search,
+a line whose letters are all capitals (a headline, a label, a shouted message), or whose words
+nearly all start with one (a title), is given each word's usual case, and the translation is
+written back in the line's case: all capitals, or each word's first letter capitalised.
 
 The usual case of a word comes first from the model's case table (mt.textstats: each word's
 most frequent spelling where it does not start a sentence, counted on the training text's
@@ -16,9 +16,9 @@ one the tokenizer saw more often (German nouns are capitalised, verbs are not); 
 spellings of as many pieces, the one whose pieces score higher (sentencepiece's piece
 log-probabilities) wins. That guess capitalises mid-sentence `ein` and `zwei` (they start
 training sentences) and, in a joint vocabulary, lowercases German nouns that are also English
-words (`Ball`, `Park`); docs/benchmarks.md measures both. The line's first letter is
-capitalised, as sentences start. Short lines (fewer than MIN_LETTERS letters, or a
-title of fewer than MIN_TITLE_WORDS words) are left alone: "USA", "OK" or "Der Park" are
+words (`Ball`, `Park`); docs/studies/text-as-people-send-it.md measures both. The line's
+first letter is capitalised, as sentences start. Short lines (fewer than MIN_LETTERS letters,
+or a title of fewer than MIN_TITLE_WORDS words) are left alone: "USA", "OK" or "Der Park" are
 ordinary text.
 """
 

@@ -19,10 +19,10 @@ The length rule is a ratio of characters (output / source), bounded per directio
 prepared and kept in the checkpoint (mt.textstats; a translation into Czech runs shorter than
 one into German, so one ratio for all is strict into Czech and lenient into German). A
 checkpoint without them (older, imported) uses SHORT and LONG, those quantiles pooled over
-the twelve directions of Multi30k's de, en, fr and cs references (docs/benchmarks.md, "Text
-as people send it"). `short` fires below the short bound x the source's characters and
-`long` above the long bound x plus LONG_SLACK characters, only for sources of MIN_CHARS or
-more (a two-word line has no stable ratio).
+the twelve directions of Multi30k's de, en, fr and cs references
+(docs/studies/text-as-people-send-it.md). `short` fires below the short bound x the source's
+characters and `long` above the long bound x plus LONG_SLACK characters, only for sources of
+MIN_CHARS or more (a two-word line has no stable ratio).
 """
 
 from __future__ import annotations

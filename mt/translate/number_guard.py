@@ -13,7 +13,8 @@ take them), and each placeholder is replaced by its number as the source wrote i
 once; one the model never wrote is appended at the end. Only the lines that lost a number pay
 for the second search. Constraining the numbers themselves was tried first and measured
 worse: a number that begins another (`10` and `100000`) counts as written
-(docs/benchmarks.md). Separators are the source's (`2.500` stays `2.500` in English).
+(docs/studies/text-as-people-send-it.md). Separators are the source's (`2.500` stays `2.500`
+in English).
 """
 
 from __future__ import annotations

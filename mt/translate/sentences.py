@@ -1,9 +1,9 @@
 """Sentence splitting: a line that holds a paragraph is translated sentence by sentence.
 
 A model trained on one sentence per line, given five sentences on one line, translates the
-first one or two and stops (docs/benchmarks.md, "Paragraphs"). So before search, each line is
-cut into sentences by `sentencex` (chosen over pysbd by measurement: as accurate on Multi30k
-paragraphs in de, en, fr and cs, and a thousand times faster, docs/benchmarks.md); the
+first one or two and stops (docs/studies/text-as-people-send-it.md). So before search, each
+line is cut into sentences by `sentencex` (chosen over pysbd by measurement: as accurate on
+Multi30k paragraphs in de, en, fr and cs, and far faster, in the same study); the
 sentences of a buffer of lines go to the translator together, so they share batches with the
 other lines, and each line's translations are joined with the source's own separators (the
 spaces, tabs or newlines between its sentences, and what leads and trails the line).

@@ -1,2 +1,3 @@
 """Benchmarks: `python -m scripts.bench.NAME --help`. Each prints its numbers beside the machine
-they came from (scripts/common.py); the tables live in docs/benchmarks.md."""
+they came from (scripts/common.py); the tables live in docs/studies/, summarised in
+docs/benchmarks.md."""

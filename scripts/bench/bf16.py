@@ -267,9 +267,10 @@ def isolated(
 ) -> tuple[dict, dict, dict, dict]:
     """Every engine in a fresh child process per round, the engines taking turns: how a user
     runs one (`mt translate`, `mt serve`), where one process holding every engine shares
-    oneDNN's kernel cache among them and slows the bf16 ones (docs/benchmarks.md). Each child
-    times its first pass and `--passes` more; returns outputs, the later passes' seconds, the
-    first passes' seconds and the precision each mt engine resolved to, per engine."""
+    oneDNN's kernel cache among them and slows the bf16 ones (docs/studies/bf16-and-threads.md).
+    Each child times its first pass and `--passes` more; returns outputs, the later passes'
+    seconds, the first passes' seconds and the precision each mt engine resolved to, per
+    engine."""
     import subprocess
     import sys
 

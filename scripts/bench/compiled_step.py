@@ -3,9 +3,9 @@ eager step against the same step through `torch.compile` (inductor, dynamic shap
 leave as sentences finish and the caches grow every step), in one process, taking turns.
 
 CTranslate2 runs a decoding step as one C++ loop; mt dispatches a few hundred torch ops per
-step from Python (docs/benchmarks.md, "Workers, and CTranslate2's replicas"). If dispatch were
-the cost, inductor, which traces the step into one graph and fuses its small ops into
-generated C++, would show it. Each engine is a decoding copy as `mt translate` makes it
+step from Python (docs/studies/bf16-and-threads.md, "Workers, and CTranslate2's replicas"). If
+dispatch were the cost, inductor, which traces the step into one graph and fuses its small ops
+into generated C++, would show it. Each engine is a decoding copy as `mt translate` makes it
 (`mt.runtime.dtype.decode_model`: fp32, bf16 with oneDNN's packed products, or int8), its step
 compiled in place; search is the toolkit's (greedy or beam), on token batches of the test
 lines as `mt translate` cuts them. Reports the compile time (the first pass), sentences/s of
@@ -67,8 +67,8 @@ def main() -> None:
     import torch
     import torch._dynamo
 
-    from mt.device import Precision
     from mt.runtime.dtype import decode_model
+    from mt.device import Precision
 
     loaded = load_checkpoint(args.checkpoint, args.threads)
     data = loaded.cfg.data

@@ -329,7 +329,8 @@ def also_variant(spec: str) -> Variant:
 
 
 def report(results: dict, loads: dict[str, str], start_lines: dict[str, str]) -> None:
-    """The table for docs/benchmarks.md, the new tree's start lines, and everything as JSON."""
+    """The table for docs/studies/busy-machines.md, the new tree's start lines, and everything as
+    JSON."""
     header = ["mode", "condition", "load before -> after", "old", "new", "OMP_NUM_THREADS=1",
               "new / old", 'old / "free"', 'new / "free"']  # fmt: skip
     rows = []

@@ -14,7 +14,7 @@
    request was answered correctly and the server still answers after.
 4. Soak: `--soak-seconds` of 8 clients; the server's RSS after the first tenth and at the end.
 
-Prints a Markdown report (for docs/benchmarks.md) with the machine's CPU.
+Prints a Markdown report (for docs/studies/serving.md) with the machine's CPU.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ def test_split_gives_back_the_sentences_and_the_exact_line(test_de):
         split = split_sentences(line, "de")
         assert split.join(split.sentences) == line  # nothing lost, nothing added
         exact += split.sentences == para
-    # 91% on the whole test set (docs/benchmarks.md); a sentence without final punctuation
-    # cannot be found, so 100% is out of reach.
+    # 91% on the whole test set (docs/studies/text-as-people-send-it.md); a sentence without
+    # final punctuation cannot be found, so 100% is out of reach.
     assert exact >= 0.85 * len(paras)
 
 

@@ -1,4 +1,4 @@
-"""The house rules of docs/layout.md that code can check: no import circle in mt/ (counting
+"""The house rules of the code's layout that code can check: no import circle in mt/ (counting
 imports inside functions and under TYPE_CHECKING, which are circles all the same to a reader),
 and no module of mt/ over 400 lines (past that a module holds more than one job)."""
 
