@@ -67,8 +67,8 @@ def main() -> None:
     import torch
     import torch._dynamo
 
-    from mt.runtime.dtype import decode_model
     from mt.device import Precision
+    from mt.runtime.dtype import decode_model
 
     loaded = load_checkpoint(args.checkpoint, args.threads)
     data = loaded.cfg.data
