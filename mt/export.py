@@ -31,7 +31,7 @@ one limit per batch. Marian is post-norm only, so a pre-norm model exports to CT
 
 A multilingual model exports with its language tokens where each engine can be asked for them,
 and `languages.json` saying how, with mt's target-language guard as banned tokens
-(mt/export_languages.py).
+(mt/export_tokens.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import torch
 from mt.checkpoint import Loaded
 from mt.config import Config
 from mt.errors import MtError
-from mt.export_languages import how_to_ask, language_card, marian_piece_names, write_card
+from mt.export_tokens import how_to_ask, language_card, marian_piece_names, write_card
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
 TARGETS = ("ctranslate2", "marian")

@@ -259,7 +259,7 @@ def evaluate(
     from mt.cat.bilingual import read_bilingual
     from mt.data.corpus import read_lines
     from mt.glossary.accuracy import term_accuracy
-    from mt.metrics import format_scores, score
+    from mt.quality import format_scores, score
     from mt.runtime.workers import spread
     from mt.translate.doubt import DoubtCount, flags
     from mt.translate.number_guard import kept_rate

@@ -41,7 +41,7 @@ from mt.tokenizer import Tokenizer
 from mt.translate.requests import Request, Translation, isolated
 
 
-class Translator(Protocol):
+class RequestTranslator(Protocol):
     """What the pool reads of `mt.translate.translator.Translator` (which imports this module, so
     it is named by what it offers)."""
 
@@ -57,7 +57,7 @@ SHARES_PER_WORKER = 4  # batches a buffer is cut into per worker, at least: even
 MIN_SHARE_TOKENS = 1024  # below this a batch's fixed cost per step weighs more than the tail
 
 
-def shares(translator: Translator, requests: list[Request], count: int) -> list[list[int]]:
+def shares(translator: RequestTranslator, requests: list[Request], count: int) -> list[list[int]]:
     """Indices of `requests` cut into batches by source length, as one process cuts them but
     small enough that each of `count` workers gets several (`SHARES_PER_WORKER`; at most
     `decode.max_tokens` and at least `MIN_SHARE_TOKENS` each), the largest first: with a few
@@ -81,7 +81,7 @@ class _Buffer:
     left: int  # requests not yet translated
 
 
-def _serve(translator: Translator, conn: Connection) -> None:
+def _serve(translator: RequestTranslator, conn: Connection) -> None:
     """A worker's loop: a share in, its translations out (with the lines it cut to the model's
     longest input), until None or the pipe closes. A user's error (MtError) goes back, for
     the parent to raise."""
@@ -127,7 +127,7 @@ class WorkerPool:
     passes the pool where it passed the translator. Close it (or use it as a context manager)
     to end the workers."""
 
-    def __init__(self, translator: Translator, count: int) -> None:
+    def __init__(self, translator: RequestTranslator, count: int) -> None:
         if translator.device.type != "cpu":
             raise MtError("decode.workers > 1 runs on a CPU only (its workers are forked)")
         self.translator = translator
@@ -251,7 +251,9 @@ class WorkerPool:
 
 
 @contextlib.contextmanager
-def spread(translator: Translator, count: int | None = None) -> Iterator[Translator | WorkerPool]:
+def spread(
+    translator: RequestTranslator, count: int | None = None
+) -> Iterator[RequestTranslator | WorkerPool]:
     """What to translate with: a pool of `count` workers (default `decode.workers`) around
     `translator`, ended on leaving, or `translator` itself for one process, on a GPU (a
     checkpoint's setting from CPU decoding does not stop a GPU run) or where this system

@@ -30,7 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from mt.errors import MtError
-from mt.serve import bodies, languages
+from mt.serve import bodies, served_languages
 from mt.serve.documents import SUFFIXES, Document, Texts, read_document
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
@@ -147,19 +147,19 @@ def add_routes(
         return [w.session for w in workers.values() if w.session is not None]
 
     def sources() -> list[str]:
-        return sorted({c for s in served() for c in languages.directions(s)})
+        return sorted({c for s in served() for c in served_languages.directions(s)})
 
     def pick(source: str, target: str, text: str) -> tuple[ModelWorker, str]:
         """The model that translates `source` (or, for `auto`, the language identified in
         `text`) into `target`, and that source language."""
         if source == "auto":
-            source = languages.detect(text, sources())[0]["language"]
+            source = served_languages.detect(text, sources())[0]["language"]
         for worker in workers.values():
-            if target in languages.directions(worker.loaded()).get(source, []):
+            if target in served_languages.directions(worker.loaded()).get(source, []):
                 return worker, source
         known = sorted(
             set(sources())
-            | {t for s in served() for ts in languages.directions(s).values() for t in ts}
+            | {t for s in served() for ts in served_languages.directions(s).values() for t in ts}
         )
         raise ApiError(
             400,
@@ -303,12 +303,12 @@ def add_routes(
     @app.get("/languages")
     async def languages_() -> list[dict[str, Any]]:
         """LibreTranslate's `/languages`: each source language and the targets it has."""
-        return languages.listing(served())
+        return served_languages.listing(served())
 
     @app.get("/frontend/settings")
     async def frontend_settings() -> dict[str, Any]:
         """LibreTranslate's `/frontend/settings`: what its web and app clients ask first."""
-        listing = languages.listing(served())
+        listing = served_languages.listing(served())
         first = listing[0] if listing else {"code": "auto", "name": "", "targets": []}
         target = (first.get("targets") or [first["code"]])[0]
         return {
@@ -321,7 +321,7 @@ def add_routes(
             "supportedFilesFormat": list(SUFFIXES),
             "language": {
                 "source": {"code": first["code"], "name": first.get("name", first["code"])},
-                "target": {"code": target, "name": languages.NAMES.get(target, target)},
+                "target": {"code": target, "name": served_languages.NAMES.get(target, target)},
             },
         }
 
@@ -334,4 +334,4 @@ def add_routes(
         if not isinstance(q, str) or not q.strip():
             raise ApiError(400, "'q' must be a non-empty string")
         check_text(q, "q", limits)
-        return await asyncio.to_thread(languages.detect, q, sources())
+        return await asyncio.to_thread(served_languages.detect, q, sources())

@@ -9,12 +9,12 @@ by alignment (mt.spans.place), nested as they were.
 from __future__ import annotations
 
 from mt.spans.markup import html_unit, parse_fragment
-from mt.translate.protect import Search, units_rounds
+from mt.translate.protect import SearchBelow, units_rounds
 from mt.translate.requests import Request
 from mt.translate.stages import Rounds, Stage
 
 
-def html_stage(search: Search, protect: bool) -> Stage:
+def html_stage(search: SearchBelow, protect: bool) -> Stage:
     def rounds(requests: list[Request]) -> Rounds:
         units = [html_unit(parse_fragment(r.src, r.where), protect) for r in requests]
         return (yield from units_rounds(search, units))

@@ -47,7 +47,7 @@ from mt.translate.stages import Ask, Rounds, Stage
 
 
 @dataclass(frozen=True)
-class Search:
+class SearchBelow:
     """What the protection stage must know of the search below it (no translator)."""
 
     tokenizer: Tokenizer
@@ -73,12 +73,12 @@ def _writing(r: Request, text: str, spans: tuple[str, ...] = ()) -> Request:
     return replace(r, keep=tuple(dict.fromkeys(found))) if found else r
 
 
-def protect_stage(s: Search) -> Stage:
+def protect_stage(s: SearchBelow) -> Stage:
     """The stage: every span of every source kept (the paths of the module's docstring)."""
     return lambda requests: _protected(s, requests)
 
 
-def _protected(s: Search, requests: list[Request]) -> Rounds:
+def _protected(s: SearchBelow, requests: list[Request]) -> Rounds:
     ph = placeholders_for(s.tokenizer)
     srcs = [r.src.strip() for r in requests]
     spans = [find_spans(x, r.formats) for x, r in zip(srcs, requests)]
@@ -130,7 +130,7 @@ def unchanged(line: str, nbest: int) -> Translation:
     return Translation(line, [Hypothesis([], 0.0)] * nbest, [line] * nbest)
 
 
-def units_rounds(s: Search, units: list[Unit]) -> Rounds:
+def units_rounds(s: SearchBelow, units: list[Unit]) -> Rounds:
     """Translations of `units`, in order: the text translated as if it had no spans (one
     round of search with alignments), the spans and tags put back. A unit with nothing but
     spans comes back as it is."""

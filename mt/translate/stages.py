@@ -28,7 +28,7 @@ from mt.tokenizer import Tokenizer
 from mt.translate.requests import Request, Translation, isolated
 
 Translate = Callable[[list[Request]], list[Translation]]
-Search = Callable[[list[Request], bool], list[Translation]]  # requests, alignment
+SearchRound = Callable[[list[Request], bool], list[Translation]]  # requests, alignment
 
 
 @dataclass
@@ -44,7 +44,7 @@ Rounds = Generator[Ask, list[Translation], list[Translation]]
 Stage = Callable[[list[Request]], Rounds]
 
 
-def run(stages: list[Stage], requests: list[Request], search: Search) -> list[Translation]:
+def run(stages: list[Stage], requests: list[Request], search: SearchRound) -> list[Translation]:
     """`requests` through `stages` (outermost first), each round down to `search`."""
     if not stages:
         return search(requests, False)

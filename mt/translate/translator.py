@@ -38,7 +38,7 @@ from mt.translate.doubt import doubt_stage
 from mt.translate.html_input import html_stage
 from mt.translate.number_guard import numbers_stage
 from mt.translate.pivot import pivot_stage
-from mt.translate.protect import Search, protect_stage
+from mt.translate.protect import SearchBelow, protect_stage
 from mt.translate.requests import Plan, Request, Translation, isolated, translation_record
 from mt.translate.sentences import split_stage
 from mt.translate.stages import Stage, run, spelling_cost
@@ -156,7 +156,7 @@ class Translator:
         `terms`: some carry a glossary (mt.translate.terms: inside the capitals and numbers
         stages, so it sees a line in its usual case, and the numbers' retry keeps the terms)."""
         beam = not (self.greedy or self.sampling is not None)
-        below = Search(self.tokenizer, self.cfg.nbest, self.constrain)
+        below = SearchBelow(self.tokenizer, self.cfg.nbest, self.constrain)
         if terms and (plan.html or plan.pivot is not None):
             raise MtError("a glossary cannot be combined with HTML input or a pivot language")
         if plan.html:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mt.glossary.accuracy import term_accuracy
 from mt.glossary.files import read_glossary
-from mt.metrics import bleu
+from mt.quality import bleu
 from mt.translate.requests import Plan, Request
 from mt.translate.session import Session
 from mt.translate.translator import translate_stream

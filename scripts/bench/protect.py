@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from mt.errors import MtError
-from mt.metrics import bleu
+from mt.quality import bleu
 from mt.spans.markup import parse_fragment
 from mt.translate.requests import Plan, Request
 from mt.translate.translator import Translator, translate_stream

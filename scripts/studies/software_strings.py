@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from mt.metrics import bleu
+from mt.quality import bleu
 from mt.translate.requests import Plan, Request, isolated
 from mt.translate.session import Session
 from scripts.span_checks import same_spans, span_counts

@@ -32,8 +32,7 @@ from mt.spans.bans import Bans, SpanRule, step_mask
 from mt.spans.index import piece_texts
 from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
-from mt.translate.protect import Search as ProtectSearch
-from mt.translate.protect import protect_stage
+from mt.translate.protect import SearchBelow, protect_stage
 from mt.translate.requests import Request, Translation
 from mt.translate.stages import run
 from scripts.processes import start_server
@@ -127,7 +126,7 @@ def test_text_the_source_holds_stays_writable(spanful_run) -> None:
         Request("ri <i>tu</i> {0} va", formats=("c-format",)),  # a tag pair: lifted, placed
         Request("ka lo mi"),
     ]
-    run([protect_stage(ProtectSearch(tok, 1, True))], requests, search)
+    run([protect_stage(SearchBelow(tok, 1, True))], requests, search)
     keep = {r.src: set(r.keep) for r in asked}
     assert keep["ka {0} lo"] == {"{0}"}
     assert keep["%qD mi nu"] == {"%qD"}
