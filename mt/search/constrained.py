@@ -196,6 +196,91 @@ def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg: DecodeConf
     return not (greedy or sampling or alignment or cfg.stop_early or cfg.no_repeat_ngram)
 
 
+def candidates(
+    scores: torch.Tensor,  # (n, width) the beams' scores so far
+    row_lp: torch.Tensor,  # (R, 2K) each row's best tokens' log-probabilities
+    row_tok: torch.Tensor,  # (R, 2K) those tokens
+    con_lp: torch.Tensor,  # (R, C) the log-probability of each phrase's next token
+    nxt: torch.Tensor,  # (R, C) each phrase's next token
+    met: torch.Tensor,  # (R, C) bool, phrases met
+    force: torch.Tensor,  # (R,) bool, rows at their length limit
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's candidates (R, M) and their log-probabilities (R, M), -inf where a
+    candidate is not one: the best 2K over the sentence, each row's best, and each unmet
+    phrase's next token, once per row, unless it is among the row's own best tokens already
+    (then that entry counts as its candidate)."""
+    n, width = scores.shape
+    K2, C = row_lp.size(1), nxt.size(1)
+    con_ok = ~met & ~force[:, None]
+    dup = row_tok[:, :, None].eq(nxt[:, None, :]) & con_ok[:, None, :]  # (R, 2K, C)
+    con_ok &= ~dup.any(1)
+    earlier = torch.ones(C, C, dtype=torch.bool, device=nxt.device).triu(1)  # [i, j]: i < j
+    same = nxt[:, :, None].eq(nxt[:, None, :]) & earlier & con_ok[:, :, None]
+    con_ok &= ~same.any(1)
+    top_part = scores[:, :, None] + row_lp.view(n, width, K2)
+    keep = torch.zeros_like(top_part, dtype=torch.bool).view(n, -1)
+    keep.scatter_(1, top_part.view(n, -1).topk(min(K2, keep.size(1)), dim=1).indices, True)
+    keep = keep.view(-1, K2)
+    keep[:, 0] = True
+    keep |= dup.any(2)
+    lp = torch.cat([row_lp.masked_fill(~keep, NEG), con_lp.masked_fill(~con_ok, NEG)], 1)
+    return lp, torch.cat([row_tok, nxt], 1)
+
+
+def dba_select(cand: torch.Tensor, bank: torch.Tensor, n_banks: int, k: int) -> torch.Tensor:
+    """(n, k) the candidates (indices into `cand`'s columns) dynamic beam allocation keeps:
+    rank within bank by score; take rank 0 of every bank (highest bank first), then rank 1,
+    ...: equal shares, and a bank short of candidates leaves its share to the others. With no
+    constraints there is one bank and this is the score order.
+
+    Sorting by score, then (stably) by bank, groups each bank in score order; a candidate's
+    rank is its distance from the start of its bank's run."""
+    order = cand.sort(dim=1, descending=True, stable=True).indices
+    live = cand.gather(1, order).isfinite()
+    b_sorted, by_bank = (
+        bank.gather(1, order).masked_fill(~live, -1).sort(dim=1, descending=True, stable=True)
+    )
+    order = order.gather(1, by_bank)
+    pos = torch.arange(order.size(1), device=cand.device).expand_as(order)
+    run_start = torch.ones_like(live)
+    run_start[:, 1:] = b_sorted[:, 1:].ne(b_sorted[:, :-1])
+    rank = pos - torch.where(run_start, pos, 0).cummax(1).values
+    key = rank * n_banks + (n_banks - 1 - b_sorted)
+    key = key.masked_fill(b_sorted.lt(0), 1 << 62)  # -inf candidates last
+    return order.gather(1, key.topk(min(k, key.size(1)), dim=1, largest=False).indices)
+
+
+def word_final_phrases(
+    phrases: torch.Tensor, lengths: torch.Tensor, edges: WordEdges | None
+) -> torch.Tensor:
+    """(B, C) bool: the phrases whose end must be a word's end (their last token ends in a
+    letter); none without `edges`."""
+    if edges is None:
+        return torch.zeros_like(lengths, dtype=torch.bool)
+    last = phrases.gather(2, (lengths - 1).clamp(min=0)[:, :, None])[:, :, 0]
+    return edges.letter_end[last] & lengths.gt(0)
+
+
+def sentences_done(
+    finished: list[list[tuple[int, Hypothesis]]],
+    sent: torch.Tensor,
+    going_on: torch.Tensor,  # (n, K) the scores of the beams that go on
+    t: int,
+    cfg: DecodeConfig,
+) -> torch.Tensor:
+    """(n,) bool: the active sentences that stop here, by `beam_search`'s rules: `beam`
+    finished hypotheses, or with hf_stopping HF's rule (ranking by phrases met first)."""
+    K = cfg.beam
+    if cfg.hf_stopping:
+        best = going_on.max(1).values  # the best beam that goes on
+        closed = hf_done(
+            finished, sent, best, t + 1 + cfg.length_offset, K, cfg.alpha, cfg.penalty,
+            hypothesis=lambda mh: mh[1], rank=lambda mh: (-mh[0], -mh[1].score),
+        )  # fmt: skip
+        return torch.tensor(closed, dtype=torch.bool, device=sent.device)
+    return torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=sent.device)
+
+
 @torch.inference_mode()
 def constrained_beam_search(
     model: Transformer,
@@ -242,11 +327,7 @@ def constrained_beam_search(
     met = lengths.eq(0)  # empty slots are met from the start
     if edges is not None and edges.glue.numel() != model.tgt_vocab:  # a model's padded vocab
         edges = WordEdges(*(_fit(x, model.tgt_vocab) for x in (edges.glue, edges.letter_end)))
-    # Phrases whose end must be a word's end: their last token ends in a letter.
-    last = phrases.gather(2, (lengths - 1).clamp(min=0)[:, :, None])[:, :, 0]
-    word_final = (
-        edges.letter_end[last] & lengths.gt(0) if edges is not None else torch.zeros_like(met)
-    )
+    word_final = word_final_phrases(phrases, lengths, edges)
     unglued = torch.zeros(B, dtype=torch.bool, device=dev)  # per row: a phrase just ended
     finished: list[list[tuple[int, Hypothesis]]] = [[] for _ in range(B)]  # (phrases met, hyp)
     while beams.sent.numel():
@@ -263,47 +344,14 @@ def constrained_beam_search(
         force = limit[row_sent] <= t  # at the length limit only EOS, constraints or not
         # At the limit EOS keeps its log-probability; HF's forced_eos_token_id makes it 0.
         only_eos(row_lp, row_tok, torch.zeros_like(eos_lp) if cfg.hf_stopping else eos_lp, force)
-        # Constraint candidates: each unmet phrase's next token, once per row, unless it is
-        # among the row's own best tokens already (then that entry counts as its candidate).
-        con_ok = ~met & ~force[:, None]
-        dup = row_tok[:, :, None].eq(nxt[:, None, :]) & con_ok[:, None, :]  # (R, 2K, C)
-        con_ok &= ~dup.any(1)
-        earlier = torch.ones(C, C, dtype=torch.bool, device=dev).triu(1)  # [i, j]: i < j
-        same = nxt[:, :, None].eq(nxt[:, None, :]) & earlier & con_ok[:, :, None]
-        con_ok &= ~same.any(1)
-        # The best 2K over the sentence, plus each row's best and its constraint tokens.
-        top_part = scores[:, :, None] + row_lp.view(n, width, 2 * K)
-        keep = torch.zeros_like(top_part, dtype=torch.bool).view(n, -1)
-        keep.scatter_(1, top_part.view(n, -1).topk(min(2 * K, keep.size(1)), dim=1).indices, True)
-        keep = keep.view(-1, 2 * K)
-        keep[:, 0] = True
-        keep |= dup.any(2)
-        lp = torch.cat([row_lp.masked_fill(~keep, NEG), con_lp.masked_fill(~con_ok, NEG)], 1)
-        tok = torch.cat([row_tok, nxt], 1)  # (R, M)
+        lp, tok = candidates(scores, row_lp, row_tok, con_lp, nxt, met, force)
         M = tok.size(1)
         cand = (scores[:, :, None] + lp.view(n, width, M)).view(n, width * M)
         new_prog, new_met = advance(progress, met, r_phr, r_len, tok)  # (R, M, C)
         # A candidate that completes a word-final phrase: the next token starts a word.
         ends = (new_met & ~met[:, None, :] & word_final[row_sent][:, None, :]).any(2)  # (R, M)
         bank = banks(new_prog, new_met, r_len[:, None, :]).view(n, width * M)
-        # DBA: rank within bank by score; take rank 0 of every bank (highest bank first),
-        # then rank 1, ...: equal shares, and a bank short of candidates leaves its share to
-        # the others. With no constraints there is one bank and this is the score order.
-        # Sorting by score, then (stably) by bank, groups each bank in score order; a
-        # candidate's rank is its distance from the start of its bank's run.
-        order = cand.sort(dim=1, descending=True, stable=True).indices
-        live = cand.gather(1, order).isfinite()
-        b_sorted, by_bank = (
-            bank.gather(1, order).masked_fill(~live, -1).sort(dim=1, descending=True, stable=True)
-        )
-        order = order.gather(1, by_bank)
-        pos = torch.arange(order.size(1), device=dev).expand_as(order)
-        run_start = torch.ones_like(live)
-        run_start[:, 1:] = b_sorted[:, 1:].ne(b_sorted[:, :-1])
-        rank = pos - torch.where(run_start, pos, 0).cummax(1).values
-        key = rank * n_banks + (n_banks - 1 - b_sorted)
-        key = key.masked_fill(b_sorted.lt(0), 1 << 62)  # -inf candidates last
-        sel = order.gather(1, key.topk(min(2 * K, key.size(1)), dim=1, largest=False).indices)
+        sel = dba_select(cand, bank, n_banks, 2 * K)
         top_s = cand.gather(1, sel)  # (n, 2K) in DBA order
         rows = torch.arange(n, device=dev)[:, None] * width + sel // M  # row in state
         flat = rows * M + sel % M  # candidate index into (R * M)
@@ -317,15 +365,7 @@ def constrained_beam_search(
                 hyp = Hypothesis(beams.history[row].tolist(), score)
                 finished[s].append((int(n_met[row]), hyp))
         pick = continuing(tok_sel, K)
-        if cfg.hf_stopping:
-            best = top_s.gather(1, pick).max(1).values  # the best beam that goes on
-            closed = hf_done(
-                finished, sent, best, t + 1 + offset, K, alpha, penalty,
-                hypothesis=lambda mh: mh[1], rank=lambda mh: (-mh[0], -mh[1].score),
-            )  # fmt: skip
-            done = torch.tensor(closed, dtype=torch.bool, device=dev)
-        else:
-            done = torch.tensor([len(finished[s]) >= K for s in sent.tolist()], device=dev)
+        done = sentences_done(finished, sent, top_s.gather(1, pick), t, cfg)
         done |= limit[sent] <= t
         if done.all():
             break

@@ -98,16 +98,6 @@ def final_test(among: frozenset[int]) -> re.Pattern[str]:
     return re.compile("|".join(sorted(tests)) or "(?!)")
 
 
-@lru_cache(maxsize=64)
-def ends_in_mark(among: frozenset[int]) -> bool:
-    """Whether every span of the patterns `among` ends with a mark (`>`, `;`, `}`), never a
-    letter, digit, `_` or space: the question the span ban asked before `final_test` (the
-    earlier rules `scripts/bench/bans.py --baseline` loads still ask it)."""
-    test = final_test(among)
-    words = [chr(c) for c in range(128) if chr(c).isalnum() or chr(c) in "_ \t\n"]
-    return not any(test.fullmatch(c) for c in words + ["é", "\u0663", "\u00a0", "\u3042"])
-
-
 def class_map(chars: Iterable[str], among: frozenset[int] = ALL) -> dict[int, str]:
     """A `str.translate` table that writes each of `chars` as the representative of its
     class: characters that every test of the patterns `among` (each literal and class, and

@@ -102,11 +102,6 @@ def flags(src: str, out: str, bounds: tuple[float, float] = (SHORT, LONG)) -> li
     return found
 
 
-def doubt_record(t: Any) -> dict[str, Any]:
-    """The JSON fields of a translation's doubt (--output-format jsonl, /v1/translate)."""
-    return {"confidence": t.confidence, "flags": list(t.flags)}
-
-
 class DoubtCount:
     """Flags counted over a stream of translations: `mt eval`'s counts, `--max-doubt`'s gate."""
 

@@ -119,11 +119,6 @@ class Scorer:
                 results[r] = self._pair_score(tgt_ids[r], lp)
         return [r for r in results if r is not None]
 
-    def score_stream(self, pairs: Iterable[tuple[list[str], list[str]]]) -> Iterator[PairScore]:
-        """Scores of (sources, targets) buffers, yielded in input order."""
-        for src, tgt in pairs:
-            yield from self.score_lines(src, tgt)
-
     def _fit_source(self, ids: list[int], room: int = 0) -> list[int]:
         if len(ids) + room <= self.max_src:
             return ids

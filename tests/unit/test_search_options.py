@@ -8,7 +8,8 @@ from test_search import FIRST, V, make_model, sequence_logp, sources, train_copi
 
 from mt.config import DecodeConfig
 from mt.search.beam import beam_search, greedy_search
-from mt.search.steps import Sampling, length_penalty, repeated_ngram_bans
+from mt.search.rules import repeated_ngram_bans
+from mt.search.steps import Sampling, length_penalty
 from mt.tokenizer import BOS, PAD
 
 torch.set_num_threads(1)

@@ -5,6 +5,7 @@ and no module of mt/ over 400 lines (past that a module holds more than one job)
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 MT = Path(__file__).resolve().parents[2] / "mt"
@@ -104,3 +105,78 @@ def test_no_module_over_400_lines():
     assert len(sizes) > 50
     over = {str(p.relative_to(MT)): n for p, n in sizes.items() if n > MAX_LINES}
     assert {m: n for m, n in over.items() if n > TO_SPLIT.get(m, MAX_LINES)} == {}
+
+
+# What the search may import: the model it searches, its settings and tokens, itself. The
+# restrictions from outside (protected spans, a target language, terms) reach it as step
+# rules (mt.search.rules) handed in by the caller.
+SEARCH_MAY_IMPORT = {"mt.config", "mt.model", "mt.decoder_state", "mt.tokenizer"}
+
+
+def test_the_search_imports_no_rule_of_its_callers():
+    known = modules(MT)
+    searched = {name: imports(path, known) for name, path in known.items()}
+    outside = {
+        name: sorted(
+            m for m in found if not m.startswith("mt.search") and m not in SEARCH_MAY_IMPORT
+        )
+        for name, found in searched.items()
+        if name.startswith("mt.search")
+    }
+    assert len(outside) >= 6
+    assert {name: found for name, found in outside.items() if found} == {}
+
+
+LAYOUT = MT.parent / "docs" / "code-layout.md"
+
+
+def layout_entries(text: str) -> dict[str, str]:
+    """docs/code-layout.md's entries: the path at a line's start (`mt/x.py`, `mt/pkg/`) ->
+    its text, continuation lines (indented) included."""
+    out: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        if line.startswith("mt/"):
+            key, _, rest = line.partition(" ")
+            out[key] = rest
+        elif key is not None and line.startswith(" "):
+            out[key] += " " + line.strip()
+        else:
+            key = None
+    return out
+
+
+def unnamed(entries: dict[str, str], paths: list[str]) -> list[str]:
+    """The module paths (`pkg/name.py` under mt/) that no entry names: a module is named by an
+    entry of its own path, or inside its package's entry as `name.py` (`__init__` as
+    `__init__`), or inside the entry of a module beside it in the same folder."""
+    missing = []
+    for path in paths:
+        folder, _, name = path.rpartition("/")
+        here = f"mt/{folder}/" if folder else "mt/"
+        word = "__init__" if name == "__init__.py" else name
+        if f"mt/{path}" in entries:
+            continue
+        texts = [t for k, t in entries.items() if k == here or k.rpartition("/")[0] + "/" == here]
+        if not any(re.search(rf"(?<![\w/]){re.escape(word)}", t) for t in texts):
+            missing.append(path)
+    return missing
+
+
+def test_unnamed_modules_are_found():
+    entries = layout_entries("mt/a.py   one; b.py two\n  more c.py\nmt/p/    x.py\nother\n")
+    assert entries == {"mt/a.py": "  one; b.py two more c.py", "mt/p/": "   x.py"}
+    assert unnamed(entries, ["a.py", "b.py", "c.py", "p/x.py", "p/y.py", "d.py"]) == [
+        "p/y.py",
+        "d.py",
+    ]
+
+
+def test_code_layout_names_every_module():
+    paths = sorted(
+        str(p.relative_to(MT))
+        for p in MT.rglob("*.py")
+        if p.name != "__init__.py" or p.parent == MT
+    )
+    assert len(paths) > 100
+    assert unnamed(layout_entries(LAYOUT.read_text(encoding="utf-8")), paths) == []
