@@ -1,8 +1,8 @@
 """The Python face of `mt`: load a model, translate, score, train from a config.
 
 `mt/__init__.py` names these and imports this module on first use, so `import mt` stays cheap.
-Each function is a thin layer over what the CLI calls: `mt.translate.session.Session` (the one door
-into a trained or imported model; `Session.translator(...).translate(requests)` and
+Each function is a thin layer over what the CLI calls: `mt.translation.session.Session` (the
+one door into a trained or imported model; `Session.translator(...).translate(requests)` and
 `Session.scorer(...).score_lines`) and `mt.train.trainer.train`. A user's error is an `MtError`
 with one line, as on the command line; decode settings are named as the keywords of
 `translate` (`beam`, not `--beam`).
@@ -18,8 +18,8 @@ from typing import Any, overload
 
 from mt.config import Config
 from mt.errors import MtError
-from mt.translate.requests import Request
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.requests import Request
+from mt.translation.session import DecodeOptions, Session
 from mt.views.score import PairScore, TargetTooLong
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(DecodeOptions))

@@ -266,7 +266,7 @@ def setting(default: Any, text: str, needs: str = "") -> Any:
     """A decode setting: its default and its one description, which the config reference and
     the `--help` of each command offering it as a flag both show (mt/cli/options.py reads
     `metadata["help"]`), so a new setting is written once. `needs`: the switch a caller must
-    turn on to override this one (`topk` means nothing without `sample`; mt.translate.session
+    turn on to override this one (`topk` means nothing without `sample`; mt.translation.session
     refuses the override alone)."""
     return field(default=default, metadata={"help": " ".join(text.split()), "needs": needs})
 
@@ -275,8 +275,8 @@ def setting(default: Any, text: str, needs: str = "") -> Any:
 class DecodeConfig:
     """Search settings used by `mt translate`, `mt eval` and dev BLEU.
 
-    Each field is also a caller's override (mt.translate.options.DecodeOptions), a flag of
-    `mt translate` and, where mt.translate.options.OFFERED says so, of other commands and of the
+    Each field is also a caller's override (mt.translation.options.DecodeOptions), a flag of
+    `mt translate` and, where mt.translation.options.OFFERED says so, of other commands and of the
     server's requests: adding a field here (and its rule in mt/config_rules.py) is all the
     wiring a new setting needs before its search code.
     """

@@ -339,7 +339,7 @@ def export(
     if out_dir.exists() and not force:
         raise MtError(f"{out_dir} exists; add --force to replace it")
     require(NEEDS[target], target)
-    from mt.translate.session import Session
+    from mt.translation.session import Session
 
     loaded = Session([checkpoint], "cpu").loaded[0]  # one model: an ensemble has no one file
     card = language_card(loaded, target)

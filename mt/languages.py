@@ -9,7 +9,7 @@ never split. A bilingual model has no `Languages`; its pair is `data.src_lang`/`
 
 Zero-shot directions (de->fr from a model trained on de<->en and en<->fr) drift into the wrong
 language. `counts` records, for each language, how often each piece occurs in its training
-text; decoding for a language emits only the pieces that are its own (mt/translate/target.py):
+text; decoding for a language emits only the pieces that are its own (mt/translation/target.py):
 seen in its text, and not far more frequent in another language's text than in its own. A
 French caption that names a "house" once must not license `▁house` for every French output.
 """

@@ -3,7 +3,7 @@ translation runs, counted when the run's data is prepared and kept in the checkp
 
 Two decode-time steps guess from the text alone, and guess better from the training text:
 
-- **Case table** (mt.translate.casing): a line in ALL CAPS or Title Case is translated in its
+- **Case table** (mt.translation.casing): a line in ALL CAPS or Title Case is translated in its
   usual case. The source tokenizer's guess (of a word in lower case and capitalised, the
   spelling cut into fewer pieces) gives mid-sentence `ein`/`zwei` the capital they have at
   the start of training sentences, and German nouns that are also English words (`Ball`,
@@ -11,7 +11,7 @@ Two decode-time steps guess from the text alone, and guess better from the train
   word's spellings are counted where case carries no position (not the first word of a
   line, nor the one after `.!?:`), and the most frequent spelling is the word's usual case.
   Per source language; bounded by the lines read and the words kept (most frequent first).
-- **Length bounds** (mt.translate.doubt): the output/source ratio of non-space characters below
+- **Length bounds** (mt.translation.doubt): the output/source ratio of non-space characters below
   which a translation is flagged `short` and above which `long`: the 0.5% and 99.5%
   quantiles of the training pairs' ratios, per direction (a translation into Czech runs
   shorter than one into German), kept within [LOW_RANGE] and [HIGH_RANGE] so that a noisy

@@ -44,8 +44,8 @@ from mt.cli.options import (
 )
 from mt.cli.xliff import fill_xliff, read_xliff, xliff_languages
 from mt.errors import EXIT_GATE, EXIT_LINES, MtError
-from mt.translate.options import OFFERED, DecodeOptions
-from mt.translate.session import keep_learned
+from mt.translation.options import OFFERED, DecodeOptions
+from mt.translation.session import keep_learned
 
 
 @app.command()
@@ -98,10 +98,10 @@ def translate(
     Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
     share of --input's chunks and OUT is the one-process output, in order."""
     from mt.runtime.workers import spread
-    from mt.translate.doubt import DoubtCount
-    from mt.translate.pivot import check_pivot
-    from mt.translate.requests import Plan, Request, read_requests
-    from mt.translate.translator import translate_stream, write_translations
+    from mt.translation.doubt import DoubtCount
+    from mt.translation.pivot import check_pivot
+    from mt.translation.requests import Plan, Request, read_requests
+    from mt.translation.translator import translate_stream, write_translations
 
     use_threads("translate", threads)
     if input is not None and not input.is_file():
@@ -261,10 +261,10 @@ def evaluate(
     from mt.glossary.accuracy import term_accuracy
     from mt.quality import format_scores, score
     from mt.runtime.workers import spread
-    from mt.translate.doubt import DoubtCount, flags
-    from mt.translate.number_guard import kept_rate
-    from mt.translate.requests import Plan, Request
-    from mt.translate.translator import translate_stream
+    from mt.translation.doubt import DoubtCount, flags
+    from mt.translation.number_guard import kept_rate
+    from mt.translation.requests import Plan, Request
+    from mt.translation.translator import translate_stream
 
     use_threads("eval", threads)
     check_max_doubt(max_doubt)

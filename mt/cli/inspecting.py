@@ -18,7 +18,7 @@ from mt.cli.options import (
     use_threads,
 )
 from mt.errors import MtError
-from mt.translate.options import OFFERED, DecodeOptions
+from mt.translation.options import OFFERED, DecodeOptions
 
 
 @app.command()

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TextIO, TypeVar
 import typer
 
 from mt.errors import EXIT_GATE, MtError
-from mt.translate.options import DecodeOptions, base_type, choices
+from mt.translation.options import DecodeOptions, base_type, choices
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,7 +105,7 @@ def flag_help(name: str, text: str) -> str:
 
 
 def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> Callable[[F], F]:
-    """Give a command the decode settings `names` (its entry of mt.translate.options.OFFERED) as
+    """Give a command the decode settings `names` (its entry of mt.translation.options.OFFERED) as
     flags, and hand it one `options: DecodeOptions` in their place.
 
     Each flag is made from its DecodeConfig field (through `options_class`, whose fields are
@@ -217,9 +217,9 @@ def use_threads(command: str, asked: int | None, say: bool | None = None):
 def open_session(
     checkpoints: list[Path], device: str, dtype: str | None = None, adapter: Path | None = None
 ):
-    """The front door (mt.translate.session), saying on stderr when a run directory stood for
+    """The front door (mt.translation.session), saying on stderr when a run directory stood for
     its best.pt; with `adapter` (`--adapter`), the model with it folded in."""
-    from mt.translate.session import Session
+    from mt.translation.session import Session
 
     if adapter is not None and len(checkpoints) != 1:
         raise MtError(f"--adapter {adapter} applies to one checkpoint, not to an ensemble")
@@ -326,7 +326,7 @@ def open_glossary(path: Path | None, session, targets, frm: str | None, translat
     if path is None:
         return None
     from mt.glossary.files import read_glossary
-    from mt.translate.terms import NEEDS_BEAM
+    from mt.translation.terms import NEEDS_BEAM
 
     if not translator.constrain:
         raise MtError(NEEDS_BEAM)

@@ -26,7 +26,7 @@ from mt.cli.options import (
     write_output,
 )
 from mt.errors import MtError
-from mt.translate.options import OFFERED, DecodeOptions
+from mt.translation.options import OFFERED, DecodeOptions
 
 
 @app.command()

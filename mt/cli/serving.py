@@ -17,7 +17,7 @@ from mt.cli.options import (
     decode_flags,
     use_threads,
 )
-from mt.translate.options import OFFERED, DecodeOptions
+from mt.translation.options import OFFERED, DecodeOptions
 
 
 @app.command()
@@ -37,7 +37,8 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
     device: DeviceOption = "auto",
     *,
-    options: DecodeOptions,  # --dtype; a request chooses its search (mt.translate.options.OFFERED)
+    # --dtype; a request chooses its search (mt.translation.options.OFFERED)
+    options: DecodeOptions,
     api_key_file: Annotated[
         Path | None, typer.Option(help="File of API keys, one per line; requests must give one.")
     ] = None,

@@ -41,7 +41,7 @@ def train(
     from mt.train.trainer import train as run_training
 
     state = run_training(cfg, Path(cfg.train.run_dir), resume)
-    from mt.translate.session import keep_learned
+    from mt.translation.session import keep_learned
 
     keep_learned()  # what the dev translations taught the span ban: `mt translate` starts there
     typer.echo(f"done: step {state.step}, checkpoints in {cfg.train.run_dir}", err=True)

@@ -2,7 +2,7 @@
 
 `mt eval --glossary` reports it beside BLEU, as the WMT terminology tasks do (Alam et al.
 2021; Semenov et al. 2023): of the terms found in a source line (found as the glossary stage
-finds them: mt.translate.terms), the share whose target term the translation writes
+finds them: mt.translation.terms), the share whose target term the translation writes
 
 - exact: as the glossary writes it (case aside), and
 - lemma-matched: in any form of its words (`hounds` for `hound`), by the target language's

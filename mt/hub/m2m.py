@@ -4,7 +4,7 @@ The model is mt's pre-norm Transformer with final layer norms, fairseq's sinusoi
 (`model.positions: fairseq`) starting after the pad id (`model.position_offset`), and relu.
 The source starts with its language's token (`__de__`, `deu_Latn`); the decoder starts from
 EOS and is forced to write the target language's token first (`forced_bos_token_id`): the
-checkpoint's languages have the placement "forced" (mt/translate/target.py). The language tokens
+checkpoint's languages have the placement "forced" (mt/translation/target.py). The language tokens
 become mt's `<2xx>` pieces, named by the model's codes (`fr`, `fra_Latn`).
 
 The vocabulary is a fairseq dictionary over one sentencepiece model: M2M-100's `vocab.json`

@@ -38,11 +38,11 @@ from mt.batching import token_batches
 from mt.config import DecodeConfig
 from mt.errors import MtError
 from mt.tokenizer import Tokenizer
-from mt.translate.requests import Request, Translation, isolated
+from mt.translation.requests import Request, Translation, isolated
 
 
 class RequestTranslator(Protocol):
-    """What the pool reads of `mt.translate.translator.Translator` (which imports this module, so
+    """What the pool reads of `mt.translation.translator.Translator` (which imports this module, so
     it is named by what it offers)."""
 
     cfg: DecodeConfig

@@ -3,7 +3,7 @@
 Every search (greedy, sampling, beam, constrained; one model or an ensemble) asks each of its
 rules once per step and applies what they say to the step's logits; a rule that comes from
 outside the search (protected spans in `mt.spans.bans`, a target language's guard in
-`mt.translate.target`, a glossary's or a shortlist's) is written against this protocol and
+`mt.translation.target`, a glossary's or a shortlist's) is written against this protocol and
 handed in by the caller, so the search imports none of them. This is the place HF gives its
 `LogitsProcessor`s and fairseq its search strategies. The search's own rules live here: a
 target prefix (`Prefixes`) and no-repeat-ngram (`NoRepeat`).

@@ -109,7 +109,7 @@ def serve(
     adapters: list[str] | None = None,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
-    (mt.translate.number_guard) on every translation; `glossary`: a file whose terms apply to the
+    (mt.translation.number_guard) on every translation; `glossary`: a file whose terms apply to the
     requests of its direction that give no glossary (mt.serve.glossaries), `glossary_hard`
     constrained at once; `adapters`: `--adapter` values."""
     limits = limits or Limits()

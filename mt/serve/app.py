@@ -26,8 +26,8 @@ from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
-from mt.translate.requests import translation_record
-from mt.translate.session import Session
+from mt.translation.requests import translation_record
+from mt.translation.session import Session
 from mt.views.score import TargetTooLong
 
 # The page may load what this server serves and nothing else.
@@ -52,8 +52,8 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     api_keys: list[bytes] | None = None
     cors_origins: list[str] = field(default_factory=list)
-    dtype: str | None = None  # --dtype: what every decode computes in (mt.translate.session)
-    keep_numbers: bool = True  # the number guard on every translation (mt.translate.number_guard)
+    dtype: str | None = None  # --dtype: what every decode computes in (mt.translation.session)
+    keep_numbers: bool = True  # the number guard on every translation (mt.translation.number_guard)
     glossary: Stored | None = None  # --glossary: for requests of its direction that give none
     glossary_hard: bool = False  # --glossary-hard: glossary terms constrained at once
     adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file

@@ -1,7 +1,7 @@
 """What the JSON bodies of the API may hold, read by hand so every mistake gets one line.
 
-Items follow `mt translate --input-format jsonl` (one rule set: mt.translate.requests); options
-are the decode settings a request may choose (mt.translate.options.OFFERED["request"], each of its
+Items follow `mt translate --input-format jsonl` (one rule set: mt.translation.requests); options
+are the decode settings a request may choose (mt.translation.options.OFFERED["request"], each of its
 DecodeConfig field's type), plus `alignment`. Settings that spend the server's memory or threads
 (batch size, int8, dtype, buffering) belong to whoever runs the server, so a request naming them
 is refused rather than silently ignored.
@@ -16,8 +16,8 @@ from typing import Any
 
 from mt.errors import MtError
 from mt.serve.limits import ApiError, Limits, check_count, check_text
-from mt.translate.options import HELP, OFFERED, TYPE_NAMES, DecodeOptions, accepts, value_type
-from mt.translate.requests import Request, request_from_object
+from mt.translation.options import HELP, OFFERED, TYPE_NAMES, DecodeOptions, accepts, value_type
+from mt.translation.requests import Request, request_from_object
 
 SERVER_SETTINGS = ("int8", "dtype", "max_tokens", "buffer_lines")
 CLIENT_OPTIONS = {name: value_type(name) for name in OFFERED["request"]}

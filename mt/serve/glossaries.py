@@ -30,8 +30,8 @@ from mt.glossary.words import base_language
 from mt.search.constrained import can_constrain
 from mt.search.dispatch import is_greedy
 from mt.serve.limits import ApiError, Limits, check_text
-from mt.translate.options import DecodeOptions
-from mt.translate.session import Session
+from mt.translation.options import DecodeOptions
+from mt.translation.session import Session
 
 MAX_PER_KEY = 100  # uploaded glossaries one API key may hold (409 beyond)
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mt.translate.requests import Request, Translation
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.requests import Request, Translation
+from mt.translation.session import DecodeOptions, Session
 
 
 @dataclass

@@ -7,7 +7,7 @@ text or html, `alternatives` N, `api_key`, and mt's `adapter`, in the body or th
 `/languages`, `/detect` and `/frontend/settings`. An extension: `glossary` on `/translate`,
 an object of terms (in a form, its JSON text) or an uploaded glossary's id, as `/v1/translate`
 takes it (mt.serve.glossaries; text format only). Text is translated sentence by sentence with
-its newlines kept (mt.translate.sentences); html goes through `mt translate --input-format html`'s
+its newlines kept (mt.translation.sentences); html goes through `mt translate --input-format html`'s
 path, one fragment per line; files through mt.serve.documents. Translated files are kept in
 memory (the last KEPT_FILES), under a random name, for their download.
 """
@@ -37,8 +37,8 @@ from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.security import check_key, client_of, key_of
 from mt.serve.unzip import OverLimit
 from mt.serve.worker import ModelWorker
-from mt.translate.requests import Request as Item
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.requests import Request as Item
+from mt.translation.session import DecodeOptions, Session
 
 KEPT_FILES = 32
 MAX_ALTERNATIVES = 8

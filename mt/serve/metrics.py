@@ -11,7 +11,7 @@ import bisect
 import threading
 from collections import Counter
 
-from mt.translate.doubt import FLAGS
+from mt.translation.doubt import FLAGS
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -75,7 +75,7 @@ class Metrics:
             self.sentences += size
 
     def doubts(self, flags: list[list[str]]) -> None:
-        """The doubt flags of answered translations (mt.translate.doubt), one list each."""
+        """The doubt flags of answered translations (mt.translation.doubt), one list each."""
         with self.lock:
             self.answered += len(flags)
             for each in flags:

@@ -15,7 +15,7 @@ from typing import Any
 
 from mt.languages import client_code
 from mt.serve.limits import ApiError
-from mt.translate.session import Session
+from mt.translation.session import Session
 
 NAMES = {
     "de": "German", "en": "English", "fr": "French", "cs": "Czech", "es": "Spanish",

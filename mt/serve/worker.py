@@ -40,9 +40,9 @@ from mt.errors import MtError
 from mt.serve.jobs import FairQueue, Job, Slice
 from mt.serve.limits import ApiError, Limits
 from mt.serve.metrics import Metrics
-from mt.translate.requests import Plan, Request, Translation
-from mt.translate.session import DecodeOptions, Session
-from mt.translate.translator import Translator
+from mt.translation.requests import Plan, Request, Translation
+from mt.translation.session import DecodeOptions, Session
+from mt.translation.translator import Translator
 
 ROUND_SENTENCES = 512  # at most this many sentences per pass: later requests wait less
 CACHED_TRANSLATORS = 16
@@ -80,7 +80,7 @@ class ModelWorker:
         self.name = name
         self.adapter_paths = dict(adapters or {})  # name -> adapter file
         self.views: dict[str, Session] = {}  # name -> the session with that adapter
-        self.keep_numbers = keep_numbers  # the number guard (mt.translate.number_guard)
+        self.keep_numbers = keep_numbers  # the number guard (mt.translation.number_guard)
         self.glossary_hard = glossary_hard  # a request's glossary constrained at once
         self.paths = list(paths)
         self.device = device
@@ -382,7 +382,7 @@ class ModelWorker:
     def _translate(self, group: list[tuple[Job, list[Request]]]) -> None:
         """One translator call for the group's requests (a job's, or a slice of a bulk
         job's), each with the plan its job asks for: a splitting job's says so, and the
-        translator's split stage (mt.translate.sentences) cuts them into sentences and joins them
+        translator's split stage (mt.translation.sentences) cuts them into sentences and joins them
         back, so their sentences share batches with everything else. The group shares its
         adapter and options."""
         first = group[0][0]

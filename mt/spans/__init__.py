@@ -2,7 +2,8 @@
 
 Software strings carry placeholders (`%s`, `{0}`, `$HOME`), entities (`&amp;`), inline tags,
 URLs and e-mail addresses. A program that prints a translated string with a broken `%s` crashes,
-so these spans are found here, masked before search and restored after it (`mt.translate.protect`).
+so these spans are found here, masked before search and restored after it
+(`mt.translation.protect`).
 
 The patterns are tried in the order of `PATTERNS` at each position, leftmost match first, so a
 URL that holds `&amp;` or a tag whose attribute holds a URL is one span. Each pattern is written
@@ -212,7 +213,7 @@ def gluable(span: str) -> tuple[bool, bool]:
     """Whether `span` stays one span with a letter or digit touching it on its left, and on
     its right: a translation may put a word where the source had another, and `ahttps://x`
     or `5%s` is no span. A text that is no span by itself (a number the guard of
-    mt.translate.number_guard put back) stays whole where its edge is no letter or digit: `42`
+    mt.translation.number_guard put back) stays whole where its edge is no letter or digit: `42`
     beside `a` or `17` reads as another word or number."""
     if [s.text for s in find_spans(span, WIDEST)] != [span]:
         return not span[:1].isalnum(), not span[-1:].isalnum()

@@ -13,7 +13,7 @@ parent's range and siblings kept apart, so tags nest in the output as they did i
 early recipe checkpoint and cost a second pass; docs/studies/decoding.md.)
 
 Every span is emitted exactly once by construction, whatever the model writes; only the place
-is the model's. Lines without spans never come here (see `mt.translate.protect`, whose round
+is the model's. Lines without spans never come here (see `mt.translation.protect`, whose round
 of search gives the alignments).
 """
 

@@ -5,7 +5,7 @@ spelled from ordinary pieces (`Z00`, `Z01`, ...). `mask` writes a line with its 
 placeholders, `restore` puts each span back exactly once (a placeholder emitted twice keeps its
 first occurrence, one never emitted is appended at the end), glued to its neighbours as it was
 in the source; `exact` makes a translation that kept spans in place hold exactly the source's.
-The protection stage (`mt.translate.protect`) decides which of these a line needs.
+The protection stage (`mt.translation.protect`) decides which of these a line needs.
 """
 
 from __future__ import annotations

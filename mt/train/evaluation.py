@@ -30,9 +30,9 @@ from mt.model import Transformer
 from mt.quality import bleu, chrf
 from mt.tokenizer import PAD
 from mt.train.loss import label_smoothed_loss
-from mt.translate.requests import Request
-from mt.translate.session import DecodeOptions, Session
-from mt.translate.translator import translate_stream
+from mt.translation.requests import Request
+from mt.translation.session import DecodeOptions, Session
+from mt.translation.translator import translate_stream
 from mt.views.attention import AttentionView, sentence_attention
 
 
@@ -111,7 +111,7 @@ def dev_options() -> DecodeOptions:
 
 class Evaluator:
     """Scores the model on its dev sets (one per direction), translating through `session`
-    (mt.translate.session), the door `mt eval` uses."""
+    (mt.translation.session), the door `mt eval` uses."""
 
     def __init__(
         self,

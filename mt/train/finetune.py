@@ -191,12 +191,7 @@ def load_init(
             return (_base_again(s, last, log) if s.finetune.adapter == "lora" else None), s
         return None, s
     if not t.init_from:
-        given = [("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)]
-        for key, value in given + [("init_vocab", t.init_vocab == "new")]:
-            if value:
-                raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")
-        if lora:
-            raise MtError("finetune.adapter needs train.init_from (the base to adapt)")
+        _refuse_without_init(s)
         return None, s
     path = Path(expand_env(t.init_from))
     t = dataclasses.replace(t, init_from=str(path))
@@ -217,34 +212,10 @@ def load_init(
         raise MtError(f"train.init_from: {path}: the embedded tokenizer cannot be read") from None
     step = int(data.get("step") or 0)
     if t.init_keep_optimizer:
-        if data.get("train_state") is None:
-            raise MtError(
-                f"train.init_from: {path} holds no optimizer state (only last.pt does), which "
-                "train.init_keep_optimizer needs"
-            )
-        if t.max_steps <= step:
-            raise MtError(
-                f"train.max_steps ({t.max_steps:,}) must exceed the step of {path} ({step:,}): "
-                "train.init_keep_optimizer continues its step count"
-            )
+        _check_kept_optimizer(t, data, path, step)
     spec = LoraSpec.of(s.finetune) if lora else None
     if log:
-        m = model
-        start = "optimizer state and step kept" if t.init_keep_optimizer else "fresh optimizer"
-        frozen = f", frozen: {', '.join(t.freeze)}" if t.freeze else ""
-        if spec is not None:
-            frozen = (
-                f", the base frozen: a LoRA adapter of rank {spec.rank} (alpha {spec.alpha:g}) "
-                f"on {', '.join(spec.targets)}"
-            )
-        print(
-            f"fine-tuning from {path} (step {step:,}): its "
-            f"{'model (a new vocabulary)' if new_vocab else 'tokenizer and model'} "
-            f"(d_model {m.d_model}, {m.encoder_layers}+{m.decoder_layers} layers, dropout "
-            f"{m.dropout}), {start}{frozen}",
-            file=sys.stderr,
-            flush=True,
-        )
+        _announce(t, model, path, step, spec)
     init = Init(
         path=path,
         step=step,
@@ -258,6 +229,51 @@ def load_init(
         base=None if spec is None else _base_ref(data, path),
     )
     return init, Sections(t, model, tokenizer_cfg, s.finetune)
+
+
+def _refuse_without_init(s: Sections) -> None:
+    """The settings that mean nothing without `train.init_from`, refused by name."""
+    t = s.train
+    given = [("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)]
+    for key, value in given + [("init_vocab", t.init_vocab == "new")]:
+        if value:
+            raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")
+    if s.finetune.adapter == "lora":
+        raise MtError("finetune.adapter needs train.init_from (the base to adapt)")
+
+
+def _check_kept_optimizer(t: TrainConfig, data: dict[str, Any], path: Path, step: int) -> None:
+    """`train.init_keep_optimizer` needs the optimizer state (last.pt's) and steps left."""
+    if data.get("train_state") is None:
+        raise MtError(
+            f"train.init_from: {path} holds no optimizer state (only last.pt does), which "
+            "train.init_keep_optimizer needs"
+        )
+    if t.max_steps <= step:
+        raise MtError(
+            f"train.max_steps ({t.max_steps:,}) must exceed the step of {path} ({step:,}): "
+            "train.init_keep_optimizer continues its step count"
+        )
+
+
+def _announce(t: TrainConfig, m: ModelConfig, path: Path, step: int, spec: LoraSpec | None) -> None:
+    """The start line of a fine-tuning: from what, which model, what is trained."""
+    start = "optimizer state and step kept" if t.init_keep_optimizer else "fresh optimizer"
+    frozen = f", frozen: {', '.join(t.freeze)}" if t.freeze else ""
+    if spec is not None:
+        frozen = (
+            f", the base frozen: a LoRA adapter of rank {spec.rank} (alpha {spec.alpha:g}) "
+            f"on {', '.join(spec.targets)}"
+        )
+    new_vocab = t.init_vocab == "new"
+    print(
+        f"fine-tuning from {path} (step {step:,}): its "
+        f"{'model (a new vocabulary)' if new_vocab else 'tokenizer and model'} "
+        f"(d_model {m.d_model}, {m.encoder_layers}+{m.decoder_layers} layers, dropout "
+        f"{m.dropout}), {start}{frozen}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _base_ref(data: dict[str, Any], path: Path) -> BaseRef:

@@ -52,7 +52,7 @@ from mt.train.metrics_log import JsonlSink, MetricsLog
 from mt.train.resume import decide, read_last, restore, trim_metrics
 from mt.train.state import TrainState
 from mt.train.update import Update
-from mt.translate.session import Session
+from mt.translation.session import Session
 
 
 @dataclass(frozen=True)

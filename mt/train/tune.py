@@ -22,7 +22,7 @@ from mt import checkpoint
 from mt.adapt.lora import load_weights
 from mt.config import DecodeConfig, TrainConfig
 from mt.train.evaluation import Evaluator
-from mt.translate.session import DecodeOptions
+from mt.translation.session import DecodeOptions
 
 
 def grid(t: TrainConfig, d: DecodeConfig) -> list[tuple[int, float]]:

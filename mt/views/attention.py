@@ -16,7 +16,7 @@ from mt.config import DecodeConfig
 from mt.model import AttentionMaps, Transformer
 from mt.search.dispatch import search
 from mt.tokenizer import BOS, EOS, Tokenizer
-from mt.translate.target import Target, model_for, target_rules
+from mt.translation.target import Target, model_for, target_rules
 
 
 @dataclass

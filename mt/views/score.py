@@ -36,7 +36,7 @@ from mt.search.steps import length_penalty
 from mt.spans import mask_pair
 from mt.spans.placeholders import placeholders_for
 from mt.tokenizer import BOS, EOS, Tokenizer
-from mt.translate.target import Target, model_for
+from mt.translation.target import Target, model_for
 
 EOS_PIECE = "</s>"
 
@@ -87,7 +87,7 @@ class Scorer:
         # A model trained with data.protect saw spans as placeholders: score them as such.
         self.mask = protect and placeholders_for(tokenizer).reserved
         # A multilingual model's target language: its token before the source, or the
-        # decoder's first input (mt.translate.target).
+        # decoder's first input (mt.translation.target).
         self.target = target or Target(None, [], None, None)
 
     def score_lines(self, src: list[str], tgt: list[str]) -> list[PairScore]:

@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from mt.errors import MtError
-from mt.translate.options import DecodeOptions
-from mt.translate.session import Session
-from mt.translate.translator import translate_stream
+from mt.translation.options import DecodeOptions
+from mt.translation.session import Session
+from mt.translation.translator import translate_stream
 from scripts.common import (
     alternate,
     describe_machine,

@@ -67,8 +67,8 @@ import torch
 from mt.spans.bans import Bans, SpanRule
 from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
-from mt.translate.requests import Plan
-from mt.translate.translator import Translator, translate_stream
+from mt.translation.requests import Plan
+from mt.translation.translator import Translator, translate_stream
 from scripts.bench.protect import inject_text
 from scripts.common import (
     REPO,

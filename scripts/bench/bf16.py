@@ -10,7 +10,7 @@ flags, torch's own CPU capability and the load, beside every number.
 Training runs mt's own update (`mt.train.update.Update`: autocast, loss, backward, clipping,
 fused Adam) on the recipe config's real token-budget batches of Multi30k, each precision from
 the same starting weights on the same batches, in alternating rounds; the loss after the timed
-steps is printed too (bf16 should follow fp32). Decoding runs `mt.translate.session` with
+steps is printed too (bf16 should follow fp32). Decoding runs `mt.translation.session` with
 `--dtype` fp32, bf16 and auto (and int8) on a checkpoint's test-set translations, in
 alternating rounds; each engine's outputs are compared with fp32's (identical lines, BLEU).
 By default every engine lives in this one process; `--isolate` gives each a fresh process per
@@ -174,8 +174,8 @@ def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]
     if spec.startswith("ct2-int8"):
         return ctranslate2_engine(args, lines, beam, spec.endswith(":replicas"))
     from mt.runtime.workers import WorkerPool
-    from mt.translate.requests import Plan, Request
-    from mt.translate.session import DecodeOptions, Session
+    from mt.translation.requests import Plan, Request
+    from mt.translation.session import DecodeOptions, Session
 
     asked = [
         Request(x, plan=Plan(protect=False, recase=False, keep_numbers=False)) for x in lines

@@ -32,8 +32,8 @@ def sync() -> None:
 
 def child_decode(args: argparse.Namespace) -> dict:
 
-    from mt.translate.requests import Plan, Request
-    from mt.translate.session import DecodeOptions, Session
+    from mt.translation.requests import Plan, Request
+    from mt.translation.session import DecodeOptions, Session
     from scripts.common import read_lines
 
     lines = read_lines(args.src)[: args.limit]

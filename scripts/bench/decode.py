@@ -61,8 +61,8 @@ def run_engine(args: argparse.Namespace) -> dict:
     beam = args.beam
     out: list[str] = []
     if args.engine == "mt":
-        from mt.translate.requests import Plan, Request
-        from mt.translate.session import DecodeOptions, Session
+        from mt.translation.requests import Plan, Request
+        from mt.translation.session import DecodeOptions, Session
 
         PLAN = Plan(recase=False, keep_numbers=False)  # noqa: N806 - search and protection, as before the plans
 

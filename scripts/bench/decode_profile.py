@@ -39,8 +39,8 @@ def main() -> None:
 
     import torch
 
-    from mt.translate.requests import Plan, Request
-    from mt.translate.session import DecodeOptions, Session
+    from mt.translation.requests import Plan, Request
+    from mt.translation.session import DecodeOptions, Session
 
     src = args.src or Path(os.environ.get("MT_DATA", "data/multi30k")) / "test_2016_flickr.de.gz"
     lines = read_lines(src)[: args.limit]

@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from mt.textstats import LONG, SHORT, count_stats
-    from mt.translate.doubt import flags
+    from mt.translation.doubt import flags
 
     def lines(split: str, lang: str) -> list[str]:
         name = "test_2016_flickr" if split == "test" else split

@@ -18,9 +18,9 @@ from pathlib import Path
 from mt.glossary.accuracy import term_accuracy
 from mt.glossary.files import read_glossary
 from mt.quality import bleu
-from mt.translate.requests import Plan, Request
-from mt.translate.session import Session
-from mt.translate.translator import translate_stream
+from mt.translation.requests import Plan, Request
+from mt.translation.session import Session
+from mt.translation.translator import translate_stream
 from scripts.common import (
     alternate,
     describe_machine,

@@ -130,8 +130,8 @@ def engines(folder: Path, checkpoint: Path, lines: list[str], beam: int, batch: 
     import ctranslate2
     from transformers import MarianMTModel, MarianTokenizer
 
-    from mt.translate.requests import Plan, Request
-    from mt.translate.session import DecodeOptions, Session
+    from mt.translation.requests import Plan, Request
+    from mt.translation.session import DecodeOptions, Session
 
     PLAN = Plan(protect=False, recase=False, keep_numbers=False)  # noqa: N806 - the search alone
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from mt.data.corpus import read_lines
-from mt.translate.requests import Plan, Request
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.requests import Plan, Request
+from mt.translation.session import DecodeOptions, Session
 from scripts.common import alternate, describe_machine, markdown_table
 
 PLAN = Plan(recase=False, keep_numbers=False)  # search and protection, as before the plans

@@ -30,8 +30,8 @@ import torch
 from mt.errors import MtError
 from mt.quality import bleu
 from mt.spans.markup import parse_fragment
-from mt.translate.requests import Plan, Request
-from mt.translate.translator import Translator, translate_stream
+from mt.translation.requests import Plan, Request
+from mt.translation.translator import Translator, translate_stream
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines, timed
 from scripts.span_checks import kept
 

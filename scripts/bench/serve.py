@@ -35,8 +35,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
-from mt.translate.requests import Plan, Request  # noqa: E402
-from mt.translate.session import Session  # noqa: E402
+from mt.translation.requests import Plan, Request  # noqa: E402
+from mt.translation.session import Session  # noqa: E402
 from scripts.common import describe_machine, read_lines  # noqa: E402
 from scripts.processes import start_server  # noqa: E402
 

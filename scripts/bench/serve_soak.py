@@ -38,8 +38,8 @@ from pathlib import Path
 import httpx
 import torch
 
-from mt.translate.requests import Plan, Request
-from mt.translate.session import Session
+from mt.translation.requests import Plan, Request
+from mt.translation.session import Session
 from scripts.bombs import zip_bomb
 from scripts.common import describe_machine, multi30k_dir, read_lines, say
 from scripts.processes import Server, start_server

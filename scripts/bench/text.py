@@ -73,13 +73,13 @@ def main() -> None:
     import sacrebleu
 
     from mt.textstats import WORD
-    from mt.translate.casing import usual_case
-    from mt.translate.doubt import FLAGS, flags
-    from mt.translate.number_guard import kept_rate
-    from mt.translate.requests import Plan, Request
-    from mt.translate.session import Session
-    from mt.translate.stages import spelling_cost
-    from mt.translate.translator import translate_stream
+    from mt.translation.casing import usual_case
+    from mt.translation.doubt import FLAGS, flags
+    from mt.translation.number_guard import kept_rate
+    from mt.translation.requests import Plan, Request
+    from mt.translation.session import Session
+    from mt.translation.stages import spelling_cost
+    from mt.translation.translator import translate_stream
 
     src = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.de.gz")]
     ref = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.en.gz")]

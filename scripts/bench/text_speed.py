@@ -30,11 +30,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    from mt.translate.doubt import flags
-    from mt.translate.requests import Plan, Request
-    from mt.translate.sentences import expand, gather, source_size
-    from mt.translate.session import Session
-    from mt.translate.translator import translate_stream
+    from mt.translation.doubt import flags
+    from mt.translation.requests import Plan, Request
+    from mt.translation.sentences import expand, gather, source_size
+    from mt.translation.session import Session
+    from mt.translation.translator import translate_stream
 
     src = [x.strip() for x in common.read_lines(args.data / "test_2016_flickr.de.gz")]
     src = src[: args.lines]

@@ -36,9 +36,9 @@ def _lines(data: Path, lang: str) -> list[str]:
 
 
 def translate(args: argparse.Namespace) -> None:
-    from mt.translate.requests import Plan
-    from mt.translate.session import DecodeOptions, Session
-    from mt.translate.translator import translate_stream
+    from mt.translation.requests import Plan
+    from mt.translation.session import DecodeOptions, Session
+    from mt.translation.translator import translate_stream
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from mt.quality import bleu
-from mt.translate.requests import Plan, Request, isolated
-from mt.translate.session import Session
+from mt.translation.requests import Plan, Request, isolated
+from mt.translation.session import Session
 from scripts.span_checks import same_spans, span_counts
 
 

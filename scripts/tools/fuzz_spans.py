@@ -58,8 +58,8 @@ def fuzz_line(rng: random.Random, html: bool = False, depth: int = 0) -> str:
 
 def check(translator, lines: list[str], html: bool) -> list[str]:
     """Failures (one line each) of translating `lines` as `mt translate` does."""
-    from mt.translate.requests import Plan, Request
-    from mt.translate.translator import translate_stream
+    from mt.translation.requests import Plan, Request
+    from mt.translation.translator import translate_stream
 
     if html:
         asked = [
@@ -89,7 +89,7 @@ def main() -> None:
     args = p.parse_args()
     import torch
 
-    from mt.translate.session import DecodeOptions, Session
+    from mt.translation.session import DecodeOptions, Session
 
     torch.set_num_threads(1)
     session = Session([args.checkpoint], "cpu")

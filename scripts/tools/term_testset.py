@@ -88,9 +88,9 @@ def main() -> None:
         "glossary that mostly confirms the model, as a settled termbase does)",
     )
     args = parser.parse_args()
-    from mt.translate.requests import Request
-    from mt.translate.session import Session
-    from mt.translate.translator import translate_stream
+    from mt.translation.requests import Request
+    from mt.translation.session import Session
+    from mt.translation.translator import translate_stream
 
     data = multi30k_dir()
     sl, tl = args.src_lang, args.tgt_lang

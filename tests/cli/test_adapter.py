@@ -19,7 +19,7 @@ from conftest import TIMES, adapter_config, multi30k_slice, reverse_task_config
 
 from mt.adapt.files import fingerprint
 from mt.checkpoint import load_model
-from mt.translate.session import Session
+from mt.translation.session import Session
 
 pytest_plugins = ["hub_models"]  # the small imported Marian model
 LINES = [

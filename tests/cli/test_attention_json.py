@@ -8,8 +8,8 @@ import torch
 
 from mt.checkpoint import load_model
 from mt.tokenizer import BOS
-from mt.translate.requests import Plan, Request
-from mt.translate.translator import Translator
+from mt.translation.requests import Plan, Request
+from mt.translation.translator import Translator
 from mt.views.attention import (
     attention_data,
     attention_json,

@@ -32,9 +32,9 @@ from mt.spans.bans import Bans, SpanRule, step_mask
 from mt.spans.index import piece_texts
 from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
-from mt.translate.protect import SearchBelow, protect_stage
-from mt.translate.requests import Request, Translation
-from mt.translate.stages import run
+from mt.translation.protect import SearchBelow, protect_stage
+from mt.translation.requests import Request, Translation
+from mt.translation.stages import run
 from scripts.processes import start_server
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]

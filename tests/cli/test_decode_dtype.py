@@ -25,9 +25,9 @@ from mt.runtime.dtype import decode_model
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
-from mt.translate.requests import Plan, Request
-from mt.translate.session import DecodeOptions, Session
-from mt.translate.translator import Translator
+from mt.translation.requests import Plan, Request
+from mt.translation.session import DecodeOptions, Session
+from mt.translation.translator import Translator
 from mt.views.score import Scorer
 
 CPU = torch.device("cpu")

@@ -11,7 +11,7 @@ from conftest import run_in_process
 
 from mt.data.corpus import read_lines
 from mt.search.steps import length_penalty
-from mt.translate.doubt import MIN_CHARS, DoubtCount, confidence, flags, looped
+from mt.translation.doubt import MIN_CHARS, DoubtCount, confidence, flags, looped
 
 
 @pytest.fixture(scope="module")

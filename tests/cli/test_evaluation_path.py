@@ -13,7 +13,7 @@ from mt.checkpoint import load_model
 from mt.spans import find_spans
 from mt.train import setup
 from mt.train.evaluation import DevSet
-from mt.translate.session import Session
+from mt.translation.session import Session
 
 LINES = [
     "Ein Hund läuft %s über die Wiese.",

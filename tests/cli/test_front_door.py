@@ -1,5 +1,5 @@
-"""The one door into a trained model (mt.translate.session), through the CLI: an ensemble does what
-one model does or refuses in one line, tokenizers compare by vocabulary, a run directory stands
+"""The one door into a trained model (mt.translation.session), through the CLI: an ensemble does
+what one model does or refuses in one line, tokenizers compare by vocabulary, a run directory stands
 for its best.pt, and `mt average` refuses checkpoints of different runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mt.errors import MtError
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.session import DecodeOptions, Session
 
 CONSTRAINED = [
     {"src": "Ein Hund rennt im Park.", "constraints": ["dog"]},

@@ -11,8 +11,8 @@ import pytest
 from mt.data.corpus import read_lines
 from mt.glossary import Glossary
 from mt.glossary.accuracy import term_accuracy
-from mt.translate.requests import Plan, Request
-from mt.translate.session import Session
+from mt.translation.requests import Plan, Request
+from mt.translation.session import Session
 
 # Targets the tiny model never writes unaided: every line holding a term must change.
 PAIRS = [("Mann", "gent"), ("Frau", "lady"), ("Hund", "hound"), ("Gruppe von Menschen", "crowd")]

@@ -114,7 +114,7 @@ def test_serve_lists_and_translates_its_languages(m2m_imported, tmp_path, mt_cli
 
 
 def test_attention_shows_the_forced_language_token(m2m_imported, tmp_path, mt_cli):
-    from mt.translate.session import Session
+    from mt.translation.session import Session
 
     session = Session([m2m_imported], "cpu")
     att = session.attention("Zwei Hunde spielen im Schnee.", to="fr")

@@ -50,8 +50,8 @@ def test_language_pieces_are_reserved_and_text_cannot_make_them(multi_run: Path)
 
 
 def test_the_guard_keeps_every_piece_in_the_target_language(multi_run: Path):
-    from mt.translate.requests import Request
-    from mt.translate.session import Session
+    from mt.translation.requests import Request
+    from mt.translation.session import Session
 
     session = Session([multi_run / "best.pt"], "cpu")
     lines = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest."]
@@ -213,8 +213,8 @@ def test_output_language_is_identified_with_the_guard(multi_run, multi30k_dir):
     lingua = pytest.importorskip("lingua")
     import gzip
 
-    from mt.translate.requests import Plan, Request
-    from mt.translate.session import Session
+    from mt.translation.requests import Plan, Request
+    from mt.translation.session import Session
 
     de = gzip.open(multi30k_dir / "val.de.gz", "rt").read().splitlines()[:40]
     session = Session([multi_run / "best.pt"], "cpu")

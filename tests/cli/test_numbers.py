@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import run_in_process
 
-from mt.translate.number_guard import digits, kept, kept_rate, missing, numbers
-from mt.translate.requests import Plan, Request
-from mt.translate.session import Session
+from mt.translation.number_guard import digits, kept, kept_rate, missing, numbers
+from mt.translation.requests import Plan, Request
+from mt.translation.session import Session
 
 
 def test_numbers_compare_by_digits_across_separators():

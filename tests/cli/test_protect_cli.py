@@ -13,8 +13,8 @@ from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.errors import MtError
 from mt.spans.markup import parse_fragment
-from mt.translate.requests import Plan, Request
-from mt.translate.translator import Translator
+from mt.translation.requests import Plan, Request
+from mt.translation.translator import Translator
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_in_process
 
 from mt.spans import find_spans
-from mt.translate.translator import Translator
+from mt.translation.translator import Translator
 
 WORDLESS = [
     '<span color="$color">$number_or_percent</span> Kosten zur Einberufung',

@@ -69,8 +69,8 @@ def test_score_ids_equal_beam_scores_unrounded(tiny_run, flickr):
     """In process: the same token ids give the search's unrounded score; text that tokenizes
     back to the search's ids gives it too."""
     from mt.checkpoint import load_model
-    from mt.translate.requests import Plan, Request
-    from mt.translate.translator import Translator
+    from mt.translation.requests import Plan, Request
+    from mt.translation.translator import Translator
     from mt.views.score import Scorer
 
     loaded = load_model(tiny_run / "best.pt")

@@ -19,8 +19,8 @@ import pytest
 
 from mt.checkpoint import load, save
 from mt.errors import MtError
-from mt.translate.options import DecodeOptions
-from mt.translate.session import Session
+from mt.translation.options import DecodeOptions
+from mt.translation.session import Session
 from scripts.processes import start_server
 
 LINES = 40

@@ -8,9 +8,9 @@ import pytest
 from conftest import run_in_process
 
 from mt.data.corpus import read_lines
-from mt.translate.requests import Plan, Request
-from mt.translate.sentences import fit, line_split, split_sentences
-from mt.translate.session import Session
+from mt.translation.requests import Plan, Request
+from mt.translation.sentences import fit, line_split, split_sentences
+from mt.translation.session import Session
 
 
 @pytest.fixture(scope="module")

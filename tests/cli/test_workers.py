@@ -14,9 +14,9 @@ import pytest
 
 from mt.errors import MtError
 from mt.runtime.workers import WorkerPool, shares, spread
-from mt.translate.requests import Plan, Request
-from mt.translate.session import DecodeOptions, Session
-from mt.translate.translator import translate_stream
+from mt.translation.requests import Plan, Request
+from mt.translation.session import DecodeOptions, Session
+from mt.translation.translator import translate_stream
 
 N = 60
 

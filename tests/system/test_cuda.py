@@ -30,8 +30,8 @@ from mt.config_file import load_config
 from mt.data.corpus import read_lines
 from mt.train.trainer import Trainer
 from mt.train.update import Update
-from mt.translate.requests import Plan, Request
-from mt.translate.translator import Translation, Translator
+from mt.translation.requests import Plan, Request
+from mt.translation.translator import Translation, Translator
 
 CUDA = [
     pytest.mark.cuda,

@@ -17,8 +17,8 @@ import pytest
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
-from mt.translate.requests import Request
-from mt.translate.session import DecodeOptions
+from mt.translation.requests import Request
+from mt.translation.session import DecodeOptions
 from scripts.processes import start_server
 
 ITEMS = [

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from mt.translate.casing import case_back, case_of, usual_case
-from mt.translate.requests import Plan, Request
-from mt.translate.session import Session
-from mt.translate.stages import spelling_cost
+from mt.translation.casing import case_back, case_of, usual_case
+from mt.translation.requests import Plan, Request
+from mt.translation.session import Session
+from mt.translation.stages import spelling_cost
 
 
 def test_case_of_tells_shouting_and_titles_from_text():

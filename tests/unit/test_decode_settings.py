@@ -1,6 +1,6 @@
 """Decode settings are defined once, in DecodeConfig: a caller's overrides (DecodeOptions), the
 commands' decode flags and the server's request schema are made from its fields
-(mt.translate.options, mt.cli.options.decode_flags), so a new option cannot be half wired (a flag
+(mt.translation.options, mt.cli.options.decode_flags), so a new option cannot be half wired (a flag
 that never reaches the search, a type that differs). The checks below walk DecodeConfig's
 fields, and a setting added in a subclass shows up as an override and as a flag."""
 
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from mt.config import DecodeConfig, setting
 from mt.errors import MtError
-from mt.translate.options import OFFERED, DecodeOptions, base_type, overrides_of
+from mt.translation.options import OFFERED, DecodeOptions, base_type, overrides_of
 
 CONFIG = typing.get_type_hints(DecodeConfig)
 FIELDS = dataclasses.fields(DecodeConfig)

@@ -10,7 +10,7 @@ from conftest import run_in_process
 
 from mt.errors import MtError
 from mt.spans import find_spans
-from mt.translate.requests import parse_jsonl_line, po_requests
+from mt.translation.requests import parse_jsonl_line, po_requests
 
 GCC = ["gcc-internal-format"]
 FOUND = [

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.session import DecodeOptions, Session
 from scripts.tools import fuzz_spans
 
 REPO = Path(__file__).resolve().parents[2]

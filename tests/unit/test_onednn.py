@@ -21,8 +21,8 @@ from mt.model import Transformer, applied
 from mt.runtime import onednn
 from mt.runtime.dtype import decode_model, uses_onednn
 from mt.search.ensemble import Ensemble
-from mt.translate.requests import Plan, Request
-from mt.translate.session import DecodeOptions, Session
+from mt.translation.requests import Plan, Request
+from mt.translation.session import DecodeOptions, Session
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch lacks the oneDNN op")
 

@@ -98,7 +98,7 @@ def test_restore_glues_as_the_source_did() -> None:
 
 
 def test_restore_keeps_numbers_written_side_by_side_apart() -> None:
-    """The number guard's spans (mt.translate.number_guard): two numbers the model wrote
+    """The number guard's spans (mt.translation.number_guard): two numbers the model wrote
     touching, or one touching a word, stay two numbers and a word; tags around a
     placeholder still touch."""
     src = "seit 17 Minuten an der Haltestelle 42."
@@ -233,7 +233,7 @@ def test_number_guard_reads_spans_both_ways_and_leaves_lines_masking_would_chang
     a line as translated."""
     from mt.spans import Span
     from mt.spans.placeholders import mask
-    from mt.translate.number_guard import number_matches, numbers, span_texts
+    from mt.translation.number_guard import number_matches, numbers, span_texts
 
     assert numbers("%L2https://x.de/a?b=1 and 5 dogs") == ["1", "5"]
     for src, same in [("1%s", False), ("<a1>", False), ("seit 17 Minuten", True)]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from mt.serve.jobs import FairQueue, Job
-from mt.translate.requests import Request
+from mt.translation.requests import Request
 
 
 def job(flow: str, n: int, bulk: bool = False, name: str = "") -> Job:

@@ -1,6 +1,6 @@
 """`mt serve`'s batching worker, in this process: concurrent jobs that split their items into
 sentences and jobs that do not share one translator call, whose split stage does the cutting
-and joining (mt.translate.sentences), and each job gets back what it would alone."""
+and joining (mt.translation.sentences), and each job gets back what it would alone."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from mt.data.corpus import read_lines
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
-from mt.translate.requests import Request, Translation
-from mt.translate.sentences import split_sentences
-from mt.translate.session import DecodeOptions
-from mt.translate.translator import Translator
+from mt.translation.requests import Request, Translation
+from mt.translation.sentences import split_sentences
+from mt.translation.session import DecodeOptions
+from mt.translation.translator import Translator
 
 
 @pytest.fixture(scope="module")

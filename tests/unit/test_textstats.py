@@ -24,11 +24,11 @@ from mt.textstats import (
 )
 from mt.tokenizer import train_tokenizer
 from mt.train.nodes import pack, unpack
-from mt.translate.casing import case_back, usual_case
-from mt.translate.doubt import DoubtCount, flags
-from mt.translate.requests import Plan, Request
-from mt.translate.session import Session
-from mt.translate.stages import spelling_cost
+from mt.translation.casing import case_back, usual_case
+from mt.translation.doubt import DoubtCount, flags
+from mt.translation.requests import Plan, Request
+from mt.translation.session import Session
+from mt.translation.stages import spelling_cost
 
 LANGS = ("de", "en", "fr", "cs")
 

@@ -24,17 +24,17 @@ KEYS = ("src", "prefix", "constraints", "format", "to", "from")
 
 @dataclass(frozen=True)
 class Plan:
-    """The steps around search a request takes (mt.translate.stages), chosen by the caller as
+    """The steps around search a request takes (mt.translation.stages), chosen by the caller as
     `mt translate`'s flags choose them; the defaults are the CLI's. A plan names no
     translator: each step works on requests and translations only."""
 
-    protect: bool = True  # spans (placeholders, tags, URLs) kept as written: mt.translate.protect
-    recase: bool = True  # ALL-CAPS and Title Case lines in their usual case: mt.translate.casing
+    protect: bool = True  # spans (placeholders, tags, URLs) kept as written: mt.translation.protect
+    recase: bool = True  # ALL-CAPS and Title Case lines in their usual case: mt.translation.casing
     keep_numbers: bool = True  # a line that lost a number again, numbers masked: .numbers
-    html: bool = False  # the source is an HTML fragment: mt.translate.html_input
-    pivot: str | None = None  # through this language (a multilingual model): mt.translate.pivot
+    html: bool = False  # the source is an HTML fragment: mt.translation.html_input
+    pivot: str | None = None  # through this language (a multilingual model): mt.translation.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
-    glossary_hard: bool = False  # a glossary's terms constrained at once: mt.translate.terms
+    glossary_hard: bool = False  # a glossary's terms constrained at once: mt.translation.terms
 
     def unsplit(self) -> Plan:
         """This plan but whole lines: the steps a split request's sentences take. Requests
@@ -49,12 +49,12 @@ class Request:
     prefix: str = ""  # target text the translation must start with
     constraints: list[str] = field(default_factory=list)  # target phrases it must contain
     formats: tuple[str, ...] = ()  # gettext format flags of the source (`c-format`): mt.spans
-    keep: tuple[str, ...] = ()  # spans of the source search may write (mt.translate.protect)
+    keep: tuple[str, ...] = ()  # spans of the source search may write (mt.translation.protect)
     to: str | None = None  # target language (a multilingual model; None: the translator's)
     frm: str | None = None  # source language, checked against the model's ("from" in JSON)
     where: str = ""  # `file:line` (or `items[i]`) of a JSON request: its language errors name it
-    plan: Plan = Plan()  # the steps around search (mt.translate.stages)
-    glossary: Glossary | None = None  # terms its translation must use (mt.translate.terms)
+    plan: Plan = Plan()  # the steps around search (mt.translation.stages)
+    glossary: Glossary | None = None  # terms its translation must use (mt.translation.terms)
 
 
 @dataclass
@@ -64,9 +64,9 @@ class Translation:
     texts: list[str]  # detokenized text of each hypothesis
     pieces: list[str] = field(default_factory=list)  # target pieces of the best hypothesis
     error: str = ""  # why this line could not be translated (its output is then empty)
-    confidence: float | None = None  # log-probability per token (mt.translate.doubt)
+    confidence: float | None = None  # log-probability per token (mt.translation.doubt)
     flags: list[str] = field(default_factory=list)  # doubts: copy, loop, short, long
-    sentences: int = 1  # how many pieces search translated the line as (mt.translate.sentences)
+    sentences: int = 1  # how many pieces search translated the line as (mt.translation.sentences)
 
 
 def isolated(translate: Callable[[list], list[Translation]], items: list) -> list[Translation]:
@@ -175,7 +175,7 @@ def translation_record(t: Any, alignment: bool) -> dict[str, Any]:
     for greedy search and sampling); `nbest` lists every returned hypothesis best first;
     `tokens` are the best hypothesis' target pieces and `alignment` (with --alignment) the
     most-attended source position of each; `confidence` and `flags` say how far to trust it
-    (mt.translate.doubt).
+    (mt.translation.doubt).
     """
     record: dict[str, Any] = {"translation": t.text}
     if t.hypotheses:

@@ -1,4 +1,4 @@
-"""HTML fragments: a stage (mt.translate.stages) for requests whose plan says `html`.
+"""HTML fragments: a stage (mt.translation.stages) for requests whose plan says `html`.
 
 Each request's source is one fragment; its markup is parsed (mt.spans.markup: malformed input
 is one `FILE:LINE` error, the request's `where`), its text translated in one round of search
@@ -9,9 +9,9 @@ by alignment (mt.spans.place), nested as they were.
 from __future__ import annotations
 
 from mt.spans.markup import html_unit, parse_fragment
-from mt.translate.protect import SearchBelow, units_rounds
-from mt.translate.requests import Request
-from mt.translate.stages import Rounds, Stage
+from mt.translation.protect import SearchBelow, units_rounds
+from mt.translation.requests import Request
+from mt.translation.stages import Rounds, Stage
 
 
 def html_stage(search: SearchBelow, protect: bool) -> Stage:

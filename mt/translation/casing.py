@@ -30,8 +30,8 @@ from typing import Any
 
 from mt.textstats import WORD as _WORD
 from mt.textstats import case_key
-from mt.translate.requests import Request
-from mt.translate.stages import Ask, Rounds, Stage
+from mt.translation.requests import Request
+from mt.translation.stages import Ask, Rounds, Stage
 
 MIN_LETTERS = 6
 MIN_TITLE_WORDS = 4
@@ -95,10 +95,10 @@ def case_back(text: str, case: str) -> str:
 def recase_stage(
     cost: Callable[[str], Any], table: Callable[[Request], Mapping[str, str] | None]
 ) -> Stage:
-    """The stage (mt.translate.stages): ALL-CAPS and Title Case requests translated in their
+    """The stage (mt.translation.stages): ALL-CAPS and Title Case requests translated in their
     usual case and cased back; `table(request)` is the case table of its source language
     (None: the model has none), `cost(word)` ranks the spellings of a word it lacks
-    (mt.translate.stages.spelling_cost: the source tokenizer's pieces)."""
+    (mt.translation.stages.spelling_cost: the source tokenizer's pieces)."""
 
     def rounds(requests: list[Request]) -> Rounds:
         cases = [case_of(r.src) if not (r.prefix or r.constraints) else "usual" for r in requests]

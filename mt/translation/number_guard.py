@@ -25,10 +25,10 @@ from collections import Counter
 from mt.spans import WIDEST, Span, find_spans
 from mt.spans.placeholders import mask, placeholders_for, restore
 from mt.tokenizer import Tokenizer
-from mt.translate.doubt import Bounds, flags
-from mt.translate.protect import masked_request
-from mt.translate.requests import Request
-from mt.translate.stages import Ask, Rounds, Stage
+from mt.translation.doubt import Bounds, flags
+from mt.translation.protect import masked_request
+from mt.translation.requests import Request
+from mt.translation.stages import Ask, Rounds, Stage
 
 # Digits, with `.`, `,`, `:`, thin or no-break spaces between groups (`2.500`, `3,5`,
 # `10 000`, a time `14:35`): one number, so a time is put back whole.
@@ -89,7 +89,7 @@ def kept_rate(sources: list[str], outputs: list[str]) -> dict[str, float]:
 
 
 def numbers_stage(tokenizer: Tokenizer, constrain: bool, bounds: Bounds) -> Stage:
-    """The guard, as a stage (mt.translate.stages): the lines that lost a number translated
+    """The guard, as a stage (mt.translation.stages): the lines that lost a number translated
     again with their numbers as placeholders, put back as written (a request with a prefix
     or constraints of its own is left as it is); `constrain`: the search takes constraints;
     `bounds`: the length bounds the new translation is flagged with."""

@@ -36,8 +36,8 @@ from typing import Any
 from mt.search.steps import length_penalty
 from mt.textstats import LONG, MIN_CHARS, SHORT
 from mt.textstats import chars as _chars
-from mt.translate.requests import Request
-from mt.translate.stages import Ask, Rounds, Stage
+from mt.translation.requests import Request
+from mt.translation.stages import Ask, Rounds, Stage
 
 LONG_SLACK = 10
 COPY_SHARE = 0.8  # share of the output's words that are the source's, over COPY_WORDS words
@@ -135,7 +135,7 @@ class DoubtCount:
 
 
 def doubt_stage(beam: bool, alpha: float, bounds: Bounds) -> Stage:
-    """The stage (mt.translate.stages) that marks each translation with its confidence and
+    """The stage (mt.translation.stages) that marks each translation with its confidence and
     doubts; `beam` and `alpha` say how the search scored it (greedy/sampling: a plain sum),
     `bounds(request)` the length bounds of its direction."""
 

@@ -2,7 +2,7 @@
 
 The comparison point for zero-shot directions (de->fr from a model trained on X<->en only):
 the same model, asked twice, through the language it has seen with both. A stage
-(mt.translate.stages): two rounds of search per buffer, so input order, streaming and one line
+(mt.translation.stages): two rounds of search per buffer, so input order, streaming and one line
 out per line in hold.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mt.errors import MtError
-from mt.translate.requests import Request
-from mt.translate.stages import Ask, Rounds, Stage
-from mt.translate.target import Targets
+from mt.translation.requests import Request
+from mt.translation.stages import Ask, Rounds, Stage
+from mt.translation.target import Targets
 
 
 def check_pivot(targets: Targets, pivot: str) -> None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 
 from mt.search.steps import Hypothesis
 from mt.tokenizer import Tokenizer
-from mt.translate.doubt import Bounds, flags
-from mt.translate.requests import Request, Translation
-from mt.translate.stages import Ask, Rounds, Stage
+from mt.translation.doubt import Bounds, flags
+from mt.translation.requests import Request, Translation
+from mt.translation.stages import Ask, Rounds, Stage
 
 _CLAUSE = re.compile(r"(?<=[,;:])\s+")
 _SPACE = re.compile(r"\s+")
@@ -198,7 +198,7 @@ def gather(
 
 
 def split_stage(tokenizer: Tokenizer, max_src: int, bounds: Bounds) -> Stage:
-    """The stage (mt.translate.stages): each request its plan splits translated sentence by
+    """The stage (mt.translation.stages): each request its plan splits translated sentence by
     sentence, the others whole, one translation per request; the sentences and the whole
     lines go down together, so they share batches."""
     size, limit = source_size(tokenizer, max_src)

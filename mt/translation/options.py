@@ -122,5 +122,5 @@ def overrides_of(config: type) -> type:
 DecodeOptions = overrides_of(DecodeConfig)
 DecodeOptions.__doc__ = (
     "A caller's overrides of the checkpoint's decode settings, one optional field per "
-    "DecodeConfig field (None keeps the checkpoint's); see mt.translate.options."
+    "DecodeConfig field (None keeps the checkpoint's); see mt.translation.options."
 )

@@ -4,18 +4,18 @@ A stage is a generator function of the requests it is given: it rewrites them, `
 `Ask` (the requests it wants translated by the stages below it, and finally by search), is sent
 back their translations, may ask again (the number guard retries, the pivot asks twice), and
 returns one translation per request it was given. So a stage never holds the translator, nor
-calls into it: `run` passes the rounds down, and the translator (mt.translate.translator) picks
+calls into it: `run` passes the rounds down, and the translator (mt.translation.translator) picks
 the stages a request's `Plan` names. Which stage does what:
 
-- mt.translate.sentences: a paragraph sentence by sentence (outermost: each sentence recased and
+- mt.translation.sentences: a paragraph sentence by sentence (outermost: each sentence recased and
   guarded on its own);
-- mt.translate.casing: ALL-CAPS and Title Case lines translated in their usual case;
-- mt.translate.number_guard: a line that lost a number translated again, its numbers masked;
-- mt.translate.pivot: src -> pivot -> target with one multilingual model;
-- mt.translate.doubt (`doubt_stage`): confidence and doubt flags of each translation;
-- mt.translate.protect: spans kept exactly as written (innermost: it asks for plain search,
+- mt.translation.casing: ALL-CAPS and Title Case lines translated in their usual case;
+- mt.translation.number_guard: a line that lost a number translated again, its numbers masked;
+- mt.translation.pivot: src -> pivot -> target with one multilingual model;
+- mt.translation.doubt (`doubt_stage`): confidence and doubt flags of each translation;
+- mt.translation.protect: spans kept exactly as written (innermost: it asks for plain search,
   search with alignments, or search allowed the source's own spans);
-- mt.translate.html_input: an HTML fragment's text translated, its tags put back.
+- mt.translation.html_input: an HTML fragment's text translated, its tags put back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from mt.tokenizer import Tokenizer
-from mt.translate.requests import Request, Translation, isolated
+from mt.translation.requests import Request, Translation, isolated
 
 Translate = Callable[[list[Request]], list[Translation]]
 SearchRound = Callable[[list[Request], bool], list[Translation]]  # requests, alignment

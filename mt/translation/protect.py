@@ -1,4 +1,4 @@
-"""Protected spans: the stage (mt.translate.stages) that keeps them, for a request whose plan
+"""Protected spans: the stage (mt.translation.stages) that keeps them, for a request whose plan
 says `protect`.
 
 Under protection every search bans the tokens that would write a span its source does not
@@ -42,8 +42,8 @@ from mt.spans.markup import text_unit
 from mt.spans.place import Unit, fold_wordless, lift, place
 from mt.spans.placeholders import Masked, exact, mask, placeholders_for, restore, writable
 from mt.tokenizer import Tokenizer
-from mt.translate.requests import Request, Translation
-from mt.translate.stages import Ask, Rounds, Stage
+from mt.translation.requests import Request, Translation
+from mt.translation.stages import Ask, Rounds, Stage
 
 
 @dataclass(frozen=True)

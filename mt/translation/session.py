@@ -12,7 +12,7 @@ thing everywhere:
   `dtype` is how this process computes (`--dtype` of translate, eval, score and serve), like the
   device: a caller's option set may still name one; without either, a CPU decodes `auto` and
   CUDA as the checkpoint's decode.dtype says (the setting was made for the GPU it trained on).
-- `session.decode_config(options)` applies a caller's `DecodeOptions` (mt.translate.options: one
+- `session.decode_config(options)` applies a caller's `DecodeOptions` (mt.translation.options: one
   optional field per DecodeConfig field) to a copy of the
   checkpoint's decode settings and checks the result with the config's own rules
   (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
@@ -20,7 +20,7 @@ thing everywhere:
 - `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
   A translator has one method, `translate(requests)`; each `Request` carries the `Plan` of
   steps around search it takes (protection, capitals, numbers, HTML, pivot, sentences), and
-  `mt.translate.translator.translate_stream` feeds it an endless input buffer by buffer.
+  `mt.translation.translator.translate_stream` feeds it an endless input buffer by buffer.
 
 An ensemble is a model like any other here: translate (greedy, beam, n-best, prefixes,
 constraints, sampling), score and int8 work on it; attention and vectors, which show one
@@ -51,9 +51,9 @@ from mt.runtime.dtype import uses_onednn
 from mt.search.ensemble import Ensemble
 from mt.spans import index as spans_index
 from mt.tokenizer import Tokenizer
-from mt.translate.options import DecodeOptions
-from mt.translate.target import Targets
-from mt.translate.translator import Translator
+from mt.translation.options import DecodeOptions
+from mt.translation.target import Targets
+from mt.translation.translator import Translator
 from mt.views.score import Scorer
 
 # Settings that mean something only with another switched on (DecodeConfig's `needs`).
@@ -229,7 +229,7 @@ class Session:
         target_vocab: bool = True,
         ratio: float | None = None,
     ) -> Targets:
-        """The target-language choice for a decode (mt.translate.target), checked once: an
+        """The target-language choice for a decode (mt.translation.target), checked once: an
         unknown language is one line naming the model's languages. A bilingual model takes
         no `to` but its own target language."""
         if self.languages is None:

@@ -1,7 +1,7 @@
 """Requests in, translations out: the one door to search, `Translator.translate(requests)`.
 
-Each request's `Plan` (mt.translate.requests) names the steps around search it takes (protection,
-capitals, numbers, pivot, sentences, HTML: mt.translate.stages); `translate` runs them, and their
+Each request's `Plan` (mt.translation.requests) names the steps around search it takes (protection,
+capitals, numbers, pivot, sentences, HTML: mt.translation.stages); `translate` runs them, and their
 rounds of search come back here, where sentences are sorted by length and cut into token-budget
 batches (little padding), then put back in input order. `translate_stream` feeds an endless
 input `buffer_lines` at a time, so memory stays bounded on any input size. Every input line
@@ -33,17 +33,17 @@ from mt.search.steps import Hypothesis, Sampling
 from mt.spans.bans import Bans, SpanRule
 from mt.textstats import LONG, SHORT
 from mt.tokenizer import EOS, Tokenizer
-from mt.translate.casing import recase_stage
-from mt.translate.doubt import doubt_stage
-from mt.translate.html_input import html_stage
-from mt.translate.number_guard import numbers_stage
-from mt.translate.pivot import pivot_stage
-from mt.translate.protect import SearchBelow, protect_stage
-from mt.translate.requests import Plan, Request, Translation, isolated, translation_record
-from mt.translate.sentences import split_stage
-from mt.translate.stages import Stage, run, spelling_cost
-from mt.translate.target import Target, Targets, model_for, strip_mark, target_rules
-from mt.translate.terms import glossary_stage
+from mt.translation.casing import recase_stage
+from mt.translation.doubt import doubt_stage
+from mt.translation.html_input import html_stage
+from mt.translation.number_guard import numbers_stage
+from mt.translation.pivot import pivot_stage
+from mt.translation.protect import SearchBelow, protect_stage
+from mt.translation.requests import Plan, Request, Translation, isolated, translation_record
+from mt.translation.sentences import split_stage
+from mt.translation.stages import Stage, run, spelling_cost
+from mt.translation.target import Target, Targets, model_for, strip_mark, target_rules
+from mt.translation.terms import glossary_stage
 
 
 class Translator:
@@ -82,10 +82,10 @@ class Translator:
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
         # Protection: search writes no span of its own (mt.spans.bans; built on first use),
-        # and the protection stage (mt.translate.protect) lifts out and puts back the source's.
+        # and the protection stage (mt.translation.protect) lifts out and puts back the source's.
         self._bans: Bans | None = None
         self._edges: WordEdges | None = None  # where a constraint's word may end (on first use)
-        # The target language of each line (a multilingual model): mt.translate.target.
+        # The target language of each line (a multilingual model): mt.translation.target.
         self.targets = targets or Targets(tokenizer, device)
         self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
         # Whether this search takes constraints: the one rule, which the stages that turn
@@ -151,9 +151,9 @@ class Translator:
         return out
 
     def _stages(self, plan: Plan, split: bool, terms: bool = False) -> list[Stage]:
-        """The steps around search `plan` names, outermost first (mt.translate.stages); `split`:
+        """The steps around search `plan` names, outermost first (mt.translation.stages); `split`:
         some requests are translated sentence by sentence (each request's own `plan.split`);
-        `terms`: some carry a glossary (mt.translate.terms: inside the capitals and numbers
+        `terms`: some carry a glossary (mt.translation.terms: inside the capitals and numbers
         stages, so it sees a line in its usual case, and the numbers' retry keeps the terms)."""
         beam = not (self.greedy or self.sampling is not None)
         below = SearchBelow(self.tokenizer, self.cfg.nbest, self.constrain)

@@ -1,4 +1,4 @@
-"""Glossaries: the stage (mt.translate.stages) that makes a translation use a request's terms.
+"""Glossaries: the stage (mt.translation.stages) that makes a translation use a request's terms.
 
 A request may carry a glossary (`--glossary FILE`, a server request's `"glossary"`); its terms
 are found in the source (mt.glossary: case-insensitively, at word boundaries, in inflected
@@ -31,8 +31,8 @@ from mt.errors import MtError
 from mt.glossary import Match, uses
 from mt.glossary.words import base_language
 from mt.spans import find_spans
-from mt.translate.requests import Request, Translation
-from mt.translate.stages import Ask, Rounds, Stage
+from mt.translation.requests import Request, Translation
+from mt.translation.stages import Ask, Rounds, Stage
 
 NEEDS_BEAM = (
     "a glossary needs the constrained beam search: drop --greedy, --sample, --alignment, "
