@@ -52,7 +52,7 @@ class Search:
 
     tokenizer: Tokenizer
     nbest: int
-    constrain: bool  # the search takes constraints (`mt.decode.constrained.can_constrain`)
+    constrain: bool  # the search takes constraints (`mt.decode_rules.can_constrain`)
 
 
 def masked_request(r: Request, m: Masked, constrain: bool) -> Request:
