@@ -13,6 +13,7 @@ from typing import Any
 from mt.config import DecodeConfig
 from mt.config_rules import raise_first, validate_decode
 from mt.errors import MtError
+from mt.plan import PlanOptions
 
 
 def _key(key: str) -> str:
@@ -102,3 +103,30 @@ def can_constrain(d: DecodeConfig, alignment: bool) -> bool:
 def validate_constraints(d: DecodeConfig, alignment: bool) -> None:
     """One line saying why a search with these settings takes no constraints, if it takes none."""
     raise_first(constraint_checks(d, alignment))
+
+
+def plan_checks(
+    plan: PlanOptions, html: bool = False, alignment: bool = False
+) -> list[tuple[bool, str]]:
+    """The rules of the steps around search a caller chose (mt.plan), for a decode whose
+    source is HTML (`html`) or that writes alignments (`alignment`): a paragraph cut into
+    sentences has no one alignment, and a glossary's terms are found in plain text."""
+    return [
+        (
+            not (plan.split_sentences and (plan.pivot is not None or alignment or html)),
+            "--split-sentences cannot be combined with --pivot, --alignment or html",
+        ),
+        (
+            not plan.glossary_hard or plan.glossary is not None,
+            "--glossary-hard needs --glossary FILE",
+        ),
+        (
+            plan.glossary is None or not (plan.pivot is not None or html),
+            "--glossary cannot be combined with --pivot or --input-format html",
+        ),
+    ]
+
+
+def validate_plan(plan: PlanOptions, html: bool = False, alignment: bool = False) -> None:
+    """One line for the first rule of `plan_checks` the options break."""
+    raise_first(plan_checks(plan, html, alignment))

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from mt.decode.steps import Hypothesis
 from mt.errors import MtError
+from mt.plan import PlanOptions
 
 if TYPE_CHECKING:
     from mt.glossary import Glossary
@@ -24,9 +25,10 @@ KEYS = ("src", "prefix", "constraints", "format", "to", "from")
 
 @dataclass(frozen=True)
 class Plan:
-    """The steps around search a request takes (mt.decode.stages), chosen by the caller as
-    `mt translate`'s flags choose them; the defaults are the CLI's. A plan names no
-    translator: each step works on requests and translations only."""
+    """The steps around search a request takes (mt.decode.stages): a caller's choices
+    (mt.plan.PlanOptions, whose fields of the same names these are) made into one request's
+    by `of`; the defaults are the CLI's. A plan names no translator: each step works on
+    requests and translations only."""
 
     protect: bool = True  # spans (placeholders, tags, URLs) kept as written: mt.decode.protect
     recase: bool = True  # ALL-CAPS and Title Case lines in their usual case: mt.decode.casing
@@ -35,6 +37,14 @@ class Plan:
     pivot: str | None = None  # through this language (a multilingual model): mt.decode.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
     glossary_hard: bool = False  # a glossary's terms constrained at once: mt.decode.glossary
+
+    @classmethod
+    def of(cls, options: PlanOptions, language: str | None = None, html: bool = False) -> Plan:
+        """The plan of a request under a caller's `options` (mt.plan: each step this plan
+        shares a name with is the option's), cut into sentences of `language` when the
+        options say so, `html` when its source is an HTML fragment."""
+        steps = {f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)}
+        return cls(**steps, html=html, split=language if options.split_sentences else None)
 
     def unsplit(self) -> Plan:
         """This plan but whole lines: the steps a split request's sentences take. Requests

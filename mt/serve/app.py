@@ -11,9 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,8 +22,9 @@ from mt.decode.score import TargetTooLong
 from mt.decode.session import Session
 from mt.errors import MtError
 from mt.serve import bodies, libre
-from mt.serve.glossaries import Glossaries, Stored, check_beam, direction, owner_of
-from mt.serve.limits import ApiError, Limits
+from mt.serve.config import ServeConfig
+from mt.serve.glossaries import Glossaries, check_beam, direction, owner_of
+from mt.serve.limits import ApiError
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
@@ -43,22 +42,6 @@ STATIC = {  # file -> (package, content type)
 }
 
 
-@dataclass
-class ServeConfig:
-    """What `mt serve` was told: models by name (several paths: an ensemble), and the rules."""
-
-    models: dict[str, list[Path]]
-    device: str = "cpu"
-    limits: Limits = field(default_factory=Limits)
-    api_keys: list[bytes] | None = None
-    cors_origins: list[str] = field(default_factory=list)
-    dtype: str | None = None  # --dtype: what every decode computes in (mt.decode.session)
-    keep_numbers: bool = True  # the number guard on every translation (mt.decode.numbers)
-    glossary: Stored | None = None  # --glossary: for requests of its direction that give none
-    glossary_hard: bool = False  # --glossary-hard: glossary terms constrained at once
-    adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file
-
-
 def _static(name: str) -> bytes:
     package, _ = STATIC[name]
     return resources.files(package).joinpath(name).read_bytes()
@@ -68,20 +51,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     """The ASGI app; its workers load their models in the background once it starts."""
     config.limits.check()
     metrics = Metrics()
-    workers = {
-        name: ModelWorker(
-            name,
-            paths,
-            config.device,
-            config.limits,
-            metrics,
-            config.dtype,
-            config.keep_numbers,
-            config.glossary_hard,
-            config.adapters.get(name),
-        )
-        for name, paths in config.models.items()
-    }
+    workers = {name: ModelWorker(name, config, metrics) for name in config.models}
     glossaries = Glossaries(config.limits, config.glossary)
     default = next(iter(workers))
     limits = config.limits
