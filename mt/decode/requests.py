@@ -16,11 +16,48 @@ from typing import TYPE_CHECKING, Any
 from mt.decode.steps import Hypothesis
 from mt.errors import MtError
 from mt.plan import PlanOptions
+from mt.schema import Key, object_schema
 
 if TYPE_CHECKING:
     from mt.glossary import Glossary
 
-KEYS = ("src", "prefix", "constraints", "format", "to", "from")
+# The keys of one JSON request (a line of `--input-format jsonl`, an item of the server's
+# /v1/translate), defined once: `request_from_object` reads them, the server's page shows them.
+ITEM_KEYS = (
+    Key("src", {"type": "string"}, "a string", required=True),
+    Key(
+        "prefix",
+        {"type": "string", "description": "target text the translation must start with"},
+        "a string",
+        default="",
+    ),
+    Key(
+        "constraints",
+        {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "target phrases it must contain",
+        },
+        "a list of strings",
+        default=[],
+    ),
+    Key(
+        "format",
+        {
+            "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            "description": "gettext format flags of the source (c-format): its placeholders",
+        },
+        'a gettext flag ("c-format") or a list of them',
+        default=[],
+    ),
+    Key("to", {"type": "string", "description": "target language"}, "a language code string"),
+    Key(
+        "from",
+        {"type": "string", "description": "source language (checked)"},
+        "a language code string",
+    ),
+)
+ITEM_SCHEMA = object_schema(ITEM_KEYS)
 
 
 @dataclass(frozen=True)
@@ -107,31 +144,29 @@ def request_from_object(obj: Any, where: str) -> Request:
     items follow them too, so a line and an item mean one thing)."""
     if not isinstance(obj, dict):
         raise MtError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(KEYS))
+    known = [k.name for k in ITEM_KEYS]
+    unknown = sorted(set(obj) - set(known))
     if unknown:
-        raise MtError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
-    src = obj.get("src")
-    if not isinstance(src, str):
-        raise MtError(f"{where}: 'src' must be a string")
-    prefix = obj.get("prefix", "")
-    if not isinstance(prefix, str):
-        raise MtError(f"{where}: 'prefix' must be a string")
-    constraints = obj.get("constraints", [])
-    if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
-        raise MtError(f"{where}: 'constraints' must be a list of strings")
-    phrases = [c.strip() for c in constraints]
-    if any(not c for c in phrases):
-        raise MtError(f"{where}: a constraint is empty")
-    fmt = obj.get("format", [])
-    fmt = [fmt] if isinstance(fmt, str) else fmt
-    if not isinstance(fmt, list) or not all(isinstance(f, str) for f in fmt):
-        raise MtError(f"{where}: 'format' must be a gettext flag (\"c-format\") or a list of them")
-    to, frm = obj.get("to"), obj.get("from")
-    for key, value in (("to", to), ("from", frm)):
-        if value is not None and not isinstance(value, str):
-            raise MtError(f"{where}: '{key}' must be a language code string")
-    src = src.replace("\n", " ")
-    return Request(src, prefix.strip(), phrases, tuple(fmt), to=to, frm=frm, where=where)
+        raise MtError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(known)})")
+    values = {}
+    for key in ITEM_KEYS:
+        values[key.name] = key.value(obj)
+        if not key.fits(values[key.name]):
+            raise MtError(f"{where}: '{key.name}' must be {key.must}")
+        if key.name == "constraints":  # each phrase checked as soon as the list is
+            values[key.name] = [c.strip() for c in values[key.name]]
+            if any(not c for c in values[key.name]):
+                raise MtError(f"{where}: a constraint is empty")
+    fmt = values["format"]
+    return Request(
+        values["src"].replace("\n", " "),
+        values["prefix"].strip(),
+        values["constraints"],
+        tuple([fmt] if isinstance(fmt, str) else fmt),
+        to=values["to"],
+        frm=values["from"],
+        where=where,
+    )
 
 
 def read_requests(
