@@ -154,7 +154,7 @@ def serve(
         cors_origins=cors_origins or [],
         dtype=dtype,
         plan=plan,
-        glossary=own,
+        own_glossary=own,
         adapters=parse_adapters(adapters or [], models),
     )
     listener = listen(host, port)  # before any model loads: a taken port is one line at once

@@ -29,5 +29,5 @@ class ServeConfig:
     # The steps around search of every request (`mt serve`'s plan flags: the number guard, the
     # glossary constrained at once); a request chooses its own `split_sentences`.
     plan: PlanOptions = field(default_factory=PlanOptions)
-    glossary: Stored | None = None  # plan.glossary, read: for requests of its direction giving none
+    own_glossary: Stored | None = None  # plan.glossary, read: for requests of its direction
     adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file
