@@ -2,7 +2,8 @@
 
 Every rule lives here once (`validate`, `decode_checks`), for a YAML file, `--set`, a
 checkpoint's stored config and a caller's decode overrides alike; the dataclasses they check
-are mt/config.py.
+are mt/config.py. What a caller may ask of one decode beside them (its overrides applied, the
+searches that take constraints, the steps around search) is ruled in mt/decode_rules.py.
 """
 
 from __future__ import annotations
@@ -94,7 +95,12 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
 
 def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
     """Check decoding settings after a caller's overrides (flags, a request's options)."""
-    for ok, message in decode_checks(d, name):
+    raise_first(decode_checks(d, name))
+
+
+def raise_first(checks: list[tuple[bool, str]]) -> None:
+    """The first failed check's message, as the one-line error."""
+    for ok, message in checks:
         if not ok:
             raise MtError(message)
 
@@ -346,6 +352,4 @@ def validate(cfg: Config) -> None:
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
-    for ok, message in checks:
-        if not ok:
-            raise MtError(message)
+    raise_first(checks)

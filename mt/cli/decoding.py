@@ -18,24 +18,19 @@ from mt.cli.options import (
     ChunkLinesOption,
     DeviceOption,
     FromOption,
-    GlossaryHardOption,
-    GlossaryOption,
-    KeepNumbersOption,
     MaxDoubtOption,
-    ProtectOption,
-    RecaseOption,
     ShardOption,
-    SplitSentencesOption,
     TargetVocabOption,
     ThreadsOption,
     ToOption,
-    check_glossary,
     check_max_doubt,
+    check_plan,
     chunked_job,
     decode_flags,
     gate_doubt,
     open_glossary,
     open_session,
+    plan_flags,
     settled_heap,
     text_lines,
     use_threads,
@@ -44,12 +39,15 @@ from mt.cli.options import (
 )
 from mt.cli.xliff import fill_xliff, read_xliff, xliff_languages
 from mt.errors import EXIT_GATE, EXIT_LINES, MtError
+from mt.plan import OFFERED as PLAN_OFFERED
+from mt.plan import PlanOptions
 from mt.translation.options import OFFERED, DecodeOptions
 from mt.translation.session import keep_learned
 
 
 @app.command()
 @decode_flags(OFFERED["translate"])
+@plan_flags(PLAN_OFFERED["translate"])
 def translate(
     checkpoints: CheckpointsArg,
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Default: stdin.")] = None,
@@ -73,48 +71,27 @@ def translate(
     output_format: Annotated[
         str, typer.Option(help="text, or jsonl: translation, score, nbest, tokens, alignment.")
     ] = "text",
-    protect: ProtectOption = True,
+    plan: PlanOptions,  # the plan flags, here in --help (mt.cli.options.plan_flags)
     to: ToOption = None,
     from_: FromOption = None,
     target_vocab: TargetVocabOption = True,
-    pivot: Annotated[
-        str | None,
-        typer.Option(
-            help="Translate through this language (a multilingual model): src->pivot->to."
-        ),
-    ] = None,
     threads: ThreadsOption = None,
     shard: ShardOption = None,
     chunk_lines: ChunkLinesOption = None,
-    split_sentences: SplitSentencesOption = False,
     max_doubt: MaxDoubtOption = None,
-    recase: RecaseOption = True,
-    keep_numbers: KeepNumbersOption = True,
-    glossary: GlossaryOption = None,
-    glossary_hard: GlossaryHardOption = False,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
 
     Under `torchrun --nproc_per_node=N` (or with --shard K/N) each process translates its
     share of --input's chunks and OUT is the one-process output, in order."""
     from mt.runtime.workers import spread
-    from mt.translation.doubt import DoubtCount
     from mt.translation.pivot import check_pivot
-    from mt.translation.requests import Plan, Request, read_requests
-    from mt.translation.translator import translate_stream, write_translations
+    from mt.translation.requests import Plan, Request
+    from mt.translation.translator import translate_stream
 
     use_threads("translate", threads)
-    if input is not None and not input.is_file():
-        raise MtError(f"{input}: input file not found")
-    if input_format not in ("text", "jsonl", "html", "po", "xliff"):
-        raise MtError(
-            f"--input-format must be text, jsonl, html, po or xliff, got {input_format!r}"
-        )
-    if output_format not in ("text", "jsonl"):
-        raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
-    if split_sentences and (pivot is not None or alignment or input_format == "html"):
-        raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
-    check_glossary(glossary, glossary_hard, pivot is not None or input_format == "html")
+    check_formats(input, input_format, output_format)
+    check_plan(plan, input_format == "html", alignment)
     check_max_doubt(max_doubt)
     document = None
     if input_format == "xliff":
@@ -129,38 +106,12 @@ def translate(
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
     )
-    if pivot is not None and input_format != "html":
-        check_pivot(targets, pivot)
-    terms = open_glossary(glossary, session, targets, from_, translator)
-    plan = Plan(
-        protect=protect,
-        recase=recase,
-        keep_numbers=keep_numbers,
-        html=input_format == "html",
-        pivot=pivot,
-        split=(from_ or session.source_language()) if split_sentences else None,
-        glossary_hard=glossary_hard,
-    )
+    if plan.pivot is not None and input_format != "html":
+        check_pivot(targets, plan.pivot)
+    terms = open_glossary(plan.glossary, session, targets, from_, translator)
+    steps = Plan.of(plan, from_ or session.source_language(), html=input_format == "html")
     name = str(input) if input is not None else "<stdin>"
-    failures: list[int] = []
-    doubts = DoubtCount()
-
-    def failed(line: int, error: str) -> None:
-        failures.append(line)
-        typer.echo(f"{name}:{line}: could not translate this line ({error})", err=True)
-
-    def work(lines, out, first: int = 0) -> None:
-        requests = read_requests(lines, input_format, name, first, plan, terms)
-        write_translations(
-            doubts.watch(translate_stream(decoder, requests)),
-            out,
-            nbest=translator.cfg.nbest,
-            alignment=alignment,
-            jsonl=output_format == "jsonl",
-            failed=failed,
-            start=first,
-        )
-
+    lines = _Lines(name, input_format, output_format, steps, terms, translator)
     settings = {
         "command": "translate",
         "checkpoints": [str(c) for c in checkpoints],
@@ -168,13 +119,9 @@ def translate(
         "decode": asdict(translator.cfg),
         "formats": [input_format, output_format],
         "alignment": alignment,
-        "protect": protect,
-        "languages": [to, from_, pivot, target_vocab],
-        "split_sentences": split_sentences,
-        "recase": recase,
-        "keep_numbers": keep_numbers,
-        # the file's content, not only its name: a resumed job must use the same terms
-        "glossary": [terms.digest if terms else None, glossary_hard],
+        "languages": [to, from_, target_vocab],
+        # the glossary file's content, not only its name: a resumed job must use the same terms
+        "plan": asdict(plan) | {"glossary": terms.digest if terms else None},
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format in ("po", "xliff"):
@@ -182,29 +129,84 @@ def translate(
     with settled_heap(), spread(translator, 1 if typing else None) as decoder:
         if document is not None:
             slots = document.slots
-            requests = (Request(x.text, where=x.where, plan=plan, glossary=terms) for x in slots)
-            done = doubts.watch(translate_stream(decoder, requests))
-            fill_xliff(document, done, output, failures)
+            requests = (Request(x.text, where=x.where, plan=steps, glossary=terms) for x in slots)
+            done = lines.doubts.watch(translate_stream(decoder, requests))
+            fill_xliff(document, done, output, lines.failures)
         elif job is not None:
-            job.run(lambda first, lines, out: work(lines[0], out, first), "mt translate")
+            job.run(
+                lambda first, ins, out: lines.write(decoder, ins[0], out, first), "mt translate"
+            )
         else:
             src = open(input, "rb") if input is not None else sys.stdin.buffer
             with src:
-                write_output(output, lambda out: work(text_lines(src), out))
-    keep_learned()
-    warn_truncated(translator.truncated, translator.max_src, "input")
-    gate_doubt(doubts, max_doubt, "mt translate")
-    if failures:
-        typer.echo(
-            f"mt translate: {len(failures)} line(s) could not be translated and were written "
-            "empty; the others were translated",
-            err=True,
+                write_output(output, lambda out: lines.write(decoder, text_lines(src), out))
+    lines.finish(max_doubt)
+
+
+def check_formats(input: Path | None, input_format: str, output_format: str) -> None:
+    """`--input` and the formats of `mt translate`, before a model loads."""
+    if input is not None and not input.is_file():
+        raise MtError(f"{input}: input file not found")
+    if input_format not in ("text", "jsonl", "html", "po", "xliff"):
+        raise MtError(
+            f"--input-format must be text, jsonl, html, po or xliff, got {input_format!r}"
         )
-        raise typer.Exit(EXIT_LINES)
+    if output_format not in ("text", "jsonl"):
+        raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
+
+
+class _Lines:
+    """What `mt translate` writes of its input and says at the end: each line's translation
+    in order, a line that could not be translated written empty and named on stderr, the
+    doubts counted (for --max-doubt)."""
+
+    def __init__(
+        self, name: str, input_format: str, output_format: str, plan, terms, translator
+    ) -> None:  # noqa: ANN001
+        from mt.translation.doubt import DoubtCount
+
+        self.name, self.input_format, self.jsonl = name, input_format, output_format == "jsonl"
+        self.plan, self.terms, self.translator = plan, terms, translator
+        self.failures: list[int] = []
+        self.doubts = DoubtCount()
+
+    def failed(self, line: int, error: str) -> None:
+        self.failures.append(line)
+        typer.echo(f"{self.name}:{line}: could not translate this line ({error})", err=True)
+
+    def write(self, decoder, lines, out, first: int = 0) -> None:  # noqa: ANN001
+        """Translate `lines` (the input from line `first` + 1 on) with `decoder`, into `out`."""
+        from mt.translation.requests import read_requests
+        from mt.translation.translator import translate_stream, write_translations
+
+        requests = read_requests(lines, self.input_format, self.name, first, self.plan, self.terms)
+        write_translations(
+            self.doubts.watch(translate_stream(decoder, requests)),
+            out,
+            nbest=self.translator.cfg.nbest,
+            alignment=self.translator.alignment,
+            jsonl=self.jsonl,
+            failed=self.failed,
+            start=first,
+        )
+
+    def finish(self, max_doubt: float | None) -> None:
+        """The warnings and gates after the last line: truncated lines, doubts, failures."""
+        keep_learned()
+        warn_truncated(self.translator.truncated, self.translator.max_src, "input")
+        gate_doubt(self.doubts, max_doubt, "mt translate")
+        if self.failures:
+            typer.echo(
+                f"mt translate: {len(self.failures)} line(s) could not be translated and were "
+                "written empty; the others were translated",
+                err=True,
+            )
+            raise typer.Exit(EXIT_LINES)
 
 
 @app.command(name="eval")
 @decode_flags(OFFERED["eval"])
+@plan_flags(PLAN_OFFERED["eval"])
 def evaluate(
     checkpoints: Annotated[
         list[Path] | None,
@@ -231,20 +233,15 @@ def evaluate(
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
     ] = None,
-    protect: ProtectOption = True,
+    plan: PlanOptions,  # the plan flags, here in --help (mt.cli.options.plan_flags)
     to: ToOption = None,
     from_: FromOption = None,
     target_vocab: TargetVocabOption = True,
     threads: ThreadsOption = None,
-    split_sentences: SplitSentencesOption = False,
     max_doubt: MaxDoubtOption = None,
-    recase: RecaseOption = True,
-    keep_numbers: KeepNumbersOption = True,
     check_numbers: Annotated[
         bool, typer.Option(help="Report the share of lines whose source numbers all appear.")
     ] = False,
-    glossary: GlossaryOption = None,
-    glossary_hard: GlossaryHardOption = False,
     min_term_accuracy: Annotated[
         float | None,
         typer.Option(
@@ -268,15 +265,15 @@ def evaluate(
 
     use_threads("eval", threads)
     check_max_doubt(max_doubt)
-    check_glossary(glossary, glossary_hard, False)
+    check_plan(plan)
     bilingual = format_of(src) if src is not None else None  # a TMX/XLIFF file: src and ref
     if bilingual and ref is not None:
         raise MtError(f"mt eval: {src} holds the references; give no --ref")
     if ref is None and not bilingual:
         raise MtError("mt eval needs --ref (or a TMX or XLIFF --src, which holds them)")
-    if glossary is not None and src is None:
+    if plan.glossary is not None and src is None:
         raise MtError("--glossary needs --src (the terms are found in the source)")
-    if min_term_accuracy is not None and glossary is None:
+    if min_term_accuracy is not None and plan.glossary is None:
         raise MtError("--min-term-accuracy needs --glossary FILE")
     terms = None
     doubts = DoubtCount()
@@ -294,10 +291,10 @@ def evaluate(
                 raise MtError(f"mt eval --hyp: give --from and --to, the languages of {src}")
             sources, refs = read_bilingual(src, from_, to)  # type: ignore[arg-type]
         hyps, where = read_lines(hyp), hyp
-        if glossary is not None:
+        if plan.glossary is not None:
             from mt.glossary.files import read_glossary
 
-            terms = read_glossary(glossary, from_, to)
+            terms = read_glossary(plan.glossary, from_, to)
     else:
         if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
@@ -311,18 +308,11 @@ def evaluate(
                 raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
         targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
-        split = (from_ or session.source_language()) if split_sentences else None
-        terms = open_glossary(glossary, session, targets, from_, translator)
-        plan = Plan(
-            protect=protect,
-            recase=recase,
-            keep_numbers=keep_numbers,
-            split=split,
-            glossary_hard=glossary_hard,
-        )
-        requests = [Request(x, plan=plan, glossary=terms) for x in sources]
+        terms = open_glossary(plan.glossary, session, targets, from_, translator)
+        steps = Plan.of(plan, from_ or session.source_language())
+        requests = [Request(x, plan=steps, glossary=terms) for x in sources]
         with settled_heap(), spread(translator) as decoder:
-            done = translate_stream(decoder, requests, plan)
+            done = translate_stream(decoder, requests, steps)
             hyps, where = [t.text for t in doubts.watch(done)], src
         keep_learned()
     if len(hyps) != len(refs):

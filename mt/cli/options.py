@@ -16,7 +16,9 @@ from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 
+from mt.decode_rules import validate_plan
 from mt.errors import EXIT_GATE, MtError
+from mt.plan import PlanOptions
 from mt.translation.options import DecodeOptions, base_type, choices
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,13 +60,6 @@ AdapterOption = Annotated[
     typer.Option(
         help="An adapter (a run with finetune.adapter: its best.pt or run directory) applied "
         "to CHECKPOINT, its base; it decodes with the adapter's decode settings."
-    ),
-]
-ProtectOption = Annotated[
-    bool,
-    typer.Option(
-        help="Keep placeholders (%s, {0}, $VAR), entities, tags, URLs and e-mail addresses "
-        "exactly as written (docs/decoding.md: Software strings and HTML)."
     ),
 ]
 ToOption = Annotated[
@@ -110,10 +105,7 @@ def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> C
 
     Each flag is made from its DecodeConfig field (through `options_class`, whose fields are
     DecodeConfig's): `--max-len-a` from `max_len_a`, its type (a bool is `--x/--no-x`), default
-    None (the checkpoint's value) and its help from the field's description. Typer reads a
-    command's parameters from `inspect.signature`, so the flags are written into the command's
-    `__signature__` where its `options` parameter stands (every parameter keyword-only, as
-    typer passes them)."""
+    None (the checkpoint's value) and its help from the field's description."""
     fields = {f.name: f for f in dataclasses.fields(options_class)}
     hints = typing.get_type_hints(options_class)
 
@@ -122,33 +114,65 @@ def decode_flags(names: Sequence[str], options_class: type = DecodeOptions) -> C
         allowed = choices(hints[name])  # shown in --help; mt.config_rules checks the value
         metavar = "[" + "|".join(allowed) + "]" if allowed else None
         option = typer.Option(help=help_text, metavar=metavar)
-        hint = Annotated[base_type(hints[name]) | None, option]
-        return inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint
-        )
+        return _keyword(name, Annotated[base_type(hints[name]) | None, option], None)
+
+    def build(given: dict[str, Any]) -> Any:
+        return options_class(**{k: v for k, v in given.items() if v is not None})
+
+    return _flags_for("options", [flag(name) for name in names], build)
+
+
+def plan_flags(names: Sequence[str], options_class: type = PlanOptions) -> Callable[[F], F]:
+    """Give a command the plan options `names` (its entry of mt.plan.OFFERED) as flags, and
+    hand it one `plan: PlanOptions` in their place: each flag made from its field, its type
+    (a bool is `--x/--no-x`), default and help (`--split-sentences` from `split_sentences`)."""
+    fields = {f.name: f for f in dataclasses.fields(options_class)}
+    hints = typing.get_type_hints(options_class)
+
+    def flag(name: str) -> inspect.Parameter:
+        meta = fields[name].metadata
+        option = typer.Option(help=meta["help"], metavar=meta.get("metavar"))
+        return _keyword(name, Annotated[hints[name], option], fields[name].default)
+
+    return _flags_for("plan", [flag(name) for name in names], lambda given: options_class(**given))
+
+
+def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+def _flags_for(
+    param: str, flags: list[inspect.Parameter], build: Callable[[dict[str, Any]], Any]
+) -> Callable[[F], F]:
+    """Write `flags` into a command's signature where its parameter `param` stands, and call
+    it with `param` = `build(the flags' values)`. Typer reads a command's parameters from
+    `inspect.signature`, so the flags are written into the command's `__signature__` (every
+    parameter keyword-only, as typer passes them)."""
+    names = [f.name for f in flags]
 
     def wrap(func: F) -> F:
         own = inspect.signature(func, eval_str=True)
-        assert "options" in own.parameters, f"{func.__name__} takes no `options`"
+        assert param in own.parameters, f"{func.__name__} takes no `{param}`"
         params: list[inspect.Parameter] = []
         for p in own.parameters.values():
-            if p.name == "options":
-                params += [flag(name) for name in names]
+            if p.name == param:
+                params += flags
             else:
                 params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
 
         @functools.wraps(func)
-        def command_with_options(**kwargs: Any) -> Any:
+        def command_with_flags(**kwargs: Any) -> Any:
             given = {name: kwargs.pop(name) for name in names}
-            options = options_class(**{k: v for k, v in given.items() if v is not None})
-            return func(options=options, **kwargs)
+            return func(**{param: build(given)}, **kwargs)
 
         signature = own.replace(parameters=params)
-        command_with_options.__signature__ = signature  # type: ignore[attr-defined]
-        command_with_options.__annotations__ = {
+        command_with_flags.__signature__ = signature  # type: ignore[attr-defined]
+        command_with_flags.__annotations__ = {
             p.name: p.annotation for p in signature.parameters.values()
         } | {"return": signature.return_annotation}
-        return command_with_options  # type: ignore[return-value]
+        return command_with_flags  # type: ignore[return-value]
 
     return wrap
 
@@ -235,8 +259,9 @@ def settled_heap() -> Iterator[None]:
     """Keep what is loaded by now (torch, the model, its tokenizer: some 170,000 objects) out
     of the collector's full passes while a command works through its lines, and hand it back
     after. Decoding makes enough short-lived objects to set off full collections, each a walk
-    of every object in the process, the loaded part most of it (docs/studies/span-ban.md).
-    What the command makes while it works is collected as ever."""
+    of every object in the process: 0.04-0.09 s each once a model is loaded, 0.007 s with the
+    loaded part left out (docs/benchmarks.md). What the command makes while it works is
+    collected as ever."""
     gc.freeze()
     try:
         yield
@@ -261,44 +286,6 @@ def write_output(output: Path | None, write: Callable[[TextIO], object]) -> None
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-SplitSentencesOption = Annotated[
-    bool,
-    typer.Option(
-        help="Cut each line into sentences and translate those (one output line per input "
-        "line stays): for paragraphs."
-    ),
-]
-RecaseOption = Annotated[
-    bool,
-    typer.Option(
-        help="Translate an ALL-CAPS or Title Case line in its usual case and write the "
-        "output back in the line's case."
-    ),
-]
-KeepNumbersOption = Annotated[
-    bool,
-    typer.Option(
-        help="Translate a line that lost a number of its source again, its numbers as "
-        "placeholders put back as written, so every number comes through (only such lines "
-        "pay a second search)."
-    ),
-]
-GlossaryOption = Annotated[
-    Path | None,
-    typer.Option(
-        help="Terms the translation must use: TSV or CSV (source, target; a first row of "
-        "language codes is a header), TBX or TMX. Terms are found in any case and inflected "
-        "form; a line that misses one is translated again with it as a constraint.",
-        metavar="FILE",
-    ),
-]
-GlossaryHardOption = Annotated[
-    bool,
-    typer.Option(
-        help="Constrain every term a --glossary finds from the first search: its target "
-        "verbatim, one search, the model's inflection of it lost.",
-    ),
-]
 MaxDoubtOption = Annotated[
     float | None,
     typer.Option(
@@ -308,15 +295,12 @@ MaxDoubtOption = Annotated[
 ]
 
 
-def check_glossary(path: Path | None, hard: bool, elsewhere: bool) -> None:
-    """`--glossary` and `--glossary-hard` before a model loads; `elsewhere`: a path that
-    takes no glossary (--pivot, HTML input) was asked for."""
-    if hard and path is None:
-        raise MtError("--glossary-hard needs --glossary FILE")
-    if path is not None and elsewhere:
-        raise MtError("--glossary cannot be combined with --pivot or --input-format html")
-    if path is not None and not path.is_file():
-        raise MtError(f"{path}: glossary file not found")
+def check_plan(plan: PlanOptions, html: bool = False, alignment: bool = False) -> None:
+    """The plan options' rules (mt.decode_rules.plan_checks) and the glossary file, before a
+    model loads."""
+    validate_plan(plan, html, alignment)
+    if plan.glossary is not None and not plan.glossary.is_file():
+        raise MtError(f"{plan.glossary}: glossary file not found")
 
 
 def open_glossary(path: Path | None, session, targets, frm: str | None, translator):  # noqa: ANN001

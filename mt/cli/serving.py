@@ -8,20 +8,15 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import (
-    DeviceOption,
-    GlossaryHardOption,
-    GlossaryOption,
-    KeepNumbersOption,
-    ThreadsOption,
-    decode_flags,
-    use_threads,
-)
+from mt.cli.options import DeviceOption, ThreadsOption, decode_flags, plan_flags, use_threads
+from mt.plan import OFFERED as PLAN_OFFERED
+from mt.plan import PlanOptions
 from mt.translation.options import OFFERED, DecodeOptions
 
 
 @app.command()
 @decode_flags(OFFERED["serve"])
+@plan_flags(PLAN_OFFERED["serve"])
 def serve(
     checkpoints: Annotated[
         list[str],
@@ -74,9 +69,7 @@ def serve(
         int, typer.Option(help="Bytes an uploaded .docx may unzip to (a zip bomb: 413).")
     ] = 32 << 20,
     threads: ThreadsOption = None,
-    keep_numbers: KeepNumbersOption = True,
-    glossary: GlossaryOption = None,
-    glossary_hard: GlossaryHardOption = False,
+    plan: PlanOptions,  # the plan flags, here in --help: the server's steps for every request
 ) -> None:
     r"""Serve models over HTTP: JSON API, LibreTranslate's API and a page at / (needs the
     serve extra: pip install 'mt\[serve]')."""
@@ -104,8 +97,6 @@ def serve(
         limits,
         start_line=f"mt serve: {chosen.describe()}",  # said once it listens
         dtype=options.dtype,
-        keep_numbers=keep_numbers,
-        glossary=glossary,
-        glossary_hard=glossary_hard,
+        plan=plan,
         adapters=adapter,
     )

@@ -189,13 +189,6 @@ def output_limits(
     return torch.maximum(limit, floor).clamp(max=max_positions - 1)
 
 
-def can_constrain(greedy: bool, sampling: bool, alignment: bool, cfg: DecodeConfig) -> bool:
-    """Whether a search with these settings can take constraints (the one rule, asked by the
-    translator and the stages that turn spans or numbers into constraints): beam search, and
-    none of the settings `constrained_beam_search` does not implement."""
-    return not (greedy or sampling or alignment or cfg.stop_early or cfg.no_repeat_ngram)
-
-
 def candidates(
     scores: torch.Tensor,  # (n, width) the beams' scores so far
     row_lp: torch.Tensor,  # (R, 2K) each row's best tokens' log-probabilities
@@ -298,7 +291,8 @@ def constrained_beam_search(
     object every search takes, see `mt.search.beam`) it reads beam, alpha, nbest, the length
     limit and the ending rules `beam_search` reads (penalty, length_offset, hf_stopping), so an
     imported model's HF decoding rules hold for its protected spans and numbers too. The
-    translator refuses constraints with stop_early or no_repeat_ngram (`can_constrain`).
+    translator refuses constraints with stop_early or no_repeat_ngram
+    (`mt.decode_rules.can_constrain`).
 
     Scores are `beam_search`'s (log-probability including EOS over the length penalty).
     Candidates per step are fairseq's: the sentence's best 2*beam continuations, each

@@ -13,7 +13,10 @@ import socket
 import sys
 from pathlib import Path
 
+from mt.decode_rules import validate_plan
 from mt.errors import MtError
+from mt.plan import PlanOptions
+from mt.serve.config import ServeConfig
 from mt.serve.limits import Limits
 from mt.serve.security import LOOPBACK, read_keys
 
@@ -103,15 +106,12 @@ def serve(
     log_level: str = "info",
     start_line: str = "",
     dtype: str | None = None,
-    keep_numbers: bool = True,
-    glossary: Path | None = None,
-    glossary_hard: bool = False,
+    plan: PlanOptions | None = None,
     adapters: list[str] | None = None,
 ) -> None:
-    """Run the server until SIGTERM or Ctrl-C; `keep_numbers`: the number guard
-    (mt.translation.number_guard) on every translation; `glossary`: a file whose terms apply to the
-    requests of its direction that give no glossary (mt.serve.glossaries), `glossary_hard`
-    constrained at once; `adapters`: `--adapter` values."""
+    """Run the server until SIGTERM or Ctrl-C; `plan`: the steps around search of every
+    request (mt.plan: the number guard, and a glossary file whose terms apply to the requests
+    of its direction that give none, mt.serve.glossaries); `adapters`: `--adapter` values."""
     limits = limits or Limits()
     try:
         limits.check()
@@ -133,30 +133,29 @@ def serve(
         import uvicorn
     except ImportError as err:
         raise MtError(f"mt serve needs {err.name}: pip install 'mt[serve]'") from None
-    from mt.serve.app import ServeConfig, create_app
+    from mt.serve.app import create_app
 
     keys = read_keys(api_key_file) if api_key_file is not None else None
-    if glossary_hard and glossary is None:
-        raise MtError("--glossary-hard needs --glossary FILE")
+    plan = plan or PlanOptions()
+    validate_plan(plan)
     own = None
-    if glossary is not None:  # read now: a bad file is one line before any model loads
+    if plan.glossary is not None:  # read now: a bad file is one line before any model loads
         from mt.glossary.files import read_glossary
         from mt.serve.glossaries import Stored
 
-        g = read_glossary(glossary)
-        own = Stored(str(glossary), g.entries, g.src_lang, g.tgt_lang)
+        g = read_glossary(plan.glossary)
+        own = Stored(str(plan.glossary), g.entries, g.src_lang, g.tgt_lang)
     models = parse_models(checkpoints)
     config = ServeConfig(
-        models,
-        device,
-        limits,
-        keys,
-        cors_origins or [],
-        dtype,
-        keep_numbers,
-        own,
-        glossary_hard,
-        parse_adapters(adapters or [], models),
+        models=models,
+        device=device,
+        limits=limits,
+        api_keys=keys,
+        cors_origins=cors_origins or [],
+        dtype=dtype,
+        plan=plan,
+        own_glossary=own,
+        adapters=parse_adapters(adapters or [], models),
     )
     listener = listen(host, port)  # before any model loads: a taken port is one line at once
     app = create_app(config)

@@ -11,9 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,8 +19,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from mt.errors import MtError
 from mt.serve import bodies, libre
-from mt.serve.glossaries import Glossaries, Stored, check_beam, direction, owner_of
-from mt.serve.limits import ApiError, Limits
+from mt.serve.config import ServeConfig
+from mt.serve.glossaries import Glossaries, check_beam, direction, owner_of
+from mt.serve.limits import ApiError
 from mt.serve.metrics import Metrics
 from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
@@ -43,22 +42,6 @@ STATIC = {  # file -> (package, content type)
 }
 
 
-@dataclass
-class ServeConfig:
-    """What `mt serve` was told: models by name (several paths: an ensemble), and the rules."""
-
-    models: dict[str, list[Path]]
-    device: str = "cpu"
-    limits: Limits = field(default_factory=Limits)
-    api_keys: list[bytes] | None = None
-    cors_origins: list[str] = field(default_factory=list)
-    dtype: str | None = None  # --dtype: what every decode computes in (mt.translation.session)
-    keep_numbers: bool = True  # the number guard on every translation (mt.translation.number_guard)
-    glossary: Stored | None = None  # --glossary: for requests of its direction that give none
-    glossary_hard: bool = False  # --glossary-hard: glossary terms constrained at once
-    adapters: dict[str, dict[str, Path]] = field(default_factory=dict)  # model -> name -> file
-
-
 def _static(name: str) -> bytes:
     package, _ = STATIC[name]
     return resources.files(package).joinpath(name).read_bytes()
@@ -67,43 +50,16 @@ def _static(name: str) -> bytes:
 def create_app(config: ServeConfig) -> FastAPI:
     """The ASGI app; its workers load their models in the background once it starts."""
     config.limits.check()
-    metrics = Metrics()
-    workers = {
-        name: ModelWorker(
-            name,
-            paths,
-            config.device,
-            config.limits,
-            metrics,
-            config.dtype,
-            config.keep_numbers,
-            config.glossary_hard,
-            config.adapters.get(name),
-        )
-        for name, paths in config.models.items()
-    }
-    glossaries = Glossaries(config.limits, config.glossary)
-    default = next(iter(workers))
-    limits = config.limits
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI):
-        for worker in workers.values():
-            worker.start()
-        yield
-        # In-flight requests have been answered by now (uvicorn waits for them); the workers
-        # answer anything still queued before they end.
-        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers.values()))
-
+    served = Served(config)
     app = FastAPI(
         title="mt",
         summary="Translate with a trained mt model.",
         version="1",
-        lifespan=lifespan,
+        lifespan=served.lifespan,
     )
     # Called on SIGTERM (see mt.serve.run): queued requests stop waiting for company.
-    app.state.hurry = lambda: [w.hurry() for w in workers.values()]
-    app.add_middleware(_Measure, metrics=metrics)
+    app.state.hurry = lambda: [w.hurry() for w in served.workers.values()]
+    app.add_middleware(_Measure, metrics=served.metrics)
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -119,17 +75,59 @@ def create_app(config: ServeConfig) -> FastAPI:
         headers = {"Retry-After": "1"} if err.status == 503 else None
         return JSONResponse(err.body(), status_code=err.status, headers=headers)
 
-    def worker_for(name: str | None) -> ModelWorker:
+    _add_decoding_routes(app, served)
+    _add_status_routes(app, served)
+    _add_glossary_routes(app, served)
+    libre.add_routes(
+        app, served.workers, config.api_keys, config.limits, served.answer, served.glossaries
+    )
+    _add_page_routes(app)
+    return app
+
+
+class Served:
+    """What the routes share: the models' workers (the first is the default), the metrics, the
+    glossaries, and the steps every route takes (its key checked, its model found, its body
+    read, its work awaited unless the client leaves)."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.limits = config.limits
+        self.metrics = Metrics()
+        self.workers = {name: ModelWorker(name, config, self.metrics) for name in config.models}
+        self.glossaries = Glossaries(config.limits, config.own_glossary)
+        self.default = next(iter(self.workers))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _: FastAPI):
+        for worker in self.workers.values():
+            worker.start()
+        yield
+        # In-flight requests have been answered by now (uvicorn waits for them); the workers
+        # answer anything still queued before they end.
+        await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.workers.values()))
+
+    def key(self, request: Request) -> str | None:
+        """The request's API key, checked (401 without a good one on a server with keys)."""
+        key = key_of(request.headers)
+        check_key(self.config.api_keys, key)
+        return key
+
+    def owner(self, key: str | None) -> bytes | None:
+        """Whose glossaries a request with `key` sees (mt.serve.glossaries.owner_of)."""
+        return owner_of(self.config.api_keys, key)
+
+    def worker_for(self, name: str | None) -> ModelWorker:
         if name is None:
-            return workers[default]
-        if name not in workers:
-            raise ApiError(404, f"unknown model {name!r} (served: {', '.join(workers)})")
-        return workers[name]
+            return self.workers[self.default]
+        if name not in self.workers:
+            raise ApiError(404, f"unknown model {name!r} (served: {', '.join(self.workers)})")
+        return self.workers[name]
 
-    async def read_json(request: Request) -> Any:
-        return bodies.parse_json(await bodies.read_body(request, limits.max_body_bytes))
+    async def read_json(self, request: Request) -> Any:
+        return bodies.parse_json(await bodies.read_body(request, self.limits.max_body_bytes))
 
-    async def answer(request: Request, work) -> Any:
+    async def answer(self, request: Request, work) -> Any:  # noqa: ANN001
         """The result of awaiting `work`, unless the client leaves first: then the work is
         cancelled (the worker drops it if it has not started) and nothing is answered."""
         task = asyncio.ensure_future(work)
@@ -143,21 +141,25 @@ def create_app(config: ServeConfig) -> FastAPI:
             raise ApiError(499, "the client closed the connection")
         return task.result()
 
+
+def _add_decoding_routes(app: FastAPI, served: Served) -> None:
+    """/v1/translate, /v1/score and /v1/attention: work each model's worker does."""
+
     @app.post("/v1/translate", openapi_extra=bodies.body_doc(bodies.TRANSLATE_SCHEMA))
     async def translate(request: Request) -> dict[str, Any]:
         """Translate items (as `mt translate --input-format jsonl` reads them); each answer
         has the fields of `--output-format jsonl`, in input order."""
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        body = bodies.parse_translate(await read_json(request), limits)
-        worker = worker_for(body.model)
+        key = served.key(request)
+        body = bodies.parse_translate(await served.read_json(request), served.limits)
+        worker = served.worker_for(body.model)
         worker.check_adapter(body.adapter)
         worker.check_options(body.options, body.adapter)
         session = worker.loaded(body.adapter)
-        owner = owner_of(config.api_keys, key)
         src, tgt = direction(session, body.frm, body.to)
         # off the loop: stemming a glossary of thousands of entries takes a while
-        glossary = await asyncio.to_thread(glossaries.for_request, body.glossary, owner, src, tgt)
+        glossary = await asyncio.to_thread(
+            served.glossaries.for_request, body.glossary, served.owner(key), src, tgt
+        )
         requests = body.requests
         if glossary is not None:
             check_beam(session, body.options, body.alignment)
@@ -166,16 +168,15 @@ def create_app(config: ServeConfig) -> FastAPI:
         work = worker.translate(
             requests, body.options, body.alignment, body.split, flow, adapter=body.adapter
         )
-        done = await answer(request, work)
+        done = await served.answer(request, work)
         return {"items": [translation_record(t, body.alignment) for t in done]}
 
     @app.post("/v1/score", openapi_extra=bodies.body_doc(bodies.SCORE_SCHEMA))
     async def score(request: Request) -> dict[str, Any]:
         """Score given translations (forced decoding), as `mt score --json`."""
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        body = bodies.parse_score(await read_json(request), limits)
-        worker = worker_for(body.model)
+        key = served.key(request)
+        body = bodies.parse_score(await served.read_json(request), served.limits)
+        worker = served.worker_for(body.model)
         worker.check_adapter(body.adapter)
 
         def run(session: Session) -> list[dict[str, Any]]:
@@ -191,9 +192,8 @@ def create_app(config: ServeConfig) -> FastAPI:
                 for s in scores
             ]  # fmt: skip
 
-        return {
-            "items": await answer(request, worker.run(run, client_of(request, key), body.adapter))
-        }
+        work = worker.run(run, client_of(request, key), body.adapter)
+        return {"items": await served.answer(request, work)}
 
     @app.post("/v1/attention", openapi_extra=bodies.body_doc(bodies.ATTENTION_SCHEMA))
     async def attention(request: Request) -> dict[str, Any]:
@@ -201,10 +201,9 @@ def create_app(config: ServeConfig) -> FastAPI:
         `MtViewer.render` draws (format documented in mt/viewer/viewer.js)."""
         from mt.views.attention import attention_json
 
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        body = bodies.parse_attention(await read_json(request), limits)
-        worker = worker_for(body.model)
+        key = served.key(request)
+        body = bodies.parse_attention(await served.read_json(request), served.limits)
+        worker = served.worker_for(body.model)
         worker.check_adapter(body.adapter)
         worker.check_options(body.options, body.adapter)
 
@@ -214,16 +213,21 @@ def create_app(config: ServeConfig) -> FastAPI:
             except MtError as err:
                 raise ApiError(422, str(err)) from None
 
-        return await answer(request, worker.run(run, client_of(request, key), body.adapter))
+        work = worker.run(run, client_of(request, key), body.adapter)
+        return await served.answer(request, work)
+
+
+def _add_status_routes(app: FastAPI, served: Served) -> None:
+    """/v1/models, /health and /metrics: what is served and how it goes."""
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         """Every model served: name, languages, size, settings, adapters (loading ones say
         so)."""
-        check_key(config.api_keys, key_of(request.headers))
+        served.key(request)
         out = []
-        for name, worker in workers.items():
-            entry: dict[str, Any] = {"name": name, "default": name == default}
+        for name, worker in served.workers.items():
+            entry: dict[str, Any] = {"name": name, "default": name == served.default}
             if worker.session is not None:
                 entry.update(status="ready", **worker.session.describe())
             else:
@@ -238,9 +242,9 @@ def create_app(config: ServeConfig) -> FastAPI:
     @app.get("/health")
     async def health() -> JSONResponse:
         """200 `ready` once every model is loaded; 503 `loading` (or `failed`) before."""
-        if any(w.error for w in workers.values()):
+        if any(w.error for w in served.workers.values()):
             return JSONResponse({"status": "failed"}, status_code=503)
-        ready = all(w.ready for w in workers.values())
+        ready = all(w.ready for w in served.workers.values())
         return JSONResponse(
             {"status": "ready" if ready else "loading"}, status_code=200 if ready else 503
         )
@@ -248,46 +252,44 @@ def create_app(config: ServeConfig) -> FastAPI:
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus(request: Request) -> PlainTextResponse:
         """Requests, errors, latency, batch sizes and queue depth (Prometheus text format)."""
-        check_key(config.api_keys, key_of(request.headers))
+        served.key(request)
         return PlainTextResponse(
-            metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
+            served.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
+
+
+def _add_glossary_routes(app: FastAPI, served: Served) -> None:
+    """/v1/glossaries: glossaries uploaded once and named by id in later requests."""
+    glossaries = served.glossaries
 
     @app.post("/v1/glossaries", status_code=201)
     async def upload_glossary(request: Request) -> dict[str, Any]:
         """Keep a glossary (`entries` as an object of terms, or a file's `content` in
         `format` tsv, csv, tbx or tmx; `name`, `from`, `to`) for later requests to name by
         the `id` answered: the key's own."""
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        obj = await read_json(request)
-        stored = await asyncio.to_thread(glossaries.upload, obj, owner_of(config.api_keys, key))
+        key = served.key(request)
+        obj = await served.read_json(request)
+        stored = await asyncio.to_thread(glossaries.upload, obj, served.owner(key))
         return stored.info()
 
     @app.get("/v1/glossaries")
     async def list_glossaries(request: Request) -> dict[str, Any]:
         """The glossaries this key uploaded."""
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        return {"glossaries": glossaries.listed(owner_of(config.api_keys, key))}
+        return {"glossaries": glossaries.listed(served.owner(served.key(request)))}
 
     @app.get("/v1/glossaries/{gid}")
     async def get_glossary(gid: str, request: Request) -> dict[str, Any]:
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        stored = glossaries.get(gid, owner_of(config.api_keys, key))
+        stored = glossaries.get(gid, served.owner(served.key(request)))
         return {**stored.info(), "terms": {e.src: e.tgt for e in stored.entries}}
 
     @app.delete("/v1/glossaries/{gid}")
     async def delete_glossary(gid: str, request: Request) -> dict[str, Any]:
-        key = key_of(request.headers)
-        check_key(config.api_keys, key)
-        glossaries.delete(gid, owner_of(config.api_keys, key))
+        glossaries.delete(gid, served.owner(served.key(request)))
         return {"deleted": gid}
 
-    libre.add_routes(app, workers, config.api_keys, limits, answer, glossaries)
 
-    # -- the page -----------------------------------------------------------------------------
+def _add_page_routes(app: FastAPI) -> None:
+    """The page at / and its static files."""
 
     @app.get("/", include_in_schema=False)
     async def index() -> Response:
@@ -302,8 +304,6 @@ def create_app(config: ServeConfig) -> FastAPI:
         if name not in STATIC:  # a fixed list: no request names a path
             raise ApiError(404, f"no static file {name!r}")
         return Response(_static(name), media_type=STATIC[name][1] + "; charset=utf-8")
-
-    return app
 
 
 def _adapter_entry(session: Session | None) -> dict[str, Any]:

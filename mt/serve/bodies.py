@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mt.errors import MtError
+from mt.plan import OFFERED as PLAN_OFFERED
+from mt.plan import PlanOptions
+from mt.schema import Key, object_schema
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.translation.options import HELP, OFFERED, TYPE_NAMES, DecodeOptions, accepts, value_type
-from mt.translation.requests import Request, request_from_object
+from mt.translation.requests import ITEM_SCHEMA, Request, request_from_object
 
 SERVER_SETTINGS = ("int8", "dtype", "max_tokens", "buffer_lines")
 CLIENT_OPTIONS = {name: value_type(name) for name in OFFERED["request"]}
@@ -128,14 +131,9 @@ def _lang(obj: dict[str, Any], key: str) -> str | None:
 
 
 def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
-    obj = _object(
-        obj,
-        ("items", "options", "model", "adapter", "to", "from", "split_sentences", "glossary"),
-    )
+    obj = _object(obj, tuple(k.name for k in TRANSLATE_KEYS))
     items = _items(obj, limits)
-    split = obj.get("split_sentences", True)
-    if not isinstance(split, bool):
-        raise ApiError(422, f"'split_sentences' must be true or false, got {_kind(split)}")
+    split = _value(obj, "split_sentences")
     defaults = {k: obj[k] for k in ("to", "from") if obj.get(k) is not None}
     requests = []
     for i, item in enumerate(items):
@@ -151,22 +149,27 @@ def parse_translate(obj: Any, limits: Limits) -> TranslateBody:
         check_text(" ".join(request.constraints), f"items[{i}].constraints", limits)
         requests.append(request)
     options, alignment = parse_options(obj.get("options"))
-    glossary = obj.get("glossary")
-    if glossary is not None and not isinstance(glossary, (dict, str)):
-        raise ApiError(
-            422, f"'glossary' must be an object of terms or an id, got {_kind(glossary)}"
-        )
+    glossary = _value(obj, "glossary")
     return TranslateBody(
         requests,
         options,
         alignment,
-        _model(obj),
+        _value(obj, "model"),
         split and not alignment,
         glossary,
-        _lang(obj, "to"),
-        _lang(obj, "from"),
-        _model(obj, "adapter"),
+        _value(obj, "to"),
+        _value(obj, "from"),
+        _value(obj, "adapter"),
     )
+
+
+def _value(obj: dict[str, Any], name: str) -> Any:
+    """The value of the /v1/translate body's key `name` (TRANSLATE_KEYS), checked."""
+    key = next(k for k in TRANSLATE_KEYS if k.name == name)
+    value = key.value(obj)
+    if not key.fits(value):
+        raise ApiError(422, f"'{name}' must be {key.must}, got {_kind(value)}")
+    return value
 
 
 def parse_score(obj: Any, limits: Limits) -> ScoreBody:
@@ -216,45 +219,30 @@ _OPTIONS_SCHEMA = {
     },
     "additionalProperties": False,
 }
-TRANSLATE_SCHEMA = {
-    "type": "object",
-    "required": ["items"],
-    "properties": {
-        "items": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["src"],
-                "properties": {
-                    "src": {"type": "string"},
-                    "prefix": {"type": "string"},
-                    "constraints": {"type": "array", "items": {"type": "string"}},
-                    "to": {"type": "string", "description": "target language"},
-                    "from": {"type": "string", "description": "source language (checked)"},
-                },
-            },
-        },
-        "options": _OPTIONS_SCHEMA,
-        "model": {"type": "string"},
-        "adapter": {"type": "string", "description": ADAPTER_HELP},
-        "split_sentences": {
-            "type": "boolean",
-            "description": "translate each item sentence by sentence (default true; off "
-            "with alignment)",
-        },
-        "to": {"type": "string", "description": "target language of items that name none"},
-        "from": {"type": "string"},
-        "glossary": {
-            "description": 'terms every translation must use ({"Hund": "hound"}) or the '
-            "id of an uploaded glossary (POST /v1/glossaries)",
-            "oneOf": [
-                {"type": "object", "additionalProperties": {"type": "string"}},
-                {"type": "string"},
-            ],
-        },
-    },
-    "example": {"items": [{"src": "Ein Hund rennt im Park."}], "options": {"beam": 5}},
-}
+# The keys of a /v1/translate body, defined once: `parse_translate` reads them (and the items by
+# mt.translation.requests.ITEM_KEYS), TRANSLATE_SCHEMA shows them; the steps around search a request
+# chooses itself are the plan options' `request` keys (mt.plan).
+TRANSLATE_KEYS = (
+    Key("items", {"type": "array", "items": ITEM_SCHEMA}, "a list", required=True),
+    Key("options", _OPTIONS_SCHEMA, "an object"),
+    Key("model", {"type": "string"}, "a string"),
+    Key("adapter", {"type": "string", "description": ADAPTER_HELP}, "a string"),
+    Key(
+        "to",
+        {"type": "string", "description": "target language of items that name none"},
+        "a language code",
+    ),
+    Key("from", {"type": "string"}, "a language code"),
+    *(
+        f.metadata["request"]
+        for f in dataclasses.fields(PlanOptions)
+        if f.name in PLAN_OFFERED["request"]
+    ),
+)
+TRANSLATE_SCHEMA = object_schema(
+    TRANSLATE_KEYS,
+    example={"items": [{"src": "Ein Hund rennt im Park."}], "options": {"beam": 5}},
+)
 SCORE_SCHEMA = {
     "type": "object",
     "required": ["items"],

@@ -23,12 +23,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from mt.decode_rules import can_constrain
 from mt.errors import MtError
 from mt.glossary import Entry, Glossary
 from mt.glossary.files import FORMATS, parse_glossary
 from mt.glossary.words import base_language
-from mt.search.constrained import can_constrain
-from mt.search.dispatch import is_greedy
 from mt.serve.limits import ApiError, Limits, check_text
 from mt.translation.options import DecodeOptions
 from mt.translation.session import Session
@@ -206,7 +205,7 @@ def direction(session: Session, frm: str | None, to: str | None) -> tuple[str, s
 def check_beam(session: Session, options: DecodeOptions, alignment: bool) -> None:
     """422 unless the request's search can take a glossary's constraints."""
     cfg = session.decode_config(options)
-    if not can_constrain(is_greedy(cfg), cfg.sample, alignment, cfg):
+    if not can_constrain(cfg, alignment):
         raise ApiError(
             422,
             "a glossary needs the constrained beam search: no options.greedy, sample, "

@@ -30,6 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from mt.errors import MtError
+from mt.glossary import Glossary
 from mt.serve import bodies, served_languages
 from mt.serve.documents import SUFFIXES, Document, Texts, read_document
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
@@ -141,25 +142,50 @@ def add_routes(
     glossaries: Glossaries | None = None,
 ) -> None:
     """LibreTranslate's routes on `app`, served by `workers`."""
-    files: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+    libre = _Libre(workers, api_keys, limits, answer, glossaries)
+    _add_translate_route(app, libre)
+    _add_file_routes(app, libre)
+    _add_language_routes(app, libre)
 
-    def served() -> list[Session]:
-        return [w.session for w in workers.values() if w.session is not None]
 
-    def sources() -> list[str]:
-        return sorted({c for s in served() for c in served_languages.directions(s)})
+class _Libre:
+    """What LibreTranslate's routes share: the workers, which model serves which languages,
+    how a request's fields are read, and the files translated for download."""
 
-    def pick(source: str, target: str, text: str) -> tuple[ModelWorker, str]:
+    def __init__(
+        self,
+        workers: dict[str, ModelWorker],
+        api_keys: list[bytes] | None,
+        limits: Limits,
+        answer,  # noqa: ANN001
+        glossaries: Glossaries | None,
+    ) -> None:
+        self.workers, self.api_keys, self.limits = workers, api_keys, limits
+        self.answer, self.glossaries = answer, glossaries
+        self.files: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+
+    def served(self) -> list[Session]:
+        return [w.session for w in self.workers.values() if w.session is not None]
+
+    def sources(self) -> list[str]:
+        return sorted({c for s in self.served() for c in served_languages.directions(s)})
+
+    def pick(self, source: str, target: str, text: str) -> tuple[ModelWorker, str]:
         """The model that translates `source` (or, for `auto`, the language identified in
         `text`) into `target`, and that source language."""
         if source == "auto":
-            source = served_languages.detect(text, sources())[0]["language"]
-        for worker in workers.values():
+            source = served_languages.detect(text, self.sources())[0]["language"]
+        for worker in self.workers.values():
             if target in served_languages.directions(worker.loaded()).get(source, []):
                 return worker, source
         known = sorted(
-            set(sources())
-            | {t for s in served() for ts in served_languages.directions(s).values() for t in ts}
+            set(self.sources())
+            | {
+                t
+                for s in self.served()
+                for ts in served_languages.directions(s).values()
+                for t in ts
+            }
         )
         raise ApiError(
             400,
@@ -167,15 +193,15 @@ def add_routes(
             f"{', '.join(known)}; see /languages)",
         )
 
-    async def read(request: Request) -> tuple[dict[str, Any], str]:
+    async def read(self, request: Request) -> tuple[dict[str, Any], str]:
         """The fields of the body, and whose request it is (its key, or its address)."""
-        raw = await bodies.read_body(request, limits.max_body_bytes)
+        raw = await bodies.read_body(request, self.limits.max_body_bytes)
         obj = _fields(raw, request.headers.get("content-type", ""))
         key = key_of(request.headers, _str(obj.get("api_key")))
-        check_key(api_keys, key)
+        check_key(self.api_keys, key)
         return obj, client_of(request, key)
 
-    def adapter_of(obj: dict[str, Any], request: Request, worker: ModelWorker) -> str | None:
+    def adapter_of(self, obj: dict[str, Any], request: Request, worker: ModelWorker) -> str | None:
         """The adapter a LibreTranslate request names (an `adapter` field of the body or the
         query: LibreTranslate's own clients send only the fields they know), checked."""
         name = obj.get("adapter", request.query_params.get("adapter"))
@@ -184,67 +210,95 @@ def add_routes(
         worker.check_adapter(name or None)
         return name or None
 
-    def languages_of(obj: dict[str, Any]) -> tuple[str, str]:
-        source, target = obj.get("source", "auto"), obj.get("target")
-        if not isinstance(target, str) or not isinstance(source, str):
-            raise ApiError(400, "'source' and 'target' must be language codes, e.g. de and en")
-        return source, target
+    async def glossary(
+        self, obj: dict[str, Any], request: Request, src: str, tgt: str
+    ) -> Glossary | None:
+        """The glossary a `/translate` request names (mt.serve.glossaries), or None."""
+        if self.glossaries is None:
+            return None
+        owner = owner_of(self.api_keys, key_of(request.headers, _str(obj.get("api_key"))))
+        value = _glossary_field(obj.get("glossary"))
+        return await asyncio.to_thread(self.glossaries.for_request, value, owner, src, tgt)
 
+    async def translate_html(
+        self,
+        request: Request,
+        texts: list[str],
+        worker: ModelWorker,
+        adapter: str | None,
+        src: str,
+        tgt: str,
+        flow: str,
+    ) -> list[str]:
+        """HTML texts, one fragment per line (the HTML path; a line without tags as text)."""
+        gathered = Texts()
+        parts = [[gathered.fragment(line) for line in x.split("\n")] for x in texts]
+        plain = [Item(x, to=tgt, frm=src) for x in gathered.plain]
+        frags = [Item(x, to=tgt, frm=src, where=f"q:{i}") for i, x in enumerate(gathered.html, 1)]
+        both = asyncio.gather(
+            worker.translate(plain, DecodeOptions(), False, True, flow, adapter=adapter),
+            worker.translate(
+                frags, DecodeOptions(), False, False, flow, html=True, adapter=adapter
+            ),
+        )
+        done_plain, done_html = await self.answer(request, both)
+        gathered.fill([t.text for t in done_plain], [t.text for t in done_html])
+        return ["\n".join(part() for part in each) for each in parts]
+
+
+def _languages_of(obj: dict[str, Any]) -> tuple[str, str]:
+    source, target = obj.get("source", "auto"), obj.get("target")
+    if not isinstance(target, str) or not isinstance(source, str):
+        raise ApiError(400, "'source' and 'target' must be language codes, e.g. de and en")
+    return source, target
+
+
+def _texts(obj: dict[str, Any], limits: Limits) -> list[str]:
+    """`q`, a string or a list of them, within the limits."""
+    q = obj.get("q")
+    texts = [q] if isinstance(q, str) else q
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, "'q' must be a string or a list of strings")
+    check_count(len(texts), limits)
+    for i, text in enumerate(texts):
+        check_text(text, f"q[{i}]", limits)
+    return texts
+
+
+def _add_translate_route(app: FastAPI, libre: _Libre) -> None:
     @app.post("/translate")
     async def libre_translate(request: Request) -> dict[str, Any]:
         """LibreTranslate's `/translate`: answers `translatedText` (and `alternatives`,
         `detectedLanguage` when asked for)."""
-        obj, flow = await read(request)
+        obj, flow = await libre.read(request)
         q = obj.get("q")
-        source, target = languages_of(obj)
+        source, target = _languages_of(obj)
         fmt = obj.get("format", "text")
         if fmt not in ("text", "html"):
             raise ApiError(400, f"'format' must be text or html, got {fmt!r}")
         n_alt = _alternatives(obj.get("alternatives", 0))
-        texts = [q] if isinstance(q, str) else q
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise ApiError(400, "'q' must be a string or a list of strings")
-        check_count(len(texts), limits)
-        for i, text in enumerate(texts):
-            check_text(text, f"q[{i}]", limits)
-        worker, detected = await asyncio.to_thread(pick, source, target, " ".join(texts))
-        adapter = adapter_of(obj, request, worker)
+        texts = _texts(obj, libre.limits)
+        worker, detected = await asyncio.to_thread(libre.pick, source, target, " ".join(texts))
+        adapter = libre.adapter_of(obj, request, worker)
         options = DecodeOptions()
         if n_alt:
             beam = max(worker.loaded(adapter).cfg.decode.beam, n_alt + 1)
             options = DecodeOptions(beam=beam, nbest=n_alt + 1, greedy=False)
-        glossary = None
-        if glossaries is not None:
-            owner = owner_of(api_keys, key_of(request.headers, _str(obj.get("api_key"))))
-            value = _glossary_field(obj.get("glossary"))
-            glossary = await asyncio.to_thread(
-                glossaries.for_request, value, owner, detected, target
-            )
+        glossary = await libre.glossary(obj, request, detected, target)
         if glossary is not None:
             if fmt == "html":
                 raise ApiError(400, "a glossary applies to format text only")
             check_beam(worker.loaded(adapter), options, False)
-        if fmt == "html":  # one fragment per line (the HTML path; a line without tags as text)
-            gathered = Texts()
-            parts = [[gathered.fragment(line) for line in x.split("\n")] for x in texts]
-            plain = [Item(x, to=target, frm=detected) for x in gathered.plain]
-            frags = [Item(x, to=target, frm=detected, where=f"q:{i}")
-                     for i, x in enumerate(gathered.html, 1)]  # fmt: skip
-            both = asyncio.gather(
-                worker.translate(plain, DecodeOptions(), False, True, flow, adapter=adapter),
-                worker.translate(
-                    frags, DecodeOptions(), False, False, flow, html=True, adapter=adapter
-                ),
+        alts: list[list[str]] = [[] for _ in texts]
+        if fmt == "html":
+            outs = await libre.translate_html(
+                request, texts, worker, adapter, detected, target, flow
             )
-            done_plain, done_html = await answer(request, both)
-            gathered.fill([t.text for t in done_plain], [t.text for t in done_html])
-            outs: list[Any] = ["\n".join(part() for part in each) for each in parts]
-            alts: list[list[str]] = [[] for _ in texts]
         else:
             # newlines kept: split
             items = [Item(t, to=target, frm=detected, glossary=glossary) for t in texts]
             work = worker.translate(items, options, False, True, flow, adapter=adapter)
-            done = await answer(request, work)
+            done = await libre.answer(request, work)
             outs = [t.text for t in done]
             alts = [t.texts[1 : n_alt + 1] for t in done]
         out: dict[str, Any] = {"translatedText": outs[0] if isinstance(q, str) else outs}
@@ -254,12 +308,16 @@ def add_routes(
             out["detectedLanguage"] = {"language": detected, "confidence": 100.0}
         return out
 
+
+def _add_file_routes(app: FastAPI, libre: _Libre) -> None:
+    files, limits = libre.files, libre.limits
+
     @app.post("/translate_file")
     async def translate_file(request: Request) -> dict[str, Any]:
         """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx)
         with `source` and `target`; answers `translatedFileUrl`, the file kept as it was
         written but in `target`."""
-        obj, _ = await read(request)
+        obj, _ = await libre.read(request)
         upload = obj.get("file")
         if not isinstance(upload, tuple):
             raise ApiError(400, "'file' must be an uploaded file (multipart/form-data)")
@@ -267,17 +325,17 @@ def add_routes(
         suffix = PurePath(filename).suffix.lower()
         if suffix not in SUFFIXES:
             raise ApiError(400, f"cannot translate {suffix or 'this'} files: {', '.join(SUFFIXES)}")
-        source, target = languages_of(obj)
+        source, target = _languages_of(obj)
         sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
-        worker, detected = await asyncio.to_thread(pick, source, target, sample or "text")
-        adapter = adapter_of(obj, request, worker)
+        worker, detected = await asyncio.to_thread(libre.pick, source, target, sample or "text")
+        adapter = libre.adapter_of(obj, request, worker)
         # Read off the event loop (a .docx is unzipped and parsed), counted before any work.
         doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
         texts = [Item(x, to=target, frm=detected) for x in doc.plain]
         frags = [Item(x, to=target, frm=detected, where=f"{filename}:{i}")
                  for i, x in enumerate(doc.html, 1)]  # fmt: skip
         work = worker.translate_document(PurePath(filename).name, texts, frags, adapter)
-        done_texts, done_frags = await answer(request, work)
+        done_texts, done_frags = await libre.answer(request, work)
         translated = await asyncio.to_thread(
             doc.write, [t.text for t in done_texts], [t.text for t in done_frags]
         )
@@ -299,6 +357,10 @@ def add_routes(
             media_type=MEDIA[suffix],
             headers={"Content-Disposition": f'attachment; filename="{original}"'},
         )
+
+
+def _add_language_routes(app: FastAPI, libre: _Libre) -> None:
+    limits, api_keys, served, sources = libre.limits, libre.api_keys, libre.served, libre.sources
 
     @app.get("/languages")
     async def languages_() -> list[dict[str, Any]]:
@@ -329,7 +391,7 @@ def add_routes(
     async def detect(request: Request) -> list[dict[str, Any]]:
         """LibreTranslate's `/detect`: field `q`; the languages served, most likely first,
         with a confidence in percent."""
-        obj, _ = await read(request)
+        obj, _ = await libre.read(request)
         q = obj.get("q")
         if not isinstance(q, str) or not q.strip():
             raise ApiError(400, "'q' must be a non-empty string")

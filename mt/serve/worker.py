@@ -32,13 +32,13 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from mt.errors import MtError
+from mt.serve.config import ServeConfig
 from mt.serve.jobs import FairQueue, Job, Slice
-from mt.serve.limits import ApiError, Limits
+from mt.serve.limits import ApiError
 from mt.serve.metrics import Metrics
 from mt.translation.requests import Plan, Request, Translation
 from mt.translation.session import DecodeOptions, Session
@@ -65,27 +65,13 @@ def option_name(key: str) -> str:
 class ModelWorker:
     """The thread that loads one model (or ensemble) and runs every piece of work on it."""
 
-    def __init__(
-        self,
-        name: str,
-        paths: Sequence[Path],
-        device: str,
-        limits: Limits,
-        metrics: Metrics,
-        dtype: str | None = None,
-        keep_numbers: bool = True,
-        glossary_hard: bool = False,
-        adapters: Mapping[str, Path] | None = None,
-    ) -> None:
+    def __init__(self, name: str, config: ServeConfig, metrics: Metrics) -> None:
         self.name = name
-        self.adapter_paths = dict(adapters or {})  # name -> adapter file
+        self.config = config  # the device, dtype, limits and plan every request of it meets
+        self.adapter_paths = dict(config.adapters.get(name, {}))  # name -> adapter file
         self.views: dict[str, Session] = {}  # name -> the session with that adapter
-        self.keep_numbers = keep_numbers  # the number guard (mt.translation.number_guard)
-        self.glossary_hard = glossary_hard  # a request's glossary constrained at once
-        self.paths = list(paths)
-        self.device = device
-        self.dtype = dtype
-        self.limits = limits
+        self.paths = list(config.models[name])
+        self.limits = config.limits
         self.metrics = metrics
         self.session: Session | None = None
         self.error: str | None = None  # why loading failed
@@ -264,7 +250,7 @@ class ModelWorker:
 
     def _run(self) -> None:
         try:
-            session = Session(self.paths, self.device, option_name, self.dtype)
+            session = Session(self.paths, self.config.device, option_name, self.config.dtype)
             self.views = {n: session.with_adapter(p) for n, p in self.adapter_paths.items()}
             self.session = session  # ready: the adapters are loaded too
         except Exception as err:  # noqa: BLE001 - reported by /health and every request
@@ -387,12 +373,12 @@ class ModelWorker:
         adapter and options."""
         first = group[0][0]
         session = self.loaded(first.adapter)
-        # capitals, numbers, glossary, protection, flags
-        whole = Plan(keep_numbers=self.keep_numbers, glossary_hard=self.glossary_hard)
-        # Sentences in the model's source language, unless a request names its own (`frm`).
+        # capitals, numbers, glossary, protection, flags: the server's plan (mt serve's flags);
+        # sentences in the model's source language, unless a request names its own (`frm`).
+        plan, source = self.config.plan, session.source_language()
         plans = {
-            "whole": whole,
-            "split": dataclasses.replace(whole, split=session.source_language()),
+            "whole": Plan.of(dataclasses.replace(plan, split_sentences=False), source),
+            "split": Plan.of(dataclasses.replace(plan, split_sentences=True), source),
             "html": Plan(html=True),
         }
         requests = [

@@ -52,7 +52,7 @@ class SearchBelow:
 
     tokenizer: Tokenizer
     nbest: int
-    constrain: bool  # the search takes constraints (`mt.search.constrained.can_constrain`)
+    constrain: bool  # the search takes constraints (`mt.decode_rules.can_constrain`)
 
 
 def masked_request(r: Request, m: Masked, constrain: bool) -> Request:

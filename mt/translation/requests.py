@@ -10,23 +10,62 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from mt.errors import MtError
+from mt.plan import PlanOptions
+from mt.schema import Key, object_schema
 from mt.search.steps import Hypothesis
 
 if TYPE_CHECKING:
     from mt.glossary import Glossary
 
-KEYS = ("src", "prefix", "constraints", "format", "to", "from")
+# The keys of one JSON request (a line of `--input-format jsonl`, an item of the server's
+# /v1/translate), defined once: `request_from_object` reads them, the server's page shows them.
+ITEM_KEYS = (
+    Key("src", {"type": "string"}, "a string", required=True),
+    Key(
+        "prefix",
+        {"type": "string", "description": "target text the translation must start with"},
+        "a string",
+        default="",
+    ),
+    Key(
+        "constraints",
+        {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "target phrases it must contain",
+        },
+        "a list of strings",
+        default=[],
+    ),
+    Key(
+        "format",
+        {
+            "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+            "description": "gettext format flags of the source (c-format): its placeholders",
+        },
+        'a gettext flag ("c-format") or a list of them',
+        default=[],
+    ),
+    Key("to", {"type": "string", "description": "target language"}, "a language code string"),
+    Key(
+        "from",
+        {"type": "string", "description": "source language (checked)"},
+        "a language code string",
+    ),
+)
+ITEM_SCHEMA = object_schema(ITEM_KEYS)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The steps around search a request takes (mt.translation.stages), chosen by the caller as
-    `mt translate`'s flags choose them; the defaults are the CLI's. A plan names no
-    translator: each step works on requests and translations only."""
+    """The steps around search a request takes (mt.translation.stages): a caller's choices
+    (mt.plan.PlanOptions, whose fields of the same names these are) made into one request's
+    by `of`; the defaults are the CLI's. A plan names no translator: each step works on
+    requests and translations only."""
 
     protect: bool = True  # spans (placeholders, tags, URLs) kept as written: mt.translation.protect
     recase: bool = True  # ALL-CAPS and Title Case lines in their usual case: mt.translation.casing
@@ -35,6 +74,14 @@ class Plan:
     pivot: str | None = None  # through this language (a multilingual model): mt.translation.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
     glossary_hard: bool = False  # a glossary's terms constrained at once: mt.translation.terms
+
+    @classmethod
+    def of(cls, options: PlanOptions, language: str | None = None, html: bool = False) -> Plan:
+        """The plan of a request under a caller's `options` (mt.plan: each step this plan
+        shares a name with is the option's), cut into sentences of `language` when the
+        options say so, `html` when its source is an HTML fragment."""
+        steps = {f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)}
+        return cls(**steps, html=html, split=language if options.split_sentences else None)
 
     def unsplit(self) -> Plan:
         """This plan but whole lines: the steps a split request's sentences take. Requests
@@ -97,31 +144,29 @@ def request_from_object(obj: Any, where: str) -> Request:
     items follow them too, so a line and an item mean one thing)."""
     if not isinstance(obj, dict):
         raise MtError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - set(KEYS))
+    known = [k.name for k in ITEM_KEYS]
+    unknown = sorted(set(obj) - set(known))
     if unknown:
-        raise MtError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
-    src = obj.get("src")
-    if not isinstance(src, str):
-        raise MtError(f"{where}: 'src' must be a string")
-    prefix = obj.get("prefix", "")
-    if not isinstance(prefix, str):
-        raise MtError(f"{where}: 'prefix' must be a string")
-    constraints = obj.get("constraints", [])
-    if not isinstance(constraints, list) or not all(isinstance(c, str) for c in constraints):
-        raise MtError(f"{where}: 'constraints' must be a list of strings")
-    phrases = [c.strip() for c in constraints]
-    if any(not c for c in phrases):
-        raise MtError(f"{where}: a constraint is empty")
-    fmt = obj.get("format", [])
-    fmt = [fmt] if isinstance(fmt, str) else fmt
-    if not isinstance(fmt, list) or not all(isinstance(f, str) for f in fmt):
-        raise MtError(f"{where}: 'format' must be a gettext flag (\"c-format\") or a list of them")
-    to, frm = obj.get("to"), obj.get("from")
-    for key, value in (("to", to), ("from", frm)):
-        if value is not None and not isinstance(value, str):
-            raise MtError(f"{where}: '{key}' must be a language code string")
-    src = src.replace("\n", " ")
-    return Request(src, prefix.strip(), phrases, tuple(fmt), to=to, frm=frm, where=where)
+        raise MtError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(known)})")
+    values = {}
+    for key in ITEM_KEYS:
+        values[key.name] = key.value(obj)
+        if not key.fits(values[key.name]):
+            raise MtError(f"{where}: '{key.name}' must be {key.must}")
+        if key.name == "constraints":  # each phrase checked as soon as the list is
+            values[key.name] = [c.strip() for c in values[key.name]]
+            if any(not c for c in values[key.name]):
+                raise MtError(f"{where}: a constraint is empty")
+    fmt = values["format"]
+    return Request(
+        values["src"].replace("\n", " "),
+        values["prefix"].strip(),
+        values["constraints"],
+        tuple([fmt] if isinstance(fmt, str) else fmt),
+        to=values["to"],
+        frm=values["from"],
+        where=where,
+    )
 
 
 def read_requests(

@@ -15,7 +15,7 @@ thing everywhere:
 - `session.decode_config(options)` applies a caller's `DecodeOptions` (mt.translation.options: one
   optional field per DecodeConfig field) to a copy of the
   checkpoint's decode settings and checks the result with the config's own rules
-  (`mt.config_rules.decode_checks`), naming each setting as the caller does (`--beam` for the CLI,
+  (`mt.decode_rules.with_overrides`), naming each setting as the caller does (`--beam` for the CLI,
   `options.beam` for the server). The checkpoint's config is never written to.
 - `translator(...)`, `scorer(...)` and `attention(...)` build on that one validated config.
   A translator has one method, `translate(requests)`; each `Request` carries the `Plan` of
@@ -42,7 +42,7 @@ from mt.adapt.files import read as read_adapter
 from mt.adapt.lora import fold, with_adapter
 from mt.checkpoint import Loaded, load_model, resolve_checkpoint
 from mt.config import Config, DecodeConfig, to_dict
-from mt.config_rules import validate_decode
+from mt.decode_rules import with_overrides
 from mt.device import planless_attention, resolve_decode_dtype, resolve_device
 from mt.errors import MtError
 from mt.languages import Languages
@@ -56,40 +56,10 @@ from mt.translation.target import Targets
 from mt.translation.translator import Translator
 from mt.views.score import Scorer
 
-# Settings that mean something only with another switched on (DecodeConfig's `needs`).
-NEEDS = {
-    f.name: f.metadata["needs"] for f in dataclasses.fields(DecodeConfig) if f.metadata.get("needs")
-}
-
 
 def flag_name(key: str) -> str:
     """`decode.no_repeat_ngram` -> `--no-repeat-ngram`: how the CLI names a setting."""
     return "--" + key.split(".")[-1].replace("_", "-")
-
-
-def explicit_search(given: dict[str, Any], n: Callable[[str], str]) -> dict[str, Any]:
-    """The search a caller's options ask for wins over the checkpoint's default search.
-
-    A checkpoint names a default search (an imported OPUS-MT folder without `num_beams` says
-    greedy); a caller who gives `--beam 4` or `--nbest 2` means beam search, and `--sample`
-    means sampling, whatever that default. Only the caller's own flags can contradict each
-    other, and then the caller must choose: one line. Returns `given` with the switches of the
-    other searches turned off where the caller did not set them."""
-    out = dict(given)
-    wide = next(
-        (f"{n('decode.' + k)} {given[k]}" for k in ("beam", "nbest") if given.get(k, 1) > 1),
-        None,
-    )
-    if given.get("greedy") and wide is not None:
-        raise MtError(
-            f"{n('decode.greedy')} and {wide} contradict each other: greedy search keeps one "
-            f"hypothesis; give one of them"
-        )
-    if wide is not None or given.get("sample"):
-        out.setdefault("greedy", False)
-    if wide is not None or given.get("greedy"):
-        out.setdefault("sample", False)
-    return out
 
 
 class Session:
@@ -184,21 +154,9 @@ class Session:
         """The checkpoint's decode settings with `options` applied, checked once."""
         given = (options or DecodeOptions()).given()
         n = self.name
-        knob = next((k for k, on in NEEDS.items() if k in given and not given.get(on)), None)
-        if knob is not None:
-            raise MtError(f"{n('decode.' + knob)} needs {n('decode.' + NEEDS[knob])}")
-        if given.get("sample") and ("beam" in given or given.get("greedy")):
-            raise MtError(
-                f"{n('decode.sample')} draws one output per line: it cannot be combined with "
-                f"{n('decode.greedy')}, {n('decode.beam')} or {n('decode.nbest')}"
-            )
-        given = explicit_search(given, n)
         if "dtype" not in given and (self.dtype is not None or self.device.type == "cpu"):
             given["dtype"] = self.dtype or "auto"
-        dcfg = dataclasses.replace(self.cfg.decode, **given)
-        validate_decode(dcfg, n)
-        if dcfg.int8 and self.device.type != "cpu":
-            raise MtError(f"int8 decoding ({n('decode.int8')}) runs on CPU only; use the CPU")
+        dcfg = with_overrides(self.cfg.decode, given, self.device.type, n)
         precision = resolve_decode_dtype(dcfg.dtype, self.device, dcfg.int8, n("decode.dtype"))
         if dcfg.gemm == "onednn" and not uses_onednn("onednn", precision, self.device, dcfg.int8):
             if dcfg.int8:

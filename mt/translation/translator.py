@@ -21,12 +21,13 @@ import torch
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
+from mt.decode_rules import can_constrain, validate_constraints
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.runtime.dtype import decode_model
 from mt.runtime.workers import WorkerPool
-from mt.search.constrained import WordEdges, can_constrain, phrase_ids, word_edges
+from mt.search.constrained import WordEdges, phrase_ids, word_edges
 from mt.search.dispatch import is_greedy, search
 from mt.search.rules import StepRule
 from mt.search.steps import Hypothesis, Sampling
@@ -88,9 +89,9 @@ class Translator:
         # The target language of each line (a multilingual model): mt.translation.target.
         self.targets = targets or Targets(tokenizer, device)
         self._cost = spelling_cost(tokenizer)  # how the capitals stage ranks spellings
-        # Whether this search takes constraints: the one rule, which the stages that turn
-        # spans or numbers into constraints ask too.
-        self.constrain = can_constrain(self.greedy, self.sampling is not None, alignment, cfg)
+        # Whether this search takes constraints: the one rule (mt.decode_rules), which the
+        # stages that turn spans or numbers into constraints ask too.
+        self.constrain = can_constrain(cfg, alignment)
 
     def length_bounds(self, r: Request) -> tuple[float, float]:
         """The (short, long) length bounds of request `r`'s direction (mt.textstats)."""
@@ -239,12 +240,7 @@ class Translator:
         Constrained search is a beam search of its own: the options it lacks are refused."""
         if not any(r.constraints for r in requests):
             return None
-        if self.greedy or self.sampling is not None:
-            raise MtError("constraints need beam search: drop --greedy / --sample (or beam 1)")
-        if not self.constrain:
-            raise MtError(
-                "constraints cannot be combined with --alignment, --stop-early or --no-repeat-ngram"
-            )
+        validate_constraints(self.cfg, self.alignment)
         if any(r.constraints and r.prefix for r in requests):
             raise MtError("a line cannot have both a prefix and constraints")
         out = []

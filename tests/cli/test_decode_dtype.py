@@ -22,7 +22,7 @@ from mt.data.corpus import read_lines
 from mt.device import Precision
 from mt.errors import MtError
 from mt.runtime.dtype import decode_model
-from mt.serve.limits import Limits
+from mt.serve.config import ServeConfig
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Plan, Request
@@ -161,7 +161,9 @@ def test_serve_takes_the_dtype_for_every_decode(tiny_run, capsys, monkeypatch):
         ["serve", tiny_run / "best.pt", "--device", "cpu", "--dtype", "fp16"], capsys, monkeypatch
     )
     assert rc == 2 and "--dtype fp16 decodes on CUDA only" in err  # before it listens
-    worker = ModelWorker("tiny", [tiny_run / "best.pt"], "cpu", Limits(), Metrics(), "bf16")
+    worker = ModelWorker(
+        "tiny", ServeConfig(models={"tiny": [tiny_run / "best.pt"]}, dtype="bf16"), Metrics()
+    )
     worker.start()
     try:
         deadline = time.monotonic() + 60

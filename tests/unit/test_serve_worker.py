@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mt.data.corpus import read_lines
-from mt.serve.limits import Limits
+from mt.serve.config import ServeConfig
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Request, Translation
@@ -28,7 +28,7 @@ def test_de(multi30k_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def worker(tiny_run: Path):
-    worker = ModelWorker("tiny", [tiny_run / "best.pt"], "cpu", Limits(), Metrics())
+    worker = ModelWorker("tiny", ServeConfig(models={"tiny": [tiny_run / "best.pt"]}), Metrics())
     worker.start()
     deadline = time.monotonic() + 120
     while not worker.ready and worker.error is None and time.monotonic() < deadline:
@@ -110,7 +110,7 @@ def test_split_and_whole_jobs_share_one_translate_call(worker, test_de, monkeypa
 
 def test_jobs_of_different_languages_share_one_translate_call(multi_run, multi30k_dir, monkeypatch):
     """A multilingual model: each item split in its own source language, into its own target."""
-    worker = ModelWorker("multi", [multi_run / "best.pt"], "cpu", Limits(), Metrics())
+    worker = ModelWorker("multi", ServeConfig(models={"multi": [multi_run / "best.pt"]}), Metrics())
     worker.start()
     try:
         deadline = time.monotonic() + 120
