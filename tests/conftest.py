@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from inprocess import CliResult, run_mt_here
+from support.inprocess import CliResult, run_mt_here
 
 from mt.device import read_cpu_flags
 
@@ -105,7 +105,7 @@ def run_in_process(
 @pytest.fixture(scope="session")
 def mt_cli() -> Callable[..., CliResult]:
     """Runs `mt ARGS` (keywords: stdin, env, cwd) in this process and returns a CliResult:
-    what a command does, without an interpreter start (tests/inprocess.py)."""
+    what a command does, without an interpreter start (tests/support/inprocess.py)."""
     return run_mt_here
 
 

@@ -21,7 +21,7 @@ from mt.adapt.files import fingerprint
 from mt.checkpoint import load_model
 from mt.decode.session import Session
 
-pytest_plugins = ["hub_models"]  # the small imported Marian model
+pytest_plugins = ["support.hub_models"]  # the small imported Marian model
 LINES = [
     "Ein Mann fährt mit dem Fahrrad über die Brücke.",
     "Zwei Hunde spielen im Schnee.",

@@ -21,6 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.processes import start_server
 from mt.checkpoint import load_model
 from mt.config import DecodeConfig
 from mt.decode.constrained import constrained_beam_search
@@ -36,7 +37,6 @@ from mt.spans.bans import Bans, SpanRule, step_mask
 from mt.spans.index import piece_texts
 from mt.spans.placeholders import exact
 from mt.tokenizer import PAD
-from scripts.processes import start_server
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 from conftest import reverse_task_config
-from inprocess import run_mt_here
+from support.inprocess import run_mt_here
 
 
 @pytest.mark.slow  # about 50 s of training: `pytest -m slow`

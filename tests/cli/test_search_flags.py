@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.processes import start_server
 from mt.checkpoint import load, save
 from mt.decode.options import DecodeOptions
 from mt.decode.session import Session
 from mt.errors import MtError
-from scripts.processes import start_server
 
 LINES = 40
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.processes import start_server
 from mt.decode.requests import Request
 from mt.decode.session import DecodeOptions
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
-from scripts.processes import start_server
 
 ITEMS = [
     {"src": "Ein Mann fährt mit dem Fahrrad über die Brücke."},

@@ -11,9 +11,9 @@ import httpx
 import pytest
 import torch
 
-from scripts.browser import chromium
-from scripts.browser import missing as browser_missing
-from scripts.processes import start_server
+from harness.browser import chromium
+from harness.browser import missing as browser_missing
+from harness.processes import start_server
 
 SENTENCE = "Ein Hund rennt im Park."
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import reverse_task_config
-from inprocess import run_mt_here
+from support.inprocess import run_mt_here
 
 from mt import checkpoint
 from mt.train.averaging import Ema, average_at_end

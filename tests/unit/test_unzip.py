@@ -11,10 +11,10 @@ import zipfile
 
 import pytest
 
+from harness.bombs import zip_bomb
 from mt.decode.documents import read_document
 from mt.decode.unzip import CHUNK, OverLimit, ZipLimits, unpack
 from mt.errors import MtError
-from scripts.bombs import zip_bomb
 
 MIB = 1 << 20
 
