@@ -6,11 +6,12 @@ checked against a piece-by-piece scan of the vocabulary with `find_spans`.
 A row grows one piece at a time, each piece one that the scan allows after the row so far (what
 search may write: no span the sentence is not allowed). At every step the index
 (`mt.spans.index.PieceIndex`) must ban, after the row's open text, exactly the pieces the scan
-finds completing a span not allowed, but those banned after any row (`alone_spans`). The
-vocabulary is `DENSE` (pieces of every syntax, made to nest: an ICU argument inside a tag's
-attribute, a printf after a digit, runs of one character before a span under way) or a
-checkpoint's target pieces. Each wrong step is printed with its row; the exit code is their
-number (capped at 100). tests/unit/test_span_index.py drives the same check with hypothesis.
+finds completing a span not allowed, but those banned after any row (`alone_spans`). The scan
+is harness/ban_oracle.py and the vocabulary harness/span_inputs.py's `DENSE` (pieces of every
+syntax, made to nest: an ICU argument inside a tag's attribute, a printf after a digit, runs of
+one character before a span under way), which the tests share; or a checkpoint's target pieces.
+Each wrong step is printed with its row; the exit code is their number (capped at 100).
+tests/unit/test_span_index.py drives the same check with hypothesis.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ side and against punctuation (`%s%d.`, `»{0}«`), and are sometimes only spans.
 translated through the real `mt translate` path (`translate_stream`, an HTML plan with
 --html), in buffers as the CLI does; a line that comes back with an
 error, a line count that differs, or a span multiset that differs is a failure, printed with
-its line. The exit code is the number of failures (capped at 100). tests/unit/test_fuzz.py drives
-`fuzz_line` with hypothesis on the tiny model.
+its line. The exit code is the number of failures (capped at 100). The generator and the check
+are harness/span_inputs.py's `fuzz_line` and harness/span_checks.py's `span_failures`, which
+tests/unit/test_fuzz.py drives with hypothesis on the tiny model.
 """
 
 from __future__ import annotations
