@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TIMES, adapter_config, multi30k_slice, reverse_task_config
+from support.tasks import TIMES, adapter_config, multi30k_slice, reverse_task_config
 
 from mt.adapt.files import fingerprint
 from mt.checkpoint import load_model

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.cli import app, main
 from mt.config import Config

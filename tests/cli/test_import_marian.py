@@ -183,7 +183,7 @@ def test_score_equals_hf_log_probabilities(imported, hf, sources, tmp_path, mt_c
 def test_bad_input_is_one_line_and_writes_nothing(
     case, expect, marian_dir, tmp_path, capsys, monkeypatch
 ):
-    from conftest import run_in_process
+    from support.inprocess import run_in_process
 
     folder = tmp_path / "model"
     folder.mkdir()

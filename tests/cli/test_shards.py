@@ -8,7 +8,8 @@ import os
 import subprocess
 
 import pytest
-from conftest import REPO, run_in_process
+from support import REPO
+from support.inprocess import run_in_process
 
 from harness.processes import free_port, torchrun
 
