@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,8 @@ from support import REPO
 from support.inprocess import CliResult, run_mt_here
 from support.tasks import MULTI_PAIRS, adapter_config, multi30k_slice
 
+from harness.browser import chromium
+from harness.browser import missing as browser_missing
 from mt.device import read_cpu_flags
 
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
@@ -86,6 +89,17 @@ def mt_cli() -> Callable[..., CliResult]:
     """Runs `mt ARGS` (keywords: stdin, env, cwd) in this process and returns a CliResult:
     what a command does, without an interpreter start (tests/support/inprocess.py)."""
     return run_mt_here
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium, a 1200x1400 window, for the tests of a page (skipped where no browser
+    can start: harness/browser.py says why); a module may override it with a window of its own."""
+    if why := browser_missing():
+        pytest.skip(why)
+    driver = chromium("1200,1400")
+    yield driver
+    driver.quit()
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,14 @@
   their `mt import`s (`pytest_plugins = ["support.hub_models"]`);
 - `cat_files`: TMX and XLIFF files made from Multi30k slices;
 - `launchers`: torchrun launchers started, waited for and killed as the cluster tests do;
-- `tasks`: the small tasks the tests train on (the reverse task, adapter configs, Multi30k
-  slices, the tiny multilingual run's directions) and what their runs' metrics hold;
+- `tasks`: the small tasks the tests train on (the reverse task, the five-sentence task,
+  adapter configs, Multi30k slices, the tiny multilingual run's directions) and what their
+  runs' metrics hold;
+- `copier`: the tiny Transformer and copy task of the search tests;
 - `references`: rules mt applies to whole arrays, spelled out for one item.
 
-Plain functions and constants, never fixtures: those are in conftest.py, which pytest loads by
-itself and no test imports. `REPO` is the repository's root.
+Plain functions and constants; fixtures are in conftest.py, which pytest loads by itself and no
+test imports (the hub fixtures are a plugin a test module names). `REPO` is the repository's root.
 
 What a benchmark or tool needs as well (a real `mt serve`, free ports, the browser, the small
 HF models, zip bombs, injected spans and the span checks) is in harness/ at the repository

@@ -1,8 +1,9 @@
 """The small tasks the tests train on, and what their runs hold: a synthetic reverse task and
 its config (for tests that train again and again: resume, crashes, DDP), a `mt train` started
-as a child to be signalled or killed, the LoRA fine-tuning config and the Multi30k slices of
-the adapter tests, and the directions of the tiny multilingual run (`multi_run` in conftest.py,
-which trains it once a session).
+as a child to be signalled or killed, a five-sentence task trained for two steps (the extreme
+options and the ensembles), the LoRA fine-tuning config and the Multi30k slices of the adapter
+tests, and the directions of the tiny multilingual run (`multi_run` in conftest.py, which
+trains it once a session).
 """
 
 from __future__ import annotations
@@ -72,6 +73,38 @@ def start_training(config: Path, run: Path, *extra: str) -> subprocess.Popen:
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         start_new_session=True,
     )
+
+
+# -- five sentences, two steps: a run to push each option to its extremes ------------------------
+
+FIVE_SENTENCES = ["ka lo mi", "lo mi nu ka", "mi nu", "nu ka lo mi nu", "ka ka lo"]
+
+
+def write_five_sentence_task(folder: Path) -> Path:
+    """The five-sentence corpus and a config that trains a 16-wide model for two steps."""
+    data = folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for name in ("train", "val"):
+        for lang in ("src", "tgt"):
+            (data / f"{name}.{lang}").write_text("".join(s + "\n" for s in FIVE_SENTENCES))
+    (folder / "input.txt").write_text("ka lo mi\nmi nu\nlo ka\n")
+    config = {
+        "data": {"root": str(data), "src_lang": "src", "tgt_lang": "tgt"},
+        "tokenizer": {"vocab_size": 32},
+        "model": {"d_model": 16, "n_heads": 2, "d_ff": 32, "encoder_layers": 1},
+        "train": {
+            "device": "cpu",
+            "threads": 1,
+            "loader_workers": 0,
+            "max_steps": 2,
+            "warmup": 2,
+            "log_every": 1,
+            "eval_every": 2,
+        },
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 # -- adapters on the tiny model (mt/adapt) -------------------------------------------------------

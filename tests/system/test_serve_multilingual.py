@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_serve_page import browser  # noqa: F401 - the shared headless Chromium fixture
 
 from harness.processes import start_server
 

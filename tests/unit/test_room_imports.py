@@ -1,6 +1,8 @@
 """Who may import whom among the repository's rooms outside mt/: tests never import scripts/ (a
 test would pass or fail by a benchmark's code), scripts/ never imports tests/ (a benchmark would
-need the test tree), and harness/, which both share, imports neither. Read from the syntax tree
+need the test tree), and harness/, which both share, imports neither. Within tests/, what tests
+share is in support/ (and fixtures in conftest.py, which pytest loads by itself): no test imports
+conftest or another test module. Read from the syntax tree
 of every file, imports inside functions and `importlib.import_module("...")` included, so that
 a path named in a docstring or a command line (`python -m scripts.bench.bf16`) is no import."""
 
@@ -104,3 +106,13 @@ def test_scripts_and_harness_never_import_tests():
             if found:
                 wrong[path.relative_to(REPO).as_posix()] = sorted(found)
     assert wrong == {}, "harness/ imports only mt; scripts/ imports harness/, never tests/"
+
+
+def test_tests_share_through_support_not_conftest_or_each_other():
+    tests = {p.stem for p in TESTS.rglob("test_*.py")} | {"conftest"}
+    wrong = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        found = under(imported(path), tests - {path.stem})
+        if found:
+            wrong[path.relative_to(REPO).as_posix()] = sorted(found)
+    assert wrong == {}, "move what tests share to tests/support/ (fixtures: conftest.py)"
