@@ -4,7 +4,8 @@
   docs/benchmarks.md);
 - `scripts.studies.NAME`: the measurements behind the pages of docs/studies/ and the recipes;
 - `scripts.tools.NAME`: data getters, screenshots, the commit comparison, a fuzzer;
-- `common.py` (what the benchmarks share), `processes.py` and `browser.py` (child processes,
-  ports, `mt serve`, torchrun and headless Chromium, shared with tests/), `span_checks.py`;
+- `common.py` (what the benchmarks share) and `measure.py` (a measured child and its tree);
+  what they share with the tests (`mt serve`, ports, the browser, the small HF models, zip
+  bombs, injected spans and the span checks) is in harness/ at the repository root;
 - `demo.sh`, `gpu_check.sh` and `seeing_inside.sh`: run with `bash scripts/NAME.sh`.
 """

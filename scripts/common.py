@@ -13,8 +13,8 @@
 - `worktree()`: an older commit checked out beside the working tree, to measure both.
 
 Scripts run from the repository root as `python -m scripts.bench.NAME` (or `studies`, `tools`)
-and `from scripts.common import ...`; processes, ports and the browser are in scripts/processes.py
-and scripts/browser.py, which the tests share.
+and `from scripts.common import ...`; a measured child is in scripts/measure.py, and what the
+tests use too (a real `mt serve`, ports, the browser, the small HF models) in harness/.
 """
 
 from __future__ import annotations

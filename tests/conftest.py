@@ -6,13 +6,18 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from inprocess import CliResult, run_mt_here
+from support import REPO
+from support.inprocess import CliResult, run_mt_here
+from support.tasks import MULTI_PAIRS, adapter_config, multi30k_slice
 
+from harness.browser import chromium
+from harness.browser import missing as browser_missing
 from mt.device import read_cpu_flags
 
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
@@ -28,10 +33,6 @@ os.environ.setdefault("MT_CPU_FLAGS", "")
 # What the span ban learns of a vocabulary is kept on disk between runs (mt/spans/kept.py): the
 # tests keep it in a folder of their own, not the user's cache, and start with none.
 os.environ.setdefault("MT_SPAN_CACHE", tempfile.mkdtemp(prefix="mt-span-cache-"))
-
-REPO = Path(__file__).resolve().parent.parent
-# Keys of metrics.jsonl records that measure time, which no two runs share.
-TIMES = ("elapsed", "tgt_tokens_per_s", "eval_seconds", "tensorboard_seconds")
 
 
 @pytest.fixture(scope="session")
@@ -54,16 +55,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f.write(f"=== {report.nodeid} ({report.when}) FAILED\n{report.longreprtext}\n")
             for name, text in report.sections:
                 f.write(f"--- {name}\n{text}\n")
-
-
-# -- the training-pair filter, spelled out for one pair ------------------------------------------
-
-
-def keep_pair(src: list[int], tgt: list[int], max_len: int, max_ratio: float) -> bool:
-    """The length and ratio rule `mt.data.build.drop_reasons` vectorises, for one pair whose
-    `src` ends with EOS (`tgt` has none): the reference the data tests check it against."""
-    ls, lt = len(src), len(tgt) + 1
-    return ls <= max_len and lt <= max_len and max(ls, lt) <= max_ratio * min(ls, lt)
 
 
 # -- the command line: in this process by default, a real child where the process is tested ----
@@ -93,20 +84,22 @@ def _run_mt(
     )
 
 
-def run_in_process(
-    args: list[object], capsys, monkeypatch, stdin: bytes | str | None = None
-) -> tuple[int, str, str]:
-    """`mt ARGS` through the real entry point, in this process: (exit code, stdout, stderr).
-    `capsys` and `monkeypatch` are kept for the callers; the runner restores what it changes."""
-    result = run_mt_here(*args, stdin=stdin)
-    return result.rc, result.out, result.err
-
-
 @pytest.fixture(scope="session")
 def mt_cli() -> Callable[..., CliResult]:
     """Runs `mt ARGS` (keywords: stdin, env, cwd) in this process and returns a CliResult:
-    what a command does, without an interpreter start (tests/inprocess.py)."""
+    what a command does, without an interpreter start (tests/support/inprocess.py)."""
     return run_mt_here
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium, a 1200x1400 window, for the tests of a page (skipped where no browser
+    can start: harness/browser.py says why); a module may override it with a window of its own."""
+    if why := browser_missing():
+        pytest.skip(why)
+    driver = chromium("1200,1400")
+    yield driver
+    driver.quit()
 
 
 @pytest.fixture(scope="session")
@@ -142,9 +135,6 @@ def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return run_dir
 
 
-MULTI_PAIRS = ["de-en", "en-de", "en-fr", "fr-en"]
-
-
 @pytest.fixture(scope="session")
 def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model trained on four directions of a Multi30k slice (de-fr is zero-shot)."""
@@ -173,111 +163,7 @@ def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return run_dir
 
 
-# -- a small synthetic task for tests that train repeatedly (resume, crashes, DDP) ----------------
-
-
-def write_reverse_task(root: Path, n_train: int = 400) -> None:
-    """Sentences over 10 pseudo-words and their reversal, as text files `{train,val}.{src,tgt}`."""
-    import random
-
-    rng = random.Random(0)
-    words = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
-    root.mkdir(parents=True, exist_ok=True)
-    for name, n in (("train", n_train), ("val", 20)):
-        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 7))) for _ in range(n)]
-        tgt = [" ".join(reversed(s.split())) for s in src]
-        for lang, lines in (("src", src), ("tgt", tgt)):
-            (root / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def reverse_task_config(folder: Path, **train: object) -> Path:
-    """A config for a 1+1-layer model on the reverse task in `folder`; `train` overrides."""
-    import yaml
-
-    write_reverse_task(folder / "data")
-    cfg = {
-        "data": {"root": str(folder / "data"), "src_lang": "src", "tgt_lang": "tgt"},
-        "tokenizer": {"vocab_size": 32},
-        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "encoder_layers": 1},
-        "train": {
-            "device": "cpu",
-            "precision": "fp32",
-            "threads": 1,
-            "seed": 7,
-            "max_tokens": 256,  # several batches per epoch
-            "warmup": 8,
-            "max_steps": 24,
-            "log_every": 4,
-            "eval_every": 12,
-            "eval_bleu": False,
-            "keep_last": 0,
-            **train,
-        },
-    }
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
-
-
-def start_training(config: Path, run: Path, *extra: str) -> subprocess.Popen:
-    """`mt train` as its own process group (so a test can signal or kill it), one thread."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "mt", "train", str(config), "--run-dir", str(run), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        start_new_session=True,
-    )
-
-
 # -- adapters on the tiny model (mt/adapt) -------------------------------------------------------
-
-
-def adapter_config(folder: Path, data: Path, **finetune: object) -> Path:
-    """A LoRA fine-tuning config on `data/{ft,dev}.{de,en}`: data, adapter and training only,
-    as a user's would be (the model and tokenizer come from the base)."""
-    import yaml
-
-    cfg = {
-        "data": {"root": str(data), "train": "ft", "valid": "dev"},
-        "finetune": {"adapter": "lora", "lora_rank": 4, **finetune},
-        "train": {
-            "device": "cpu",
-            "precision": "fp32",
-            "threads": 1,
-            "seed": 3,
-            "max_tokens": 2048,
-            "schedule": "constant",
-            "lr": 0.01,
-            "warmup": 2,
-            "max_steps": 10,
-            "log_every": 5,
-            "eval_every": 5,
-            "eval_bleu": False,
-            "keep_last": 1,
-            "loader_workers": 0,
-            "tensorboard": False,
-        },
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "adapter.yaml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
-
-
-def multi30k_slice(multi30k_dir: Path, folder: Path, start: int, n: int = 400) -> Path:
-    """`ft.{de,en}`: Multi30k training pairs start..start+n; `dev.{de,en}`: 30 dev pairs."""
-    import gzip
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for lang in ("de", "en"):
-        with gzip.open(multi30k_dir / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
-            lines = f.read().splitlines()[start : start + n]
-        (folder / f"ft.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        with gzip.open(multi30k_dir / f"val.{lang}.gz", "rt", encoding="utf-8") as f:
-            lines = f.read().splitlines()[:30]
-        (folder / f"dev.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="session")

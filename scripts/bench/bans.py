@@ -64,12 +64,12 @@ from pathlib import Path
 
 import torch
 
+from harness.span_inputs import inject_text
 from mt.spans.bans import Bans, SpanRule
 from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
 from mt.translation.requests import Plan
 from mt.translation.translator import Translator, translate_stream
-from scripts.bench.protect import inject_text
 from scripts.common import (
     REPO,
     alternate,

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.processes import process_tree
 from scripts.bench.data_report import derive, get, table
 from scripts.bench.data_setup import (
     Checkout,
@@ -59,7 +60,7 @@ from scripts.bench.data_setup import (
 )
 from scripts.bench.memory import MIB, process_memory, summarize
 from scripts.common import REPO, git, machine, say, worktree, write_text
-from scripts.processes import Child, MeasureError, process_tree
+from scripts.measure import Child, MeasureError
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from scripts.common import REPO, git, read_lines, say
-from scripts.processes import Child, MeasureError
+from scripts.measure import Child, MeasureError
 
 CONFIG = "configs/multi30k_de_en.yaml"
 

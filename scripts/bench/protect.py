@@ -27,25 +27,14 @@ from pathlib import Path
 
 import torch
 
+from harness.span_checks import kept
+from harness.span_inputs import KINDS, inject_text
 from mt.errors import MtError
 from mt.quality import bleu
 from mt.spans.markup import parse_fragment
 from mt.translation.requests import Plan, Request
 from mt.translation.translator import Translator, translate_stream
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines, timed
-from scripts.span_checks import kept
-
-SPANS = {
-    "printf": ["%s", "%d", "%3d", "%1$s", "%(name)s", "%-5.2f", "%lld"],
-    "brace": ["{0}", "{1}", "{name}", "{user.name}"],
-    "shell": ["$HOME", "${PATH}", "$USER"],
-    "entity": ["&amp;", "&#169;", "&quot;", "&gt;"],
-    "url": ["https://inkscape.org/de/", "http://example.com/a?b=1&c=2", "www.debian.org"],
-    "email": ["help@example.org", "ana.b+x@mail.example.de"],
-    "tag": ["<b>", "<i>", '<a href="https://inkscape.org/de/">'],
-    "self-closing": ["<br/>", '<img src="logo.png" alt="Logo"/>'],
-}
-KINDS = list(SPANS)
 
 # Source words with one clear translation: where a tag around the first belongs in the output.
 WORDS = {
@@ -58,25 +47,6 @@ WORDS = {
     "schwarzen": "black", "weißen": "white", "grünen": "green", "gelben": "yellow",
     "Tisch": "table", "Berg": "mountain", "Menschen": "people", "Leute": "people",
 }  # fmt: skip
-
-
-def inject_text(line: str, k: int, rng: random.Random) -> tuple[str, list[str]]:
-    """`line` with spans of kind `KINDS[k % len]` at word boundaries, and the spans put in."""
-    kind = KINDS[k % len(KINDS)]
-    words = line.split()
-    spans: list[str] = []
-    for _ in range(1 + k % 2):
-        if kind == "tag":
-            i = rng.randrange(len(words))
-            open_ = rng.choice(SPANS["tag"])
-            close = "</" + re.match(r"<(\w+)", open_).group(1) + ">"  # type: ignore[union-attr]
-            words[i] = open_ + words[i] + close
-            spans += [open_, close]
-        else:
-            span = spans[0] if spans and rng.random() < 0.3 else rng.choice(SPANS[kind])
-            words.insert(rng.randrange(len(words) + 1), span)
-            spans.append(span)
-    return " ".join(words), spans
 
 
 def inject_html(line: str, ref: str, k: int, rng: random.Random) -> tuple[str, str | None, str]:

@@ -14,7 +14,7 @@
    request was answered correctly and the server still answers after.
 4. Soak: `--soak-seconds` of 8 clients; the server's RSS after the first tenth and at the end.
 
-Prints a Markdown report (for docs/studies/serving.md) with the machine's CPU.
+Prints a Markdown report (for docs/benchmarks.md) with the machine's CPU.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
+from harness.processes import start_server  # noqa: E402
 from mt.translation.requests import Plan, Request  # noqa: E402
 from mt.translation.session import Session  # noqa: E402
 from scripts.common import describe_machine, read_lines  # noqa: E402
-from scripts.processes import start_server  # noqa: E402
 
 
 def asked(lines: list[str]) -> list[Request]:

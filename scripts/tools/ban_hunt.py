@@ -6,11 +6,12 @@ checked against a piece-by-piece scan of the vocabulary with `find_spans`.
 A row grows one piece at a time, each piece one that the scan allows after the row so far (what
 search may write: no span the sentence is not allowed). At every step the index
 (`mt.spans.index.PieceIndex`) must ban, after the row's open text, exactly the pieces the scan
-finds completing a span not allowed, but those banned after any row (`alone_spans`). The
-vocabulary is `DENSE` (pieces of every syntax, made to nest: an ICU argument inside a tag's
-attribute, a printf after a digit, runs of one character before a span under way) or a
-checkpoint's target pieces. Each wrong step is printed with its row; the exit code is their
-number (capped at 100). tests/unit/test_span_index.py drives the same check with hypothesis.
+finds completing a span not allowed, but those banned after any row (`alone_spans`). The scan
+is harness/ban_oracle.py and the vocabulary harness/span_inputs.py's `DENSE` (pieces of every
+syntax, made to nest: an ICU argument inside a tag's attribute, a printf after a digit, runs of
+one character before a span under way), which the tests share; or a checkpoint's target pieces.
+Each wrong step is printed with its row; the exit code is their number (capped at 100).
+tests/unit/test_span_index.py drives the same check with hypothesis.
 """
 
 from __future__ import annotations
@@ -21,43 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-# Pieces of every syntax and the words around them, some whole spans under way.
-DENSE = ["", "}", "}}", "{", "{n, plural, ", "one {#", " other {# x", ">", "}>", "<a", ' title="',
-         "%", "s", "d", "0", ".", "2", "<", "b", "/", "$", "HOME", " ", "x", "&", "amp", ";",
-         "@", "ex", ".de", "www", "http", "://", "</b>", "<Pfad", "</Pfad>", "{0", "{{", "name",
-         "<%", "%>", "=", "1", "(", ")", ' <a title="{n, plural, one {#} other {#', "%<",
-         "<%=", "&#", "x1", "ftp", "{{ ", " }}", "-", "5", "%1$", "%L", "hh", "ll", "%(", "%{",
-         "#x", "A9", "https", '"', "'", "/>", "</", "!r", ":>8", "[0]", "%%", "%-5.2", "q",
-         "E", "+", "select", ",", ", ", "{d, date, short}", "<br", "a@b", "ex.com"]  # fmt: skip
-ALLOWED = ["%s", "<b>", "$HOME", "{0}", "&amp;", "www.de"]  # spans a sentence may be allowed
-
-
-def scan(texts: list[str], row: str, ok: tuple[str, ...]) -> set[int]:
-    """The pieces that complete a span not `ok` after `row`, each checked with `find_spans`."""
-    from mt.spans import WIDEST, find_spans
-    from mt.spans.index import may
-
-    out = set()
-    for v, piece in enumerate(texts):
-        new = [s.text for s in find_spans(row + piece, WIDEST) if s.end > len(row) and piece]
-        if any(not may(x, ok) for x in new):
-            out.add(v)
-    return out
-
-
-def wrong(index, row: str, ok: tuple[str, ...], banned: set[int]) -> str | None:
-    """What the index gets wrong after `row` (`banned`: the scan's pieces), or None."""
-    from mt.spans.open import open_starts
-    from mt.spans.rows import read
-
-    state = read(row, open_starts(row))
-    own = set() if state is None else set(index.bans(state, ok).tolist())
-    extra = own - banned
-    missing = banned - own - set(index.alone_spans)
-    if not extra and not missing:
-        return None
-    names = [index.texts[v] for v in sorted(extra)], [index.texts[v] for v in sorted(missing)]
-    return f"{row!r} allowed {ok}: banned wrongly {names[0]}, not banned {names[1]}"
+from harness.ban_oracle import scan, wrong
+from harness.span_inputs import ALLOWED, DENSE
 
 
 def hunt(texts: list[str], rows: int, seed: int, max_len: int = 15) -> tuple[int, list[str]]:

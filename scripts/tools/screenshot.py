@@ -15,7 +15,7 @@ from pathlib import Path
 
 from selenium.webdriver.common.action_chains import ActionChains
 
-from scripts.browser import chromium, select_by_label
+from harness.browser import chromium, select_by_label
 
 
 def main() -> None:

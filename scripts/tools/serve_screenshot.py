@@ -16,8 +16,8 @@ from pathlib import Path
 
 from selenium.webdriver.support.ui import WebDriverWait
 
-from scripts.browser import chromium, select_by_label
-from scripts.processes import start_server
+from harness.browser import chromium, select_by_label
+from harness.processes import start_server
 
 
 def main() -> None:

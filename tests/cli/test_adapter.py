@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TIMES, adapter_config, multi30k_slice, reverse_task_config
+from support.tasks import TIMES, adapter_config, multi30k_slice, reverse_task_config
 
 from mt.adapt.files import fingerprint
 from mt.checkpoint import load_model
 from mt.translation.session import Session
 
-pytest_plugins = ["hub_models"]  # the small imported Marian model
+pytest_plugins = ["support.hub_models"]  # the small imported Marian model
 LINES = [
     "Ein Mann fährt mit dem Fahrrad über die Brücke.",
     "Zwei Hunde spielen im Schnee.",

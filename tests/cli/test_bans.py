@@ -21,6 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.processes import start_server
 from mt.checkpoint import load_model
 from mt.config import DecodeConfig
 from mt.search.beam import beam_search, greedy_search
@@ -35,7 +36,6 @@ from mt.tokenizer import PAD
 from mt.translation.protect import SearchBelow, protect_stage
 from mt.translation.requests import Request, Translation
 from mt.translation.stages import run
-from scripts.processes import start_server
 
 WORDS = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze"]
 
@@ -340,9 +340,7 @@ def _search(model, tok, path: str, srcs: list[str], seed: int, bans, sampling_ar
         topk, topp, temperature = sampling_args
         sampling = Sampling(topk, topp, temperature, torch.Generator().manual_seed(seed))
     prefixes = [tok.encode_tgt([" ka"])[0] for _ in srcs] if path == "prefix" else None
-    return greedy_search(
-        model, src, cfg, prefixes=prefixes, sampling=sampling, rules=[bans] if bans else []
-    )
+    return greedy_search(model, src, cfg, prefixes=prefixes, sampling=sampling, rules=rules)
 
 
 EXAMPLES = 15

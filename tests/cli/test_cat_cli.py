@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cat_files import XLIFF1, XLIFF2, coded, multi30k, write_tmx, write_xliff1, write_xliff2
 from lxml import etree
+from support.cat_files import XLIFF1, XLIFF2, coded, multi30k, write_tmx, write_xliff1, write_xliff2
 from translate.storage import xliff, xliff2
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import REPO
+from support import REPO
 
 TINY = REPO / "configs" / "tiny.yaml"
 

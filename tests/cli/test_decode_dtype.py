@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_in_process
+from support import REPO
+from support.inprocess import run_in_process
 
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!--\s*example:\s*(\w+)(.*?)-->")

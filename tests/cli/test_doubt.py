@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.data.corpus import read_lines
 from mt.search.steps import length_penalty

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-from test_extremes import write_task
-from test_search import make_model, sources
+from support.copier import make_model, sources
+from support.tasks import write_five_sentence_task
 
 from mt.config import DecodeConfig, ModelConfig
 from mt.model import Transformer
@@ -91,7 +91,7 @@ def test_mt_eval_scores_an_ensemble_as_translate_outputs_it(
 
 
 def test_members_with_other_tokenizers_are_one_error_line(tiny_run, mt_cli, tmp_path):
-    config = write_task(tmp_path)  # a five-sentence task: its own small vocabulary
+    config = write_five_sentence_task(tmp_path)  # a five-sentence task: its own small vocabulary
     assert mt_cli("train", config, "--run-dir", tmp_path / "run").rc == 0
     other = tmp_path / "run" / "last.pt"
     result = mt_cli("translate", tiny_run / "last.pt", other, "--device", "cpu", stdin="Hund\n")

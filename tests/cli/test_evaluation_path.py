@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.checkpoint import load_model
 from mt.spans import find_spans

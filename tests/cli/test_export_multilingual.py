@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import MULTI_PAIRS
+from support.tasks import MULTI_PAIRS
 
 LINES = 60  # per direction
 PAIRS = [tuple(p.split("-")) for p in MULTI_PAIRS]

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
-from conftest import run_in_process
+from support.inprocess import run_in_process
+from support.tasks import write_five_sentence_task
 
 from mt.cli import app, main
 from mt.config import Config
@@ -33,7 +34,6 @@ HUGE_INT = 10**30
 HUGE_FLOAT = 1e30
 VALUES = {"zero": 0, "negative": -1, "huge": None}  # None: HUGE_INT or HUGE_FLOAT by type
 
-SENTENCES = ["ka lo mi", "lo mi nu ka", "mi nu", "nu ka lo mi nu", "ka ka lo"]
 
 # key -> outcomes at (0, -1, huge), optionally with extra `--set`s that keep a working run short.
 CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
@@ -218,34 +218,7 @@ def test_the_table_covers_every_numeric_option():
     assert sorted(FLAG_TABLE) == sorted(numeric_flags())
 
 
-# -- the task and values every case runs with ----------------------------------------------------
-
-
-def write_task(folder: Path) -> Path:
-    """The five-sentence corpus and a config that trains a 16-wide model for two steps."""
-    data = folder / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    for name in ("train", "val"):
-        for lang in ("src", "tgt"):
-            (data / f"{name}.{lang}").write_text("".join(s + "\n" for s in SENTENCES))
-    (folder / "input.txt").write_text("ka lo mi\nmi nu\nlo ka\n")
-    config = {
-        "data": {"root": str(data), "src_lang": "src", "tgt_lang": "tgt"},
-        "tokenizer": {"vocab_size": 32},
-        "model": {"d_model": 16, "n_heads": 2, "d_ff": 32, "encoder_layers": 1},
-        "train": {
-            "device": "cpu",
-            "threads": 1,
-            "loader_workers": 0,
-            "max_steps": 2,
-            "warmup": 2,
-            "log_every": 1,
-            "eval_every": 2,
-        },
-    }
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+# -- the values every case runs with (on support.tasks.write_five_sentence_task) -----------------
 
 
 def value_for(key_type: type, which: str) -> int | float:
@@ -279,7 +252,7 @@ CONFIG_CASES = [
 
 @pytest.mark.parametrize(("key", "which", "expect"), CONFIG_CASES)
 def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypatch):
-    config = write_task(tmp_path)
+    config = write_five_sentence_task(tmp_path)
     value = value_for(field_type(key), which)
     extra = list(CONFIG_TABLE[key][1]) if len(CONFIG_TABLE[key]) > 1 else []
     if key == "data.corpora.weight":
@@ -333,7 +306,7 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
 def trained(tmp_path_factory) -> Path:
     """A checkpoint of the two-step model and the folder with its corpus."""
     folder = tmp_path_factory.mktemp("extremes")
-    config = write_task(folder)
+    config = write_five_sentence_task(folder)
     mp = pytest.MonkeyPatch()
     mp.setattr(sys, "argv", ["mt", "train", str(config), "--run-dir", str(folder / "run")])
     try:
@@ -405,7 +378,7 @@ def test_flag_at_extreme(command, flag, which, expect, trained, capsys, monkeypa
 
 def test_a_model_too_big_for_the_machine_is_one_line(tmp_path, capsys, monkeypatch):
     """Within every bound but ~10^12 parameters: refused before any tensor is allocated."""
-    config = write_task(tmp_path)
+    config = write_five_sentence_task(tmp_path)
     sets = ["model.d_model=65536", "model.n_heads=8", "model.d_ff=262144"]
     args = ["train", config, "--run-dir", tmp_path / "run"]
     for item in sets:

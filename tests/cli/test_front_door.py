@@ -67,7 +67,7 @@ def test_same_vocabulary_from_two_trainings_makes_an_ensemble(
 ):
     """Two runs of one config train tokenizers whose protos differ only in the temporary corpus
     path they record; they define one vocabulary, so the ensemble is accepted."""
-    from conftest import REPO
+    from support import REPO
 
     other_run = tmp_path / "again"
     prepared = mt_cli(

@@ -1,4 +1,4 @@
-"""Everything mt does with a model it trained, on an imported one (tests/hub_models.py).
+"""Everything mt does with a model it trained, on an imported one (tests/support/hub_models.py).
 
 The small Marian model imported through `mt import` is fine-tuned with `--init-from` (its
 tokenizer kept), evaluated, served over HTTP, shown inside (`mt attention`, `mt vectors`),
@@ -18,7 +18,7 @@ import yaml
 
 from mt.checkpoint import load_model
 
-pytest_plugins = ["hub_models"]  # the small Marian model and its import, shared
+pytest_plugins = ["support.hub_models"]  # the small Marian model and its import, shared
 LINES = ["Ein Hund läuft über die Wiese.", "Zwei Männer spielen Fußball.", ""]
 LINES += ["Eine Frau sitzt auf einer Bank.", "Ein kleines Mädchen lacht."]
 
@@ -179,7 +179,7 @@ def test_spans_int8_attention_and_vectors(imported, tmp_path, mt_cli):
 def test_serve_answers_as_the_cli(imported, tmp_path, mt_cli):
     import httpx
 
-    from scripts.processes import start_server
+    from harness.processes import start_server
 
     want = mt_cli("translate", imported, stdin=LINES[0] + "\n")
     server = start_server(imported, log=tmp_path / "serve.log")

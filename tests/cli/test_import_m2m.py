@@ -1,7 +1,7 @@
 """`mt import` of M2M100ForConditionalGeneration (M2M-100; NLLB-200 shares the architecture):
 a multilingual mt model whose output is HF's, language by language.
 
-The small model of tests/hub_models.py (one spm model over de, en and fr; trained de->en and
+The small model of tests/support/hub_models.py (one spm model over de, en and fr; trained de->en and
 de->fr) is imported; `mt translate --from de --to fr` must print what HF `generate` writes with
 `forced_bos_token_id` = `__fr__`, greedy and beam 4, and `mt score` HF's log-probabilities of
 the target after its language token (the token the decoder is forced to read).
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_models import short_sources
+from support.hub_models import short_sources
 
 from mt.checkpoint import load_model
 
-pytest_plugins = ["hub_models"]  # the small M2M-100 model and its import, shared
+pytest_plugins = ["support.hub_models"]  # the small M2M-100 model and its import, shared
 LINES = 20
 
 
@@ -98,7 +98,7 @@ def test_score_equals_hf_log_probabilities(m2m_imported, hf, sources, tmp_path, 
 def test_serve_lists_and_translates_its_languages(m2m_imported, tmp_path, mt_cli):
     import httpx
 
-    from scripts.processes import start_server
+    from harness.processes import start_server
 
     want = mt_cli("translate", m2m_imported, "--from", "de", "--to", "fr", stdin="Ein Hund.\n")
     server = start_server(m2m_imported, log=tmp_path / "serve.log")

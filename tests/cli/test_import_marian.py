@@ -1,6 +1,6 @@
 """`mt import` of a MarianMTModel (OPUS-MT): exactly HF's model, tokenizer and decoding rules.
 
-A small Marian model is built with transformers' own classes (tests/hub_models.py: spm models
+A small Marian model is built with transformers' own classes (harness/hf_models.py: spm models
 and weights briefly trained on a Multi30k slice, random logit biases), saved as
 `save_pretrained` saves it, and imported through the real command line. On that model
 `mt translate` must print what HF `generate` writes, greedy and with beam 4 (with no flag: the
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_models import short_sources
+from support.hub_models import short_sources
 
 from mt.checkpoint import load_model
 
-pytest_plugins = ["hub_models"]  # the small Marian model and its import, shared
+pytest_plugins = ["support.hub_models"]  # the small Marian model and its import, shared
 LINES = 30
 TEXTS = [
     "Ein Mann fährt mit dem Fahrrad über die Brücke.",
@@ -183,7 +183,7 @@ def test_score_equals_hf_log_probabilities(imported, hf, sources, tmp_path, mt_c
 def test_bad_input_is_one_line_and_writes_nothing(
     case, expect, marian_dir, tmp_path, capsys, monkeypatch
 ):
-    from conftest import run_in_process
+    from support.inprocess import run_in_process
 
     folder = tmp_path / "model"
     folder.mkdir()

@@ -1,6 +1,6 @@
 """`mt import` of an M2M-100 model with NLLB-200's tokenizer: HF's ids and HF's output.
 
-The folder of scripts/hf_models.py's `build_nllb` is what an NLLB folder holds
+The folder of harness/hf_models.py's `build_nllb` is what an NLLB folder holds
 (`sentencepiece.bpe.model`, `tokenizer.json` with the `fra_Latn` codes as added tokens), made by
 transformers' own NllbTokenizer from a BPE sentencepiece model trained on Multi30k. The
 imported model must cut real text into HF's pieces and ids and translate as HF `generate`
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_models import read_slice, short_sources
+from support.hub_models import read_slice, short_sources
 
 from mt.checkpoint import load_model
 
-pytest_plugins = ["hub_models"]  # the small NLLB-tokenizer model and its import, shared
+pytest_plugins = ["support.hub_models"]  # the small NLLB-tokenizer model and its import, shared
 LINES = 20
 TEXTS = [
     "Die Straße hat 3 Häuser und 42 Bäume: äöü ß é ñ!",

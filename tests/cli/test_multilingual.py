@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import MULTI_PAIRS as PAIRS
-from conftest import REPO, TIMES, run_in_process
+from support import REPO
+from support.inprocess import run_in_process
+from support.tasks import MULTI_PAIRS as PAIRS
+from support.tasks import TIMES
 
 from mt.data.mixing import pair_weights
 from mt.languages import lang_piece

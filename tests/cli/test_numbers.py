@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.translation.number_guard import digits, kept, kept_rate, missing, numbers
 from mt.translation.requests import Plan, Request

@@ -8,8 +8,8 @@ import random
 import re
 
 import pytest
-from conftest import reverse_task_config
-from inprocess import run_mt_here
+from support.inprocess import run_mt_here
+from support.tasks import reverse_task_config
 
 
 @pytest.mark.slow  # about 50 s of training: `pytest -m slow`

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.span_inputs import KINDS, inject_text  # as scripts/bench/protect.py injects
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.errors import MtError
@@ -19,26 +20,18 @@ from mt.translation.translator import Translator
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _bench():
-    """scripts/bench/protect.py, whose injectors the benchmark and these tests share."""
-    from scripts.bench import protect
-
-    return protect
-
-
 @pytest.fixture(scope="module")
 def injected(multi30k_dir: Path) -> list[tuple[str, list[str]]]:
-    bench = _bench()
     rng = random.Random(3)
     lines = read_lines(multi30k_dir / "val.de.gz")[:200]
-    return [bench.inject_text(s, k, rng) for k, s in enumerate(lines)]
+    return [inject_text(s, k, rng) for k, s in enumerate(lines)]
 
 
 def test_every_kind_of_span_is_kept_exactly(tiny_run, mt_cli, injected, tmp_path) -> None:
     src = tmp_path / "in.de"
     src.write_text("".join(line + "\n" for line, _ in injected), encoding="utf-8")
-    kinds = {k % len(_bench().KINDS) for k in range(len(injected))}
-    assert len(kinds) == len(_bench().KINDS)  # every kind is in the sample
+    kinds = {k % len(KINDS) for k in range(len(injected))}
+    assert len(kinds) == len(KINDS)  # every kind is in the sample
     for flags in ([], ["--greedy"]):
         r = mt_cli("translate", tiny_run / "best.pt", "-i", src, *flags)
         assert r.rc == 0, r.err

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.spans import find_spans
 from mt.translation.translator import Translator

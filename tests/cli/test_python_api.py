@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 import mt
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TIMES, reverse_task_config
+from support.tasks import TIMES, reverse_task_config
 
 N = 24  # steps; N/2 is where the interrupted run stops and resumes
 

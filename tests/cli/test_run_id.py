@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 
 def run_ids(run_dir: Path) -> dict[str, str]:

@@ -17,11 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.processes import start_server
 from mt.checkpoint import load, save
 from mt.errors import MtError
 from mt.translation.options import DecodeOptions
 from mt.translation.session import Session
-from scripts.processes import start_server
 
 LINES = 40
 

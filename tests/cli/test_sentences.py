@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.data.corpus import read_lines
 from mt.translation.requests import Plan, Request

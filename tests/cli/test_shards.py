@@ -8,9 +8,10 @@ import os
 import subprocess
 
 import pytest
-from conftest import REPO, run_in_process
+from support import REPO
+from support.inprocess import run_in_process
 
-from scripts.processes import free_port, torchrun
+from harness.processes import free_port, torchrun
 
 N_LINES = 230  # not a multiple of the chunk: the last chunk is short
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 from mt.train.tensorboard import scalars
 

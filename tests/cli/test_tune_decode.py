@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
-from inprocess import run_mt_here
+from support.inprocess import run_mt_here
+from support.tasks import reverse_task_config
 
 BEAMS, ALPHAS = [1, 3], [0.0, 2.0]
 

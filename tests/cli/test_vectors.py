@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.checkpoint import load_model
 from mt.config import ModelConfig

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cat_files import multi30k, write_tmx
+from support.cat_files import multi30k, write_tmx
 
 from mt.config import WatchConfig
 from mt.train.best import BestRule, choose

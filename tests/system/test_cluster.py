@@ -15,17 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from support.launchers import finish, kill_tree, launch, node_args, wait_until, worker
+from support.tasks import reverse_task_config
 
-from scripts.processes import (
-    finish,
-    free_port,
-    kill_tree,
-    launch,
-    node_args,
-    wait_until,
-    worker,
-)
+from harness.processes import free_port
 
 
 def losses(run: Path) -> dict[int, float]:

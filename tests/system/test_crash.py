@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 from mt import checkpoint
 from mt.errors import MtError

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TIMES, reverse_task_config
+from support import REPO
+from support.tasks import TIMES, reverse_task_config
 
 from mt.checkpoint import load_model
 from mt.config_file import load_config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 K = 12
 

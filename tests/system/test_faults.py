@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config, start_training
+from support.tasks import reverse_task_config, start_training
 
 
 def _strict_json(line: str) -> dict:

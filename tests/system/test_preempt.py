@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import reverse_task_config, start_training
+from support.tasks import reverse_task_config, start_training
 
 from mt.errors import EXIT_REQUEUE
 

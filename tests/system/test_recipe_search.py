@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 from mt.config_file import load_config, parse_override
 from scripts.studies import recipe_search

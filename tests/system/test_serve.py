@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scripts.processes import Server, start_server
+from harness.processes import Server, start_server
 
 KEY = "k" * 20
 AUTH = {"Authorization": f"Bearer {KEY}"}

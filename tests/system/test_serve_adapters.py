@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mt.serve.config import ServeConfig
+from harness.processes import start_server
+from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Request
 from mt.translation.session import DecodeOptions
-from scripts.processes import start_server
 
 ITEMS = [
     {"src": "Ein Mann fährt mit dem Fahrrad über die Brücke."},
@@ -142,8 +142,9 @@ def test_the_worker_never_puts_two_adapters_in_one_search(tiny_run, tiny_adapter
     """Jobs of the base and of both adapters queued together: one translator call per adapter,
     each with that adapter's requests only, and each job answered as it would be alone."""
     adapters = {n: p / "best.pt" for n, p in tiny_adapters.items()}
-    config = ServeConfig(models={"tiny": [tiny_run / "best.pt"]}, adapters={"tiny": adapters})
-    worker = ModelWorker("tiny", config, Metrics())
+    worker = ModelWorker(
+        "tiny", [tiny_run / "best.pt"], "cpu", Limits(), Metrics(), adapters=adapters
+    )
     worker.start()
     deadline = time.monotonic() + 120
     while not worker.ready and worker.error is None and time.monotonic() < deadline:

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.bombs import zip_bomb
+from harness.processes import Server, start_server
 from mt.data.corpus import read_lines
-from scripts.bombs import zip_bomb
-from scripts.processes import Server, start_server
 
 MIB = 1 << 20
 LIMITS = (

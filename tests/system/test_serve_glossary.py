@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scripts.processes import start_server
+from harness.processes import start_server
 
 KEY, OTHER = "k" * 20, "o" * 20
 AUTH = {"Authorization": f"Bearer {KEY}"}

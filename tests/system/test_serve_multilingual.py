@@ -8,9 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_serve_page import browser  # noqa: F401 - the shared headless Chromium fixture
 
-from scripts.processes import start_server
+from harness.processes import start_server
 
 GERMAN = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 

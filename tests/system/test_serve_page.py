@@ -11,9 +11,7 @@ import httpx
 import pytest
 import torch
 
-from scripts.browser import chromium
-from scripts.browser import missing as browser_missing
-from scripts.processes import start_server
+from harness.processes import start_server
 
 SENTENCE = "Ein Hund rennt im Park."
 
@@ -24,15 +22,6 @@ def server(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory):
     srv = start_server(tiny_run / "best.pt", "--device", "cpu", log=folder / "server.log")
     yield srv
     assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if why := browser_missing():
-        pytest.skip(why)
-    driver = chromium("1200,1400")
-    yield driver
-    driver.quit()
 
 
 def choose(driver, label: str, value: str) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.processes import Server, start_server
 from mt.data.corpus import read_lines
-from scripts.processes import Server, start_server
 
 
 @pytest.fixture(scope="module")

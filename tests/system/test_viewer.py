@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.browser import chromium
+from harness.browser import missing as browser_missing
 from mt.checkpoint import load_model
 from mt.viewer import page, write_html
 from mt.views.attention import attention_json, translate_with_attention
 from mt.views.vectors import word_vectors
-from scripts.browser import chromium
-from scripts.browser import missing as browser_missing
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
-from cat_files import coded, multi30k, write_tmx, write_xliff1, write_xliff2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
+from support.cat_files import coded, multi30k, write_tmx, write_xliff1, write_xliff2
 
 import mt.cat.tmx
 from mt.cat import format_of, primary, strip_codes

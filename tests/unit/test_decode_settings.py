@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import typer
-from conftest import run_in_process
+from support.inprocess import run_in_process
 from typer.testing import CliRunner
 
 from mt.config import DecodeConfig, setting

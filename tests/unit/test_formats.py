@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_in_process
+from support.inprocess import run_in_process
 
 from mt.errors import MtError
 from mt.spans import find_spans

@@ -1,6 +1,6 @@
 """Fuzzed lines of nested tags, entities, placeholders and empty elements on the tiny model:
-one output line each, the source's spans exactly, no exception (scripts/tools/fuzz_spans.py's
-generator, driven by hypothesis; the script runs 10,000 lines)."""
+one output line each, the source's spans exactly, no exception (the generator and check of
+scripts/tools/fuzz_spans.py, from harness/, driven by hypothesis; the script runs 10,000 lines)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.span_checks import span_failures
+from harness.span_inputs import FUZZ_WORDS, fuzz_line
 from mt.translation.session import DecodeOptions, Session
-from scripts.tools import fuzz_spans
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-FUZZ = fuzz_spans
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +40,8 @@ def test_fuzzed_lines_keep_their_spans(translators, path) -> None:
     @SETTINGS
     @given(st.randoms(use_true_random=False), st.integers(1, 6))
     def run(rng: random.Random, n: int) -> None:
-        lines = [FUZZ.fuzz_line(rng, html=path == "html") for _ in range(n)]
-        assert FUZZ.check(translator, lines, html=path == "html") == []
+        lines = [fuzz_line(rng, html=path == "html") for _ in range(n)]
+        assert span_failures(translator, lines, html=path == "html") == []
 
     run()
 
@@ -52,8 +50,8 @@ def test_the_generator_makes_the_hard_cases() -> None:
     """The lines the fuzzing is for do come up: only spans, empty and nested elements,
     spans side by side."""
     rng = random.Random(0)
-    lines = [FUZZ.fuzz_line(rng) for _ in range(2000)]
-    only_spans = [x for x in lines if x and not any(w in x for w in FUZZ.WORDS)]
+    lines = [fuzz_line(rng) for _ in range(2000)]
+    only_spans = [x for x in lines if x and not any(w in x for w in FUZZ_WORDS)]
     assert len(only_spans) > 50
     assert any("></" in x for x in lines)  # an empty element
     assert any(x.count("<b>") + x.count("<i>") >= 2 for x in lines)

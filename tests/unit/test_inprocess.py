@@ -1,4 +1,4 @@
-"""The in-process runner behind `mt_cli` (tests/inprocess.py): what a child `python -m mt`
+"""The in-process runner behind `mt_cli` (tests/support/inprocess.py): what a child `python -m mt`
 would show, the process put back after, and a bug never passed off as an exit code."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from inprocess import run_mt_here
+from support.inprocess import run_mt_here
 
 ENTRY = importlib.import_module("mt.cli.app")  # the module; `mt.cli.app` names the Typer app
 

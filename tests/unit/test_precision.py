@@ -6,7 +6,8 @@ any CPU."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, reverse_task_config
+from support import REPO
+from support.tasks import reverse_task_config
 
 from mt import device as mt_device
 from mt.config_file import load_config

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import keep_pair
+from support.references import keep_pair
 
 import mt.data.build as build
 import mt.data.prepare as prep

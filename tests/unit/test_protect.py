@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 from mt.spans import Span, find_spans, mask_pair
 from mt.spans.placeholders import Placeholders, mask, restore

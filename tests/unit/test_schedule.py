@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 from mt.config import ModelConfig, TrainConfig
 from mt.train.schedule import (

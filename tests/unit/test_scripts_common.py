@@ -53,17 +53,3 @@ def test_read_lines_reads_gzip_and_write_text_is_atomic(tmp_path):
         "a.de.gz",
         "out.json",
     ]
-
-
-def test_span_checks_count_each_span_as_often_as_it_occurs():
-    from scripts.span_checks import kept, same_spans, span_counts
-
-    src = "Open %s and %s in {dir}"
-    assert span_counts(src) == {"%s": 2, "{dir}": 1}
-    assert span_counts(src, ["c-format"]) == {"%s": 2}  # the string's own format flags only
-    assert same_spans("Öffne %s und %s in {dir}", src)
-    assert not same_spans("Öffne %s in {dir}", src)  # one %s lost
-    assert not same_spans("Öffne %s und %s in {dir} {dir}", src)  # one {dir} too many
-    assert same_spans("Öffne %s und %s", src, ["c-format"])  # {dir} is no span for c-format
-    assert kept("a <b>x</b> b", "c <b>y</b> d", ["<b>", "</b>"])
-    assert not kept("a <b>x b", "c <b>y</b> d", ["<b>", "</b>"])

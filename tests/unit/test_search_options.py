@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_search import FIRST, V, make_model, sequence_logp, sources, train_copier
+from support.copier import FIRST, V, make_model, sequence_logp, sources, train_copier
 
 from mt.config import DecodeConfig
 from mt.search.beam import beam_search, greedy_search

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
+from harness.span_inputs import ALLOWED, DENSE
 from mt.spans import WIDEST, _compiled
 from mt.spans.alike import Alike
 from mt.spans.automaton import Automaton, advance, scan, start_state
 from mt.spans.index import PieceIndex, may, starts_of
 from mt.spans.open import open_starts
 from mt.spans.rows import read
-from scripts.tools.ban_hunt import ALLOWED, DENSE
 
 # Words that keep a span under way (a tag's attributes) and pieces of GCC's quotes.
 WORDS = [" ARG1", " is", " smaller", " than", " ARG2", "<ARG2", " x", "a", " /", "</a",

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from harness.span_inputs import ALLOWED, DENSE
 from mt.spans.bans import SpanRule
 from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex
 from mt.spans.open import open_starts, reached
 from mt.spans.rows import STATES, OpenTexts, kind, read
-from scripts.tools.ban_hunt import ALLOWED, DENSE
 
 CPU = torch.device("cpu")
 

@@ -12,6 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.ban_oracle import scan, wrong
+from harness.span_inputs import ALLOWED, DENSE, SPANS, inject_text
 from mt.config import TokenizerConfig
 from mt.spans import WIDEST, find_spans
 from mt.spans import checked as checked_module
@@ -22,8 +24,6 @@ from mt.spans.index import PieceIndex, _walk, index_for, may, piece_texts, start
 from mt.spans.open import GROWING, alive_patterns, class_map, final_test, growth, open_starts
 from mt.spans.rows import read
 from mt.tokenizer import Tokenizer, train_tokenizer
-from scripts.bench.protect import SPANS, inject_text
-from scripts.tools.ban_hunt import ALLOWED, DENSE, scan, wrong
 
 CPU = torch.device("cpu")
 SPAN_CHARS = set("%<>{}&;$@/:.#()")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.span_inputs import ALLOWED, DENSE
 from mt.spans import kept
 from mt.spans.index import PieceIndex
 from mt.spans.open import open_starts
 from mt.spans.rows import read
-from scripts.tools.ban_hunt import ALLOWED, DENSE
 
 
 def _rows(seed: int, n: int) -> list[tuple[tuple, tuple[str, ...]]]:

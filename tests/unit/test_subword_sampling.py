@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import reverse_task_config
+from support.tasks import reverse_task_config
 
 from mt.config import Config, DataConfig, TokenizerConfig
 from mt.config_file import load_config

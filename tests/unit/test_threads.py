@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, reverse_task_config, run_in_process
+from support import REPO
+from support.inprocess import run_in_process
+from support.tasks import reverse_task_config
 
 from mt.config_rules import MAX_THREADS
 from mt.device import (

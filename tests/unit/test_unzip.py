@@ -11,10 +11,10 @@ import zipfile
 
 import pytest
 
+from harness.bombs import zip_bomb
 from mt.errors import MtError
 from mt.serve.documents import read_document
 from mt.serve.unzip import CHUNK, OverLimit, ZipLimits, unpack
-from scripts.bombs import zip_bomb
 
 MIB = 1 << 20
 

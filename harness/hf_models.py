@@ -1,6 +1,6 @@
 """Small models in HF's format, built with transformers' own classes, for `mt import`.
 
-The import tests (tests/hub_models.py holds their fixtures) and the parity script
+The import tests (tests/support/hub_models.py holds their fixtures) and the parity script
 (scripts/bench/import_parity.py) build the same models: a Marian (OPUS-MT) de-en, an M2M-100
 with fairseq's dictionary, and an M2M-100 with NLLB-200's tokenizer. Each is trained for a few
 dozen steps on a Multi30k slice so that its outputs vary with the input (random weights would

@@ -257,3 +257,12 @@ def _restore_logging(saved: tuple[int, dict[logging.Logger, tuple]]) -> None:
         lg.setLevel(level)
         lg.handlers[:] = handlers
         lg.propagate, lg.disabled = propagate, disabled
+
+
+def run_in_process(
+    args: list[object], capsys, monkeypatch, stdin: bytes | str | None = None
+) -> tuple[int, str, str]:
+    """`mt ARGS` through the real entry point, in this process: (exit code, stdout, stderr).
+    `capsys` and `monkeypatch` are kept for the callers; the runner restores what it changes."""
+    result = run_mt_here(*args, stdin=stdin)
+    return result.rc, result.out, result.err
