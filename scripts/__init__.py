@@ -6,6 +6,6 @@
 - `scripts.tools.NAME`: data getters, screenshots, the commit comparison, a fuzzer;
 - `common.py` (what the benchmarks share) and `measure.py` (a measured child and its tree);
   what they share with the tests (`mt serve`, ports, the browser, the small HF models, zip
-  bombs, injected spans and the span checks) is in harness/ at the repository root;
+  bombs, injected spans and the span checks) is in tests/support/, imported as `tests.support`;
 - `demo.sh`, `gpu_check.sh` and `seeing_inside.sh`: run with `bash scripts/NAME.sh`.
 """

@@ -14,7 +14,7 @@
 
 Scripts run from the repository root as `python -m scripts.bench.NAME` (or `studies`, `tools`)
 and `from scripts.common import ...`; a measured child is in scripts/measure.py, and what the
-tests use too (a real `mt serve`, ports, the browser, the small HF models) in harness/.
+tests use too (a real `mt serve`, ports, the browser, the small HF models) in tests/support/.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A measured child: a command in its own session, timed, its peak RSS read, killed with its
 whole process tree when it runs too long. What the benchmarks of training and data loading
 measure with (scripts/bench/data.py, data_setup.py); the tests never measure, so this is not in
-harness/ (which tests and scripts share) but here.
+tests/support/ (which scripts import from too) but here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.processes import alive, descendants
+from tests.support.processes import alive, descendants
 
 
 class MeasureError(Exception):

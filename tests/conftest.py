@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 from support import REPO
+from support.browser import chromium
+from support.browser import missing as browser_missing
 from support.inprocess import CliResult, run_mt_here
 from support.tasks import MULTI_PAIRS, adapter_config, multi30k_slice
 
-from harness.browser import chromium
-from harness.browser import missing as browser_missing
 from mt.device import read_cpu_flags
 
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
@@ -94,7 +94,8 @@ def mt_cli() -> Callable[..., CliResult]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium, a 1200x1400 window, for the tests of a page (skipped where no browser
-    can start: harness/browser.py says why); a module may override it with a window of its own."""
+    can start: tests/support/browser.py says why); a module may override it with a window of
+    its own."""
     if why := browser_missing():
         pytest.skip(why)
     driver = chromium("1200,1400")

@@ -64,7 +64,6 @@ from pathlib import Path
 
 import torch
 
-from harness.span_inputs import inject_text
 from mt.spans.bans import Bans, SpanRule
 from mt.spans.index import PieceIndex, piece_texts
 from mt.spans.masks import RowMask
@@ -79,6 +78,7 @@ from scripts.common import (
     read_lines,
     worktree,
 )
+from tests.support.span_inputs import inject_text
 
 # The ban replayed in a child process of another tree (`--baseline`): the recorded calls, one
 # rule built fresh (its index too, as a fresh process builds it), its CPU seconds printed.

@@ -42,8 +42,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.processes import free_port
 from scripts.common import REPO, describe_machine, git, markdown_table, read_lines, worktree
+from tests.support.processes import free_port
 
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 CONDITIONS = ("free", "beside-train", "beside-burner", "taskset", "quota")

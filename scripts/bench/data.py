@@ -43,7 +43,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.processes import process_tree
 from scripts.bench.data_report import derive, get, table
 from scripts.bench.data_setup import (
     Checkout,
@@ -61,6 +60,7 @@ from scripts.bench.data_setup import (
 from scripts.bench.memory import MIB, process_memory, summarize
 from scripts.common import REPO, git, machine, say, worktree, write_text
 from scripts.measure import Child, MeasureError
+from tests.support.processes import process_tree
 
 
 @dataclass

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from harness.hf_models import NLLB_LANGS, build_m2m, build_marian, build_nllb
 from scripts.common import describe_machine, machine, markdown_table, read_lines, say, write_text
+from tests.support.hf_models import NLLB_LANGS, build_m2m, build_marian, build_nllb
 
 TOLERANCE = 1e-4
 

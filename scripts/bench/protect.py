@@ -27,14 +27,14 @@ from pathlib import Path
 
 import torch
 
-from harness.span_checks import kept
-from harness.span_inputs import KINDS, inject_text
 from mt.errors import MtError
 from mt.quality import bleu
 from mt.spans.markup import parse_fragment
 from mt.translation.requests import Plan, Request
 from mt.translation.translator import Translator, translate_stream
 from scripts.common import alternate, describe_machine, load_checkpoint, read_lines, timed
+from tests.support.span_checks import kept
+from tests.support.span_inputs import KINDS, inject_text
 
 # Source words with one clear translation: where a tag around the first belongs in the output.
 WORDS = {

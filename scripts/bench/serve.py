@@ -35,10 +35,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
-from harness.processes import start_server  # noqa: E402
 from mt.translation.requests import Plan, Request  # noqa: E402
 from mt.translation.session import Session  # noqa: E402
 from scripts.common import describe_machine, read_lines  # noqa: E402
+from tests.support.processes import start_server  # noqa: E402
 
 
 def asked(lines: list[str]) -> list[Request]:

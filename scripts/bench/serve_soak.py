@@ -38,11 +38,11 @@ from pathlib import Path
 import httpx
 import torch
 
-from harness.bombs import zip_bomb
-from harness.processes import Server, start_server
 from mt.translation.requests import Plan, Request
 from mt.translation.session import Session
 from scripts.common import describe_machine, multi30k_dir, read_lines, say
+from tests.support.bombs import zip_bomb
+from tests.support.processes import Server, start_server
 
 KEY = "soak-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.processes import ELASTIC_ENV, free_port, torchrun
 from scripts.common import REPO
+from tests.support.processes import ELASTIC_ENV, free_port, torchrun
 
 DATA = os.environ.get("MT_DATA") or str(REPO.parent / "shared" / "data" / "multi30k")
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from harness.span_checks import same_spans, span_counts
 from mt.quality import bleu
 from mt.translation.requests import Plan, Request, isolated
 from mt.translation.session import Session
+from tests.support.span_checks import same_spans, span_counts
 
 
 def translate(engine, requests: list[Request]) -> tuple[list[str], int, float]:

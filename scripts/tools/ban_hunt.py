@@ -7,9 +7,10 @@ A row grows one piece at a time, each piece one that the scan allows after the r
 search may write: no span the sentence is not allowed). At every step the index
 (`mt.spans.index.PieceIndex`) must ban, after the row's open text, exactly the pieces the scan
 finds completing a span not allowed, but those banned after any row (`alone_spans`). The scan
-is harness/ban_oracle.py and the vocabulary harness/span_inputs.py's `DENSE` (pieces of every
-syntax, made to nest: an ICU argument inside a tag's attribute, a printf after a digit, runs of
-one character before a span under way), which the tests share; or a checkpoint's target pieces.
+is tests/support/ban_oracle.py and the vocabulary tests/support/span_inputs.py's `DENSE`
+(pieces of every syntax, made to nest: an ICU argument inside a tag's attribute, a printf after
+a digit, runs of one character before a span under way), which the tests share; or a
+checkpoint's target pieces.
 Each wrong step is printed with its row; the exit code is their number (capped at 100).
 tests/unit/test_span_index.py drives the same check with hypothesis.
 """
@@ -22,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.ban_oracle import scan, wrong
-from harness.span_inputs import ALLOWED, DENSE
+from tests.support.ban_oracle import scan, wrong
+from tests.support.span_inputs import ALLOWED, DENSE
 
 
 def hunt(texts: list[str], rows: int, seed: int, max_len: int = 15) -> tuple[int, list[str]]:

@@ -9,8 +9,8 @@ translated through the real `mt translate` path (`translate_stream`, an HTML pla
 --html), in buffers as the CLI does; a line that comes back with an
 error, a line count that differs, or a span multiset that differs is a failure, printed with
 its line. The exit code is the number of failures (capped at 100). The generator and the check
-are harness/span_inputs.py's `fuzz_line` and harness/span_checks.py's `span_failures`, which
-tests/unit/test_fuzz.py drives with hypothesis on the tiny model.
+are tests/support/span_inputs.py's `fuzz_line` and tests/support/span_checks.py's
+`span_failures`, which tests/unit/test_fuzz.py drives with hypothesis on the tiny model.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.span_checks import span_counts, span_failures
-from harness.span_inputs import fuzz_line
+from tests.support.span_checks import span_counts, span_failures
+from tests.support.span_inputs import fuzz_line
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from selenium.webdriver.common.action_chains import ActionChains
 
-from harness.browser import chromium, select_by_label
+from tests.support.browser import chromium, select_by_label
 
 
 def main() -> None:

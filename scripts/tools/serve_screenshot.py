@@ -16,8 +16,8 @@ from pathlib import Path
 
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness.browser import chromium, select_by_label
-from harness.processes import start_server
+from tests.support.browser import chromium, select_by_label
+from tests.support.processes import start_server
 
 
 def main() -> None:

@@ -27,8 +27,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness.browser import chromium
-from harness.processes import free_port
+from tests.support.browser import chromium
+from tests.support.processes import free_port
 
 
 def start_tensorboard(run_dir: Path, port: int) -> subprocess.Popen:

@@ -20,8 +20,8 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.processes import start_server
 
-from harness.processes import start_server
 from mt.checkpoint import load_model
 from mt.config import DecodeConfig
 from mt.search.beam import beam_search, greedy_search

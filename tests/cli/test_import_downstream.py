@@ -178,8 +178,7 @@ def test_spans_int8_attention_and_vectors(imported, tmp_path, mt_cli):
 
 def test_serve_answers_as_the_cli(imported, tmp_path, mt_cli):
     import httpx
-
-    from harness.processes import start_server
+    from support.processes import start_server
 
     want = mt_cli("translate", imported, stdin=LINES[0] + "\n")
     server = start_server(imported, log=tmp_path / "serve.log")

@@ -97,8 +97,7 @@ def test_score_equals_hf_log_probabilities(m2m_imported, hf, sources, tmp_path, 
 
 def test_serve_lists_and_translates_its_languages(m2m_imported, tmp_path, mt_cli):
     import httpx
-
-    from harness.processes import start_server
+    from support.processes import start_server
 
     want = mt_cli("translate", m2m_imported, "--from", "de", "--to", "fr", stdin="Ein Hund.\n")
     server = start_server(m2m_imported, log=tmp_path / "serve.log")

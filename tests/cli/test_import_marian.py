@@ -1,6 +1,6 @@
 """`mt import` of a MarianMTModel (OPUS-MT): exactly HF's model, tokenizer and decoding rules.
 
-A small Marian model is built with transformers' own classes (harness/hf_models.py: spm models
+A small Marian model is built with transformers' own classes (tests/support/hf_models.py: spm models
 and weights briefly trained on a Multi30k slice, random logit biases), saved as
 `save_pretrained` saves it, and imported through the real command line. On that model
 `mt translate` must print what HF `generate` writes, greedy and with beam 4 (with no flag: the

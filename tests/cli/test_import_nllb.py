@@ -1,6 +1,6 @@
 """`mt import` of an M2M-100 model with NLLB-200's tokenizer: HF's ids and HF's output.
 
-The folder of harness/hf_models.py's `build_nllb` is what an NLLB folder holds
+The folder of tests/support/hf_models.py's `build_nllb` is what an NLLB folder holds
 (`sentencepiece.bpe.model`, `tokenizer.json` with the `fra_Latn` codes as added tokens), made by
 transformers' own NllbTokenizer from a BPE sentencepiece model trained on Multi30k. The
 imported model must cut real text into HF's pieces and ids and translate as HF `generate`

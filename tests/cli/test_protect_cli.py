@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.span_inputs import KINDS, inject_text  # as scripts/bench/protect.py injects
 
-from harness.span_inputs import KINDS, inject_text  # as scripts/bench/protect.py injects
 from mt.checkpoint import load_model
 from mt.data.corpus import read_lines
 from mt.errors import MtError

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.processes import start_server
 
-from harness.processes import start_server
 from mt.checkpoint import load, save
 from mt.errors import MtError
 from mt.translation.options import DecodeOptions

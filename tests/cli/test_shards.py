@@ -10,8 +10,7 @@ import subprocess
 import pytest
 from support import REPO
 from support.inprocess import run_in_process
-
-from harness.processes import free_port, torchrun
+from support.processes import free_port, torchrun
 
 N_LINES = 230  # not a multiple of the chunk: the last chunk is short
 

@@ -1,4 +1,4 @@
-"""The small HF-format models of harness/hf_models.py as session fixtures for the import
+"""The small HF-format models of tests/support/hf_models.py as session fixtures for the import
 tests (built once per test session, in a temporary folder), and their `mt import`s."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.hf_models import build_m2m, build_marian, build_nllb, read_slice
+from support.hf_models import build_m2m, build_marian, build_nllb, read_slice
 
 __all__ = ["read_slice", "short_sources"]  # the tests' Multi30k readers, beside the fixtures
 

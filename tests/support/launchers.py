@@ -3,7 +3,7 @@ a session of their own, a worker found by its RANK, waited for within a bound, a
 its workers as a node failure would, and only those.
 
 Only the tests start and kill launchers this way (scripts/bench/shards.py runs torchrun to the
-end and needs only its path and environment, from harness.processes), so this is here.
+end and needs only its path and environment, from support.processes), so this is here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.processes import ELASTIC_ENV, children, torchrun
+from support.processes import ELASTIC_ENV, children, torchrun
 
 
 def launch(

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from support.launchers import finish, kill_tree, launch, node_args, wait_until, worker
+from support.processes import free_port
 from support.tasks import reverse_task_config
-
-from harness.processes import free_port
 
 
 def losses(run: Path) -> dict[int, float]:

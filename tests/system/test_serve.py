@@ -11,8 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from harness.processes import Server, start_server
+from support.processes import Server, start_server
 
 KEY = "k" * 20
 AUTH = {"Authorization": f"Bearer {KEY}"}

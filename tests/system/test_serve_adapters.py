@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.processes import start_server
 
-from harness.processes import start_server
 from mt.serve.limits import Limits
 from mt.serve.metrics import Metrics
 from mt.serve.worker import ModelWorker

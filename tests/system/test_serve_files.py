@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.bombs import zip_bomb
+from support.processes import Server, start_server
 
-from harness.bombs import zip_bomb
-from harness.processes import Server, start_server
 from mt.data.corpus import read_lines
 
 MIB = 1 << 20

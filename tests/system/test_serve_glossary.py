@@ -8,8 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from harness.processes import start_server
+from support.processes import start_server
 
 KEY, OTHER = "k" * 20, "o" * 20
 AUTH = {"Authorization": f"Bearer {KEY}"}

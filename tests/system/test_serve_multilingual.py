@@ -8,8 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from harness.processes import start_server
+from support.processes import start_server
 
 GERMAN = "Ein Mann fährt mit dem Fahrrad durch die Stadt."
 

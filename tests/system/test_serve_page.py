@@ -10,8 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-
-from harness.processes import start_server
+from support.processes import start_server
 
 SENTENCE = "Ein Hund rennt im Park."
 

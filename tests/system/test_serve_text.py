@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.processes import Server, start_server
 
-from harness.processes import Server, start_server
 from mt.data.corpus import read_lines
 
 

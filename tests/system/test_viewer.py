@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.browser import chromium
+from support.browser import missing as browser_missing
 
-from harness.browser import chromium
-from harness.browser import missing as browser_missing
 from mt.checkpoint import load_model
 from mt.viewer import page, write_html
 from mt.views.attention import attention_json, translate_with_attention

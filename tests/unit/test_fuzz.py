@@ -1,6 +1,7 @@
 """Fuzzed lines of nested tags, entities, placeholders and empty elements on the tiny model:
 one output line each, the source's spans exactly, no exception (the generator and check of
-scripts/tools/fuzz_spans.py, from harness/, driven by hypothesis; the script runs 10,000 lines)."""
+scripts/tools/fuzz_spans.py, from tests/support/, driven by hypothesis; the script runs 10,000
+lines)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.span_checks import span_failures
+from support.span_inputs import FUZZ_WORDS, fuzz_line
 
-from harness.span_checks import span_failures
-from harness.span_inputs import FUZZ_WORDS, fuzz_line
 from mt.translation.session import DecodeOptions, Session
 
 REPO = Path(__file__).resolve().parents[2]

@@ -75,7 +75,7 @@ def test_every_option_a_command_offers_is_its_flag_made_from_the_field(command: 
 
 
 def test_the_flags_meet_the_plan_rules_before_a_model_loads(monkeypatch, capsys) -> None:
-    from conftest import run_in_process
+    from support.inprocess import run_in_process
 
     rc, _, err = run_in_process(
         ["eval", "--hyp", "h", "--ref", "r", "--glossary-hard"], capsys, monkeypatch
@@ -177,7 +177,7 @@ def test_the_server_config_holds_the_plan_whole() -> None:
 def test_mt_serve_hands_its_plan_flags_to_the_server(monkeypatch, capsys) -> None:
     seen: dict[str, Any] = {}
     monkeypatch.setattr("mt.serve.serve", lambda *args, **kwargs: seen.update(kwargs))
-    from conftest import run_in_process
+    from support.inprocess import run_in_process
 
     rc, _, err = run_in_process(
         ["serve", "a.pt", "--no-keep-numbers", "--glossary", "t.tsv", "--glossary-hard"],

@@ -1,6 +1,7 @@
 """Who may import whom among the repository's rooms outside mt/: tests never import scripts/ (a
-test would pass or fail by a benchmark's code), scripts/ never imports tests/ (a benchmark would
-need the test tree), and harness/, which both share, imports neither. Within tests/, what tests
+test would pass or fail by a benchmark's code); scripts/ imports tests/ only through
+`tests.support` (what a benchmark shares with the tests: the same server, model, bomb and
+injected spans), which imports neither scripts/ nor a test module. Within tests/, what tests
 share is in support/ (and fixtures in conftest.py, which pytest loads by itself): no test imports
 conftest or another test module. Read from the syntax tree
 of every file, imports inside functions and `importlib.import_module("...")` included, so that
@@ -56,7 +57,7 @@ def test_imports_are_read_from_the_syntax_tree(tmp_path):
         '"""Runs `python -m scripts.bench.bf16`; see scripts/common.py."""\n'
         "import importlib\n"
         "import scripts.common as c\n"
-        "from harness.processes import free_port\n"
+        "from support.processes import free_port\n"
         "def f():\n"
         "    from scripts.tools import fuzz_spans\n"
         "    return importlib.import_module('scripts.bench.protect'), __import__('support')\n"
@@ -69,6 +70,8 @@ def test_imports_are_read_from_the_syntax_tree(tmp_path):
         "scripts.tools.fuzz_spans",
         "scripts.bench.protect",
         "support",
+        "support.processes",
+        "support.processes.free_port",
     }
 
 
@@ -88,7 +91,7 @@ def test_no_test_imports_scripts_but_tests_of_a_script():
         found = under(imported(path), {"scripts"}) - SCRIPT_TESTS.get(name, set())
         if found:
             wrong[name] = sorted(found)
-    assert wrong == {}, "tests import scripts/: move what they share to harness/ or tests/support/"
+    assert wrong == {}, "tests import scripts/: move what they share to tests/support/"
 
 
 def test_the_tests_of_scripts_still_import_them():
@@ -97,15 +100,23 @@ def test_the_tests_of_scripts_still_import_them():
         assert under(imported(REPO / name), {"scripts"}) == allowed, name
 
 
-def test_scripts_and_harness_never_import_tests():
+def test_scripts_import_tests_only_through_support_which_imports_no_script():
     tests = modules_of_tests()
     wrong = {}
-    for room in ("scripts", "harness"):
-        for path in sorted((REPO / room).rglob("*.py")):
-            found = under(imported(path), tests | ({"scripts"} if room == "harness" else set()))
-            if found:
-                wrong[path.relative_to(REPO).as_posix()] = sorted(found)
-    assert wrong == {}, "harness/ imports only mt; scripts/ imports harness/, never tests/"
+    for path in sorted((REPO / "scripts").rglob("*.py")):
+        found = {
+            n
+            for n in under(imported(path), tests)
+            if n not in ("tests", "tests.support") and not n.startswith("tests.support.")
+        }
+        if found:
+            wrong[path.relative_to(REPO).as_posix()] = sorted(found)
+    test_modules = {p.stem for p in TESTS.rglob("test_*.py")} | {"conftest"}
+    for path in sorted((TESTS / "support").glob("*.py")):
+        found = under(imported(path), {"scripts"} | test_modules)
+        if found:
+            wrong[path.relative_to(REPO).as_posix()] = sorted(found)
+    assert wrong == {}, "scripts/ imports tests.support only; tests/support/ no script or test"
 
 
 def test_tests_share_through_support_not_conftest_or_each_other():

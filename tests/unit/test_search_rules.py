@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 import torch
-from test_search import FIRST, V, make_model, random_sentences
+from support.copier import FIRST, V, make_model, random_sentences
 
 from mt.batching import pad
 from mt.config import DecodeConfig

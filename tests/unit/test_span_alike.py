@@ -7,8 +7,8 @@ import random
 import re
 
 import pytest
+from support.span_inputs import ALLOWED, DENSE
 
-from harness.span_inputs import ALLOWED, DENSE
 from mt.spans import WIDEST, _compiled
 from mt.spans.alike import Alike
 from mt.spans.automaton import Automaton, advance, scan, start_state

@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from support.span_inputs import ALLOWED, DENSE
 
-from harness.span_inputs import ALLOWED, DENSE
 from mt.spans.bans import SpanRule
 from mt.spans.carry import RowStates
 from mt.spans.index import PieceIndex

@@ -11,9 +11,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.ban_oracle import scan, wrong
+from support.span_inputs import ALLOWED, DENSE, SPANS, inject_text
 
-from harness.ban_oracle import scan, wrong
-from harness.span_inputs import ALLOWED, DENSE, SPANS, inject_text
 from mt.config import TokenizerConfig
 from mt.spans import WIDEST, find_spans
 from mt.spans import checked as checked_module

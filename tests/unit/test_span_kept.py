@@ -9,8 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
+from support.span_inputs import ALLOWED, DENSE
 
-from harness.span_inputs import ALLOWED, DENSE
 from mt.spans import kept
 from mt.spans.index import PieceIndex
 from mt.spans.open import open_starts

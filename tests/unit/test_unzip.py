@@ -10,8 +10,8 @@ import tracemalloc
 import zipfile
 
 import pytest
+from support.bombs import zip_bomb
 
-from harness.bombs import zip_bomb
 from mt.errors import MtError
 from mt.serve.documents import read_document
 from mt.serve.unzip import CHUNK, OverLimit, ZipLimits, unpack

@@ -1,5 +1,5 @@
-"""harness/processes.py, which every server test starts `mt serve` with: bounded in time (a hung
-server is killed, one not ready in time too) and in number (a port taken in between is tried
+"""tests/support/processes.py, which every server test starts `mt serve` with: bounded in time
+(a hung server is killed, one not ready in time too) and in number (a port taken in between is tried
 again, a test that leaves servers running fails the next start), and what it kills is only what
 it started: the server's own process group, never a process beside it."""
 
@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from harness import processes
-from harness.processes import Server, alive, descendants, start_server
+from support import processes
+from support.processes import Server, alive, descendants, start_server
 
 # A stand-in for a hung server: the shell and the child it waits for both ignore SIGTERM.
 HUNG = ["sh", "-c", "trap '' TERM; sleep 60 & wait"]
@@ -89,7 +88,7 @@ def test_servers_left_at_exit_are_killed(tmp_path: Path) -> None:
     code = (
         "import subprocess\n"
         "from pathlib import Path\n"
-        "from harness.processes import Server\n"
+        "from tests.support.processes import Server\n"
         f"p = subprocess.Popen({HUNG!r}, start_new_session=True)\n"
         "Server.live.add(Server(p, '', Path('log')))\n"
         "print(p.pid, flush=True)\n"

@@ -1,12 +1,12 @@
-"""harness/span_checks.py and span_inputs.py: the yardstick the span benchmarks, the fuzzer and
-the span tests count by, and the injected lines they share."""
+"""tests/support/span_checks.py and span_inputs.py: the yardstick the span benchmarks, the fuzzer
+and the span tests count by, and the injected lines they share."""
 
 from __future__ import annotations
 
 import random
 
-from harness.span_checks import kept, same_spans, span_counts
-from harness.span_inputs import KINDS, SPANS, inject_text
+from support.span_checks import kept, same_spans, span_counts
+from support.span_inputs import KINDS, SPANS, inject_text
 
 
 def test_span_checks_count_each_span_as_often_as_it_occurs():
