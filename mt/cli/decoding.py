@@ -256,7 +256,7 @@ def evaluate(
     from mt.cat.bilingual import read_bilingual
     from mt.data.corpus import read_lines
     from mt.glossary.accuracy import term_accuracy
-    from mt.quality import format_scores, score
+    from mt.metrics import format_scores, score
     from mt.runtime.workers import spread
     from mt.translation.doubt import DoubtCount, flags
     from mt.translation.number_guard import kept_rate

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from mt.glossary import Glossary, uses
-from mt.quality import bleu
+from mt.metrics import bleu
 from mt.spans import find_spans
 
 

@@ -22,7 +22,7 @@ from mt.serve import bodies, libre
 from mt.serve.config import ServeConfig
 from mt.serve.glossaries import Glossaries, check_beam, direction, owner_of
 from mt.serve.limits import ApiError
-from mt.serve.metrics import Metrics
+from mt.serve.prometheus import Metrics
 from mt.serve.security import check_key, client_of, key_of
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import translation_record

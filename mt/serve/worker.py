@@ -39,7 +39,7 @@ from mt.errors import MtError
 from mt.serve.config import ServeConfig
 from mt.serve.jobs import FairQueue, Job, Slice
 from mt.serve.limits import ApiError
-from mt.serve.metrics import Metrics
+from mt.serve.prometheus import Metrics
 from mt.translation.requests import Plan, Request, Translation
 from mt.translation.session import DecodeOptions, Session
 from mt.translation.translator import Translator

@@ -1,6 +1,6 @@
 """Evaluation during training: teacher-forced validation loss and greedy dev BLEU.
 
-Dev BLEU needs a decoder, so this is where training uses `mt.translate` and `mt.quality`. The
+Dev BLEU needs a decoder, so this is where training uses `mt.translate` and `mt.metrics`. The
 greedy translations are returned with the scores, for sinks that show a few of them. A
 multilingual model has a dev set per direction: each gets `dev_bleu/de-en` (and chrF), and
 `dev_bleu` is their mean, which picks `best.pt`. The sets of `train.watch` (mt/train/watch.py)
@@ -26,8 +26,8 @@ from mt.data.loader import collate_store
 from mt.data.prepare import Prepared
 from mt.data.store import TokenStore
 from mt.device import autocast
+from mt.metrics import bleu, chrf
 from mt.model import Transformer
-from mt.quality import bleu, chrf
 from mt.tokenizer import PAD
 from mt.train.loss import label_smoothed_loss
 from mt.translation.requests import Request

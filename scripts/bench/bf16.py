@@ -206,7 +206,7 @@ def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]
 def bench_decoding(args: argparse.Namespace, dtypes: list[str]) -> list[dict]:
     """Sentences/s of greedy and beam 5 per engine, alternating; in one process, or with
     `--isolate` each engine in a fresh process of its own per round."""
-    from mt.quality import bleu
+    from mt.metrics import bleu
 
     lines = read_lines(args.src)[: args.limit or None]
     refs = read_lines(args.ref)[: len(lines)] if args.ref else None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
-from mt.quality import score
+from mt.metrics import score
 from mt.search.beam import beam_search
 from mt.search.constrained import constrained_beam_search, phrase_ids
 from mt.search.steps import Hypothesis

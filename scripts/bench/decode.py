@@ -173,7 +173,7 @@ def main() -> None:
     if args.engine:  # child mode: one engine, one JSON line
         print(json.dumps(run_engine(args)))
         return
-    from mt.quality import bleu
+    from mt.metrics import bleu
 
     engines = [e for e in ENGINES if e in args.engines.split(",")]
     loaded = load_checkpoint(args.checkpoint, 0)

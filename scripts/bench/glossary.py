@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mt.glossary.accuracy import term_accuracy
 from mt.glossary.files import read_glossary
-from mt.quality import bleu
+from mt.metrics import bleu
 from mt.translation.requests import Plan, Request
 from mt.translation.session import Session
 from mt.translation.translator import translate_stream

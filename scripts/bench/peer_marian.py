@@ -41,7 +41,7 @@ from mt.data.prepare import prepare
 from mt.device import autocast, resolve_device, resolve_precision
 from mt.errors import MtError
 from mt.export import generation_config, marian_config
-from mt.quality import score
+from mt.metrics import score
 from mt.tokenizer import EOS, PAD, Tokenizer
 from mt.train.loss import label_smoothed_loss
 from mt.train.schedule import learning_rate

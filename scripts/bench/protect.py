@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from mt.errors import MtError
-from mt.quality import bleu
+from mt.metrics import bleu
 from mt.spans.markup import parse_fragment
 from mt.translation.requests import Plan, Request
 from mt.translation.translator import Translator, translate_stream

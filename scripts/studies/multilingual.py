@@ -100,7 +100,7 @@ def translate(args: argparse.Namespace) -> None:
 def score(args: argparse.Namespace) -> None:
     from lingua import IsoCode639_1, LanguageDetectorBuilder
 
-    from mt.quality import bleu, chrf
+    from mt.metrics import bleu, chrf
 
     out = Path(args.out)
     rows = []

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from mt.quality import bleu
+from mt.metrics import bleu
 from mt.translation.requests import Plan, Request, isolated
 from mt.translation.session import Session
 from tests.support.span_checks import same_spans, span_counts

@@ -24,7 +24,7 @@ from mt.device import Precision
 from mt.errors import MtError
 from mt.runtime.dtype import decode_model
 from mt.serve.config import ServeConfig
-from mt.serve.metrics import Metrics
+from mt.serve.prometheus import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Plan, Request
 from mt.translation.session import DecodeOptions, Session

@@ -16,7 +16,7 @@ import pytest
 from support.processes import start_server
 
 from mt.serve.limits import Limits
-from mt.serve.metrics import Metrics
+from mt.serve.prometheus import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Request
 from mt.translation.session import DecodeOptions

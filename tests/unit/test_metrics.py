@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mt.quality import bleu, format_scores, score
+from mt.metrics import bleu, format_scores, score
 
 REFS = [
     "A dog runs across the green grass.",

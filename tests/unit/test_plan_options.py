@@ -159,7 +159,7 @@ def test_the_keys_a_request_chooses_are_the_options_request_keys() -> None:
 
 def test_the_server_config_holds_the_plan_whole() -> None:
     from mt.serve.config import ServeConfig
-    from mt.serve.metrics import Metrics
+    from mt.serve.prometheus import Metrics
     from mt.serve.worker import ModelWorker
 
     names = {f.name for f in dataclasses.fields(ServeConfig)}

@@ -13,7 +13,7 @@ import pytest
 
 from mt.data.corpus import read_lines
 from mt.serve.config import ServeConfig
-from mt.serve.metrics import Metrics
+from mt.serve.prometheus import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Request, Translation
 from mt.translation.sentences import split_sentences
