@@ -45,10 +45,12 @@ from typing import Any
 
 import torch
 
+from mt.atomic import write_with
 from mt.checkpoint import Loaded
 from mt.config import Config
 from mt.errors import MtError
 from mt.export_tokens import how_to_ask, language_card, marian_piece_names, write_card
+from mt.shortlist import Shortlist
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
 TARGETS = ("ctranslate2", "marian")
@@ -311,9 +313,25 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
 
 
 def write_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> None:
-    """A CTranslate2 model folder with the sentencepiece model(s) to tokenize its input."""
+    """A CTranslate2 model folder with the sentencepiece model(s) to tokenize its input, and
+    the checkpoint's lexical shortlist, where it has one, as the vocabulary map CTranslate2
+    reads from `vmap.txt` (`translate_batch(..., use_vmap=True)`)."""
     to_ctranslate2(loaded, out_dir, quantization)
     loaded.tokenizer.save(out_dir)
+    if "shortlist" in loaded.data:
+        write_vmap(loaded, out_dir / "vmap.txt")
+
+
+def write_vmap(loaded: Loaded, path: Path) -> None:
+    """The checkpoint's shortlist as CTranslate2's vocabulary map (mt.shortlist.Shortlist.
+    vmap_lines), written atomically."""
+    shortlist = Shortlist.from_dict(loaded.data["shortlist"], "the checkpoint")
+    tok = loaded.tokenizer
+    src = [tok.src.id_to_piece(i) for i in range(tok.src_vocab_size)]
+    tgt = [tok.tgt.id_to_piece(i) for i in range(tok.tgt_vocab_size)]
+    write_with(path, "the vocabulary map", lambda f: f.writelines(
+        line + "\n" for line in shortlist.vmap_lines(src, tgt)
+    ), mode="w")  # fmt: skip
 
 
 # -- the command -----------------------------------------------------------------------------------
