@@ -111,6 +111,44 @@ def timings(seconds: dict[str, list[float]], n: int) -> dict:
     }
 
 
+def output_layer_costs(candidates: int, rounds: int, vocab: int = 58_101) -> dict:
+    """Milliseconds of one step's output layer on (rows x 512) decoder states, three ways:
+    the full layer; the candidates' rows scattered back into a full-width row of -inf (what a
+    search that knows nothing of shortlists would then read); the candidates alone (mt's way).
+    Each: the product, the log-softmax and the top 8, best of `rounds` x 5 calls."""
+    import time
+
+    from mt.search.steps import log_softmax_, row_topk
+
+    torch.manual_seed(0)
+    weight = torch.randn(vocab, 512) / 512**0.5
+    ids = torch.randperm(vocab)[:candidates].sort().values
+    narrow = weight[ids].contiguous()
+    out: dict = {}
+    for rows in (8, 32, 128):
+        h = torch.randn(rows, 512)
+
+        def full(h: torch.Tensor = h) -> None:
+            row_topk(log_softmax_(torch.nn.functional.linear(h, weight)), 8)
+
+        def scattered(h: torch.Tensor = h) -> None:
+            wide = torch.full((len(h), vocab), float("-inf"))
+            wide.index_copy_(1, ids, torch.nn.functional.linear(h, narrow))
+            row_topk(log_softmax_(wide), 8)
+
+        def cands(h: torch.Tensor = h) -> None:
+            row_topk(log_softmax_(torch.nn.functional.linear(h, narrow)), 8)
+
+        for name, fn in (("full", full), ("scattered", scattered), ("candidates", cands)):
+            best = float("inf")
+            for _ in range(rounds * 5):
+                start = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - start)
+            out.setdefault(f"rows{rows}", {})[name] = round(best * 1000, 2)
+    return out
+
+
 def imported_speed(args: argparse.Namespace, tmp: Path) -> dict:
     import ctranslate2
     import sentencepiece as spm
@@ -126,6 +164,8 @@ def imported_speed(args: argparse.Namespace, tmp: Path) -> dict:
     lines = read_lines(args.data / "test_2016_flickr.de.gz")[: args.lines]
     report: dict = {"candidates": candidate_sizes(short, lines, args.k, 4096)}
     say(f"candidates per batch: {report['candidates']}")
+    report["output_layer_ms"] = output_layer_costs(report["candidates"]["mean"], args.rounds)
+    say(f"output layer, ms: {report['output_layer_ms']}")
     sp = spm.SentencePieceProcessor(model_file=str(folder / "source.spm"))
     pieces = [sp.encode(x, out_type=str) for x in lines]
     ct2 = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=1)
