@@ -362,6 +362,13 @@ class DecodeConfig:
     seed: int = setting(
         1, "sample: the draws are reproducible for the same input and batch settings", "sample"
     )
+    shortlist: int = setting(
+        0,
+        "> 0: write only each batch's candidates from the checkpoint's lexical shortlist (`mt "
+        "shortlist`): this many best target pieces per source piece (at most the number it "
+        "was built with), the frequent pieces and copies; the output layer then computes only "
+        "those rows (faster on a large vocabulary, a small BLEU cost). 0: the whole vocabulary.",
+    )
     target_vocab_ratio: float = setting(
         0.1,
         "A multilingual model writes only its target language's pieces (mt/languages.py): "

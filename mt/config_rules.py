@@ -22,6 +22,7 @@ MAX_VOCAB = 1_000_000
 MAX_WIDTH = 65_536  # model.d_model, model.d_ff
 MAX_LAYERS = 256
 MAX_BEAM = 1_024
+MAX_SHORTLIST = 100_000  # decode.shortlist: target pieces per source piece
 MAX_BATCH_TOKENS = 1 << 24  # train.max_tokens, decode.max_tokens, --max-tokens
 MAX_ACCUM = 1_024
 MAX_THREADS = 4_096
@@ -86,6 +87,7 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
         (0 < d.temperature, f"{n('decode.temperature')} must be > 0, got {d.temperature}"),
         in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
         in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
+        in_range(n("decode.shortlist"), d.shortlist, 0, MAX_SHORTLIST),
         (
             d.dtype in ("auto", "fp32", "bf16", "fp16"),
             f"{n('decode.dtype')} must be one of auto, fp32, bf16, fp16, got {d.dtype!r}",

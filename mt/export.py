@@ -49,6 +49,7 @@ from mt.checkpoint import Loaded
 from mt.config import Config
 from mt.errors import MtError
 from mt.export_tokens import how_to_ask, language_card, marian_piece_names, write_card
+from mt.shortlist import write_vmap
 from mt.tokenizer import BOS, EOS, PAD, UNK, Tokenizer
 
 TARGETS = ("ctranslate2", "marian")
@@ -311,9 +312,13 @@ def to_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> N
 
 
 def write_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -> None:
-    """A CTranslate2 model folder with the sentencepiece model(s) to tokenize its input."""
+    """A CTranslate2 model folder with the sentencepiece model(s) to tokenize its input, and
+    the checkpoint's lexical shortlist, where it has one, as the vocabulary map CTranslate2
+    reads from `vmap.txt` (`translate_batch(..., use_vmap=True)`)."""
     to_ctranslate2(loaded, out_dir, quantization)
     loaded.tokenizer.save(out_dir)
+    if "shortlist" in loaded.data:
+        write_vmap(loaded, out_dir / "vmap.txt")
 
 
 # -- the command -----------------------------------------------------------------------------------

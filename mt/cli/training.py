@@ -147,3 +147,47 @@ def text_stats(
         + (f", {src}-{tgt} length bounds {bounds[0]} / {bounds[1]}" if bounds else ""),
         err=True,
     )
+
+
+@app.command()
+def shortlist(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint (or run directory).")],
+    source: Annotated[
+        Path, typer.Option("--source", help="Training text in the source language (.gz read).")
+    ],
+    target: Annotated[
+        Path, typer.Option("--target", help="Its translation, line by line (.gz read).")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The checkpoint to write.")],
+    k: Annotated[
+        int, typer.Option(help="Best target pieces kept per source piece (--shortlist's most).")
+    ] = 100,
+    frequent: Annotated[
+        int, typer.Option(help="Most frequent target pieces, always candidates.")
+    ] = 100,
+    force: Annotated[bool, typer.Option(help="Replace an existing OUTPUT.")] = False,
+) -> None:
+    """Add a lexical shortlist counted from parallel text to a checkpoint: decoding with
+    --shortlist K then computes only each batch's candidate rows of the output layer, and
+    `mt export --to ctranslate2` writes it as CTranslate2's vocabulary map."""
+    from mt.checkpoint import a_model, load, resolve_checkpoint, save
+    from mt.errors import MtError
+    from mt.shortlist import build, read_pairs
+    from mt.tokenizer import Tokenizer
+
+    checkpoint = resolve_checkpoint(checkpoint)
+    if output.exists() and not force:
+        raise MtError(f"{output} exists; add --force to replace it")
+    if not 1 <= k <= 100_000 or not 0 <= frequent <= 1_000_000:
+        raise MtError("--k must be in [1, 100,000] and --frequent in [0, 1,000,000]")
+    data = a_model(load(checkpoint), checkpoint)
+    tokenizer = Tokenizer.from_stored(data["tokenizer"])
+    built = build(tokenizer, read_pairs(source, target), k, frequent)
+    data["shortlist"] = built.to_dict()
+    save(data, output)
+    mean = len(built.targets) / max(1, int((built.offsets[1:] > built.offsets[:-1]).sum()))
+    typer.echo(
+        f"wrote {output}: a shortlist of {built.lines:,} pairs, {mean:.1f} target pieces per "
+        f"source piece seen (at most {k}), {len(built.frequent)} frequent",
+        err=True,
+    )

@@ -32,7 +32,7 @@ import torch
 from mt.config import DecodeConfig
 from mt.model import DecoderState, Transformer
 from mt.search.beam import Beams, continuing, hf_done, only_eos
-from mt.search.rules import Step, StepRule, StepRules, step_rules
+from mt.search.rules import Step, StepRule, StepRules, output_columns, step_rules
 from mt.search.steps import ROWS_PER_CHUNK, Hypothesis, log_softmax_, max_lengths, row_topk
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
@@ -153,7 +153,13 @@ def _expand(
     (R,). `search.top_tokens` returns only the top k, but the constraint tokens are needed
     wherever they rank (and whatever `rules` ban: a user's phrase is theirs to ask for), so
     this is its loop with one gather more; projecting a chunk of rows
-    at a time keeps each chunk's logits in cache, as there."""
+    at a time keeps each chunk's logits in cache, as there. A shortlist's model is scored over
+    its columns, which hold every constraint token (`rules.OutputColumns`)."""
+    columns = output_columns(model)
+    if columns is not None:
+        rules = columns.narrow(rules) if rules is not None else None
+        wanted = columns.to_columns(wanted)
+        glue = glue[columns.ids] if glue is not None else None
     hidden, _ = model.step_hidden(prev, state)
     lps, toks, wanted_lps, eos = [], [], [], []
     for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
@@ -175,7 +181,8 @@ def _expand(
         top, tok = row_topk(logp, min(k, logp.size(-1)))
         lps.append(top)
         toks.append(tok)
-    return torch.cat(lps), torch.cat(toks), torch.cat(wanted_lps), torch.cat(eos)
+    tokens = torch.cat(toks) if columns is None else columns.ids[torch.cat(toks)]
+    return torch.cat(lps), tokens, torch.cat(wanted_lps), torch.cat(eos)
 
 
 def output_limits(

@@ -8,6 +8,13 @@ handed in by the caller, so the search imports none of them. This is the place H
 `LogitsProcessor`s and fairseq its search strategies. The search's own rules live here: a
 target prefix (`Prefixes`) and no-repeat-ngram (`NoRepeat`).
 
+A model may project onto some of the vocabulary only (a lexical shortlist, mt.translate.
+shortlist): its `output_columns` (`OutputColumns`) name the vocabulary id of each column of its
+`project`. The search then scores, ranks and draws in that narrower space, which is what makes
+a shortlist pay (a mask over the full logits would leave the full product and every pass over
+it), and maps what it chose back to vocabulary ids; the rules' answers, written in vocabulary
+ids, are mapped into the columns (`OutputColumns.narrow`), so no rule needs to know.
+
 A rule's answer, a `Restriction`, says three things, each applied where its meaning needs:
 - `support`: tokens outside the distribution, masked before the log-softmax, so the other
   tokens' probabilities are renormalised over what remains (a target language's own pieces:
@@ -201,3 +208,74 @@ def search_rules(
     if no_repeat_ngram:
         own.append(NoRepeat(no_repeat_ngram))
     return own + list(given)
+
+
+@dataclass(frozen=True)
+class Widened:
+    """A mask of some other kind applied to narrowed logits: it is applied to a (N, V) row of
+    zeros, and what it set to -inf is read back at the columns. A pass over the full width,
+    paid only for a mask that cannot be mapped into the columns itself."""
+
+    mask: TokenMask
+    cols: OutputColumns
+
+    def apply(self, logits: torch.Tensor, start: int = 0) -> None:
+        wide = logits.new_zeros(len(logits), len(self.cols.column))
+        self.mask.apply(wide, start)
+        logits.masked_fill_(wide.index_select(1, self.cols.ids).isneginf(), float("-inf"))
+
+
+@dataclass(frozen=True)
+class OutputColumns:
+    """The vocabulary ids `ids` (C,) that the columns of a narrowed model's `project` stand for,
+    ascending, PAD, UNK, BOS and EOS first: those four are then their own columns, so a search
+    names them alike in either space. `column` (V,): each id's column, -1 outside."""
+
+    ids: torch.Tensor
+    column: torch.Tensor
+
+    @staticmethod
+    def of(ids: torch.Tensor, vocab: int) -> OutputColumns:
+        """From the ascending, distinct `ids` (C,) of a vocabulary of `vocab` entries."""
+        head = torch.arange(min(4, len(ids)), device=ids.device)
+        if len(ids) < 4 or not bool(ids[:4].eq(head).all()):
+            raise ValueError("output columns must start with PAD, UNK, BOS and EOS")
+        column = torch.full((vocab,), -1, dtype=torch.long, device=ids.device)
+        column[ids] = torch.arange(len(ids), device=ids.device)
+        return OutputColumns(ids, column)
+
+    def to_columns(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Vocabulary ids -> columns; an id outside the columns is a caller's bug (a forced or
+        constraint token must be among them), refused."""
+        out = self.column[tokens]
+        if bool(out.lt(0).any()):
+            raise ValueError("a forced or constraint token is outside the output columns")
+        return out
+
+    def mask(self, mask: TokenMask) -> TokenMask:
+        """`mask` (in vocabulary ids) for the columns: the search's own kinds mapped directly,
+        others `Widened`."""
+        if isinstance(mask, Columns):
+            kept = self.column[mask.cols]
+            return Columns(kept[kept.ge(0)])
+        if isinstance(mask, Scattered):
+            # An id outside the columns bans PAD's column instead, which no row writes anyway.
+            return Scattered(self.column[mask.banned].clamp(min=PAD))
+        return Widened(mask, self)
+
+    def narrow(self, rules: StepRules) -> StepRules:
+        """A step's rules as they apply to narrowed logits."""
+        forced = rules.forced
+        if forced is not None:
+            on = forced.ge(0)
+            forced = torch.where(on, self.to_columns(forced.clamp(min=0)), -1)
+        return StepRules(
+            tuple(self.mask(m) for m in rules.support),
+            tuple(self.mask(m) for m in rules.bans),
+            forced,
+        )
+
+
+def output_columns(model: object) -> OutputColumns | None:
+    """The columns a model's `project` writes, where it narrows them (else None: all)."""
+    return getattr(model, "output_columns", None)

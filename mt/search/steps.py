@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mt.model import DecoderState, Transformer
-from mt.search.rules import StepRules
+from mt.search.rules import StepRules, output_columns
 from mt.tokenizer import BOS, EOS, PAD
 
 
@@ -101,7 +101,12 @@ def top_tokens(
     Projecting a chunk of rows at a time keeps each chunk's logits in cache for the passes over
     them: log_softmax (one fused kernel, where logsumexp takes four passes)
     and `row_topk`. The normaliser includes PAD and BOS, which are masked only afterwards.
+    A model that projects onto some columns only (a shortlist: `rules.OutputColumns`) is
+    scored over those, and the tokens come back as vocabulary ids.
     """
+    columns = output_columns(model)
+    if columns is not None:
+        rules = columns.narrow(rules)
     forced = rules.forced
     hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
     lps, toks, eos = [], [], []
@@ -128,9 +133,10 @@ def top_tokens(
         lps.append(top)
         toks.append(tok)
     align = cross.mean(1).argmax(-1) if cross is not None else None  # (N,) source position
+    tokens = torch.cat(toks) if columns is None else columns.ids[torch.cat(toks)]
     if not normalise:
-        return None, torch.cat(toks), None, align
-    return torch.cat(lps), torch.cat(toks), torch.cat(eos), align
+        return None, tokens, None, align
+    return torch.cat(lps), tokens, torch.cat(eos), align
 
 
 @dataclass
@@ -158,7 +164,11 @@ def sample_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One drawn token per row (N,), its log-probability under the model (N,) (not the
     tempered one: scores stay comparable with search), EOS's log-probability, alignment.
-    Tokens outside `rules`' support or banned are not drawn; a forced token is taken."""
+    Tokens outside `rules`' support or banned are not drawn; a forced token is taken. A
+    shortlist's model draws among its columns (see `top_tokens`)."""
+    columns = output_columns(model)
+    if columns is not None:
+        rules = columns.narrow(rules)
     forced = rules.forced
     hidden, cross = model.step_hidden(prev, state, need_weights=alignment)
     logits = model.project(hidden).float()
@@ -183,7 +193,8 @@ def sample_tokens(
     if forced is not None:
         tok = torch.where(forced.ge(0), forced, tok)
     align = cross.mean(1).argmax(-1) if cross is not None else None
-    return tok, logp.gather(1, tok[:, None])[:, 0], eos_lp, align
+    lp = logp.gather(1, tok[:, None])[:, 0]
+    return tok if columns is None else columns.ids[tok], lp, eos_lp, align
 
 
 def output_limits(

@@ -49,6 +49,7 @@ from mt.languages import Languages
 from mt.model import Transformer
 from mt.runtime.dtype import uses_onednn
 from mt.search.ensemble import Ensemble
+from mt.shortlist import Shortlist
 from mt.spans import index as spans_index
 from mt.tokenizer import Tokenizer
 from mt.translation.options import DecodeOptions
@@ -98,6 +99,7 @@ class Session:
         )
         self.adapter: Adapter | None = None  # the adapter applied (`with_adapter`)
         self._fingerprint: str | None = None
+        self.shortlist = shortlist_of(first, self.paths[0])  # the first's, as its settings
 
     def base_fingerprint(self) -> str:
         """The fingerprint of this session's one model as a base (mt.adapt.files), computed
@@ -148,6 +150,7 @@ class Session:
         self.paths, self.loaded = [], []
         self.cfg, self.tokenizer, self.model = cfg, tokenizer, model
         self.adapter, self._fingerprint = None, None
+        self.shortlist = None  # a model mid-training has none: decode.shortlist is not applied
         return self
 
     def decode_config(self, options: DecodeOptions | None = None) -> DecodeConfig:
@@ -218,6 +221,11 @@ class Session:
         `targets` (from `targets()`) says which language to write. What happens around
         search (protection, capitals, HTML...) is each request's `Plan`."""
         dcfg = self.decode_config(options)
+        if dcfg.shortlist and self.shortlist is None and self.paths:
+            raise MtError(
+                f"{self.paths[0]}: has no lexical shortlist for {self.name('decode.shortlist')}; "
+                "build one with mt shortlist"
+            )
         targets = targets or self.targets(ratio=dcfg.target_vocab_ratio)
         try:
             return Translator(
@@ -228,6 +236,7 @@ class Session:
                 alignment,
                 with_scores,
                 targets,
+                self.shortlist,
             )
         except ValueError as err:  # a decoding option this model or torch cannot do
             raise MtError(f"{self.paths[0] if self.paths else 'the model'}: {err}") from None
@@ -282,6 +291,17 @@ class Session:
             "ensemble": len(self.loaded),
             "config": {k: cfg[k] for k in ("model", "tokenizer", "decode")},
         }
+
+
+def shortlist_of(loaded: Loaded, path: Path) -> Shortlist | None:
+    """The lexical shortlist a checkpoint holds (`mt shortlist`), checked against its
+    vocabularies; None where it holds none."""
+    stored = loaded.data.get("shortlist")
+    if stored is None:
+        return None
+    shortlist = Shortlist.from_dict(stored, str(path))
+    shortlist.check(loaded.tokenizer, str(path))
+    return shortlist
 
 
 def keep_learned() -> None:

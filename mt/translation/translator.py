@@ -31,6 +31,7 @@ from mt.search.constrained import WordEdges, phrase_ids, word_edges
 from mt.search.dispatch import is_greedy, search
 from mt.search.rules import StepRule
 from mt.search.steps import Hypothesis, Sampling
+from mt.shortlist import Shortlist
 from mt.spans.bans import Bans, SpanRule
 from mt.textstats import LONG, SHORT
 from mt.tokenizer import EOS, Tokenizer
@@ -42,6 +43,7 @@ from mt.translation.pivot import pivot_stage
 from mt.translation.protect import SearchBelow, protect_stage
 from mt.translation.requests import Plan, Request, Translation, isolated, translation_record
 from mt.translation.sentences import split_stage
+from mt.translation.shortlist import OutputRows, Shortlisted
 from mt.translation.stages import Stage, run, spelling_cost
 from mt.translation.target import Target, Targets, model_for, strip_mark, target_rules
 from mt.translation.terms import glossary_stage
@@ -57,11 +59,16 @@ class Translator:
         alignment: bool = False,
         with_scores: bool = False,
         targets: Targets | None = None,
+        shortlist: Shortlist | None = None,
     ) -> None:
         # decode.dtype, int8 and gemm (mt.runtime.dtype): a copy of the model or a context around
         # each call, so the caller's model (maybe mid-training) is not touched.
         self.precision = resolve_decode_dtype(cfg.dtype, device, cfg.int8)
         self.model = decode_model(model, self.precision, device, cfg.int8, cfg.gemm)
+        # decode.shortlist: each batch's candidates (mt.shortlist), projected by a view of the
+        # model that computes those rows of the output layer only (mt.translation.shortlist).
+        self.shortlist = shortlist if cfg.shortlist else None
+        self._rows = OutputRows.of(model, self.model) if self.shortlist is not None else None
         self.tokenizer = tokenizer
         self.cfg = cfg
         self.device = device
@@ -119,6 +126,8 @@ class Translator:
         if constraints is not None and self._edges is None:
             self._edges = word_edges(self.tokenizer, self.device)
         rules: list[StepRule] = [bans] if bans is not None else []
+        if self.shortlist is not None and self._rows is not None:
+            model = self._shortlisted(model, src, prefixes, constraints)
         return search(
             model,
             src,
@@ -131,6 +140,22 @@ class Translator:
             rules=rules + target_rules(target),
             edges=self._edges,
         )
+
+    def _shortlisted(
+        self,
+        model: torch.nn.Module,
+        src: torch.Tensor,
+        prefixes: list[list[int]] | None,
+        constraints: list[list[list[int]]] | None,
+    ) -> Shortlisted:
+        """`model` writing only the batch's shortlist candidates, which hold its prefixes' and
+        constraints' pieces (a forced piece must be writable)."""
+        assert self.shortlist is not None and self._rows is not None
+        extra = [t for p in prefixes or [] for t in p]
+        extra += [t for phrases in constraints or [] for p in phrases for t in p]
+        vocab = self._rows.weights[0].size(0)
+        ids = self.shortlist.candidates(src, self.cfg.shortlist, extra, vocab)
+        return Shortlisted(model, self._rows, ids.to(self.device))
 
     def translate(self, requests: list[Request]) -> list[Translation]:
         """Translations of `requests`, in their order, each through the steps its plan
