@@ -73,7 +73,7 @@ def translate(
     ] = "text",
     plan: PlanOptions,  # the plan flags, here in --help (mt.cli.options.plan_flags)
     to: ToOption = None,
-    from_: FromOption = None,
+    frm: FromOption = None,
     target_vocab: TargetVocabOption = True,
     threads: ThreadsOption = None,
     shard: ShardOption = None,
@@ -101,15 +101,15 @@ def translate(
         options = dataclasses.replace(options, buffer_lines=1)
     session = open_session(checkpoints, device, options.dtype, adapter)
     if document is not None:
-        to, from_ = xliff_languages(session, document, to, from_)
-    targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
+        to, frm = xliff_languages(session, document, to, frm)
+    targets = session.targets(to, frm, target_vocab, options.target_vocab_ratio)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
     )
     if plan.pivot is not None and input_format != "html":
         check_pivot(targets, plan.pivot)
-    terms = open_glossary(plan.glossary, session, targets, from_, translator)
-    steps = Plan.of(plan, from_ or session.source_language(), html=input_format == "html")
+    terms = open_glossary(plan.glossary, session, targets, frm, translator)
+    steps = Plan.of(plan, frm or session.source_language(), html=input_format == "html")
     name = str(input) if input is not None else "<stdin>"
     lines = _Lines(name, input_format, output_format, steps, terms, translator)
     settings = {
@@ -119,7 +119,7 @@ def translate(
         "decode": asdict(translator.cfg),
         "formats": [input_format, output_format],
         "alignment": alignment,
-        "languages": [to, from_, target_vocab],
+        "languages": [to, frm, target_vocab],
         # the glossary file's content, not only its name: a resumed job must use the same terms
         "plan": asdict(plan) | {"glossary": terms.digest if terms else None},
     }
@@ -235,7 +235,7 @@ def evaluate(
     ] = None,
     plan: PlanOptions,  # the plan flags, here in --help (mt.cli.options.plan_flags)
     to: ToOption = None,
-    from_: FromOption = None,
+    frm: FromOption = None,
     target_vocab: TargetVocabOption = True,
     threads: ThreadsOption = None,
     max_doubt: MaxDoubtOption = None,
@@ -287,29 +287,29 @@ def evaluate(
         if checkpoints:  # --src with --hyp is the output's source: flags, --check-numbers
             raise MtError("mt eval: give either --hyp or CHECKPOINT, not both")
         if bilingual:
-            if from_ is None or to is None:
+            if frm is None or to is None:
                 raise MtError(f"mt eval --hyp: give --from and --to, the languages of {src}")
-            sources, refs = read_bilingual(src, from_, to)  # type: ignore[arg-type]
+            sources, refs = read_bilingual(src, frm, to)  # type: ignore[arg-type]
         hyps, where = read_lines(hyp), hyp
         if plan.glossary is not None:
             from mt.glossary.files import read_glossary
 
-            terms = read_glossary(plan.glossary, from_, to)
+            terms = read_glossary(plan.glossary, frm, to)
     else:
         if not checkpoints or src is None:
             raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
         session = open_session(checkpoints, device, options.dtype, adapter)
         if bilingual:
-            pair = (from_ or session.source_language(), to or session.cfg.data.tgt_lang)
+            pair = (frm or session.source_language(), to or session.cfg.data.tgt_lang)
             sources, refs = read_bilingual(src, *pair)
         else:
             sources = read_lines(src)
             if len(sources) != len(refs):
                 raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
-        targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
+        targets = session.targets(to, frm, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
-        terms = open_glossary(plan.glossary, session, targets, from_, translator)
-        steps = Plan.of(plan, from_ or session.source_language())
+        terms = open_glossary(plan.glossary, session, targets, frm, translator)
+        steps = Plan.of(plan, frm or session.source_language())
         requests = [Request(x, plan=steps, glossary=terms) for x in sources]
         with settled_heap(), spread(translator) as decoder:
             done = translate_stream(decoder, requests, steps)

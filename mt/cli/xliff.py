@@ -30,7 +30,7 @@ def read_xliff(input, output_format, alignment, options, shard, chunk_lines):  #
     return XliffFill(data, name)
 
 
-def xliff_languages(session, document, to, from_):  # noqa: ANN001, ANN202
+def xliff_languages(session, document, to, frm):  # noqa: ANN001, ANN202
     """(to, from) for a document: its own languages, which a bilingual model must translate
     and a multilingual one takes as its target and source unless told otherwise."""
     from mt.cat import primary
@@ -43,10 +43,10 @@ def xliff_languages(session, document, to, from_):  # noqa: ANN001, ANN202
                 f"{document.name}: translates {src} -> {tgt}, but this model translates "
                 f"{d.src_lang}-{d.tgt_lang}"
             )
-        return to, from_
+        return to, frm
     if to is not None and primary(to) != primary(tgt):
         raise MtError(f"{document.name}: its target language is {tgt}, not --to {to}")
-    return to or primary(tgt), from_ or primary(src)
+    return to or primary(tgt), frm or primary(src)
 
 
 def fill_xliff(document, done, output: Path | None, failures: list[int]) -> None:  # noqa: ANN001
