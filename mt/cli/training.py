@@ -175,11 +175,13 @@ def shortlist(
     from mt.shortlist import build, read_pairs
     from mt.tokenizer import Tokenizer
 
+    if not 1 <= k <= 100_000:
+        raise MtError(f"--k must be in [1, 100,000], not {k}")
+    if not 0 <= frequent <= 1_000_000:
+        raise MtError(f"--frequent must be in [0, 1,000,000], not {frequent}")
     checkpoint = resolve_checkpoint(checkpoint)
     if output.exists() and not force:
         raise MtError(f"{output} exists; add --force to replace it")
-    if not 1 <= k <= 100_000 or not 0 <= frequent <= 1_000_000:
-        raise MtError("--k must be in [1, 100,000] and --frequent in [0, 1,000,000]")
     data = a_model(load(checkpoint), checkpoint)
     tokenizer = Tokenizer.from_stored(data["tokenizer"])
     built = build(tokenizer, read_pairs(source, target), k, frequent)

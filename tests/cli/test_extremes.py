@@ -103,6 +103,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.topp": ("EEE",),
     "decode.temperature": ("EEW",),
     "decode.seed": ("WEE",),
+    "decode.shortlist": ("WEE",),  # 0: off; a checkpoint without one is refused at use
     "decode.target_vocab_ratio": ("WEE",),  # 0: every piece seen; a ratio is at most 1
     "finetune.lora_rank": ("EEE",),  # checked whether or not an adapter is trained
     "finetune.lora_alpha": ("EEW",),
@@ -124,6 +125,10 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("translate", "--seed"): "WEE",
     ("translate", "--length-offset"): "WEE",  # 0 to 16, as decode.length_offset
     ("translate", "--target-vocab-ratio"): "WEE",  # a bilingual model: checked, then unused
+    ("translate", "--shortlist"): "WEE",  # 0: off; huge: past the bound (and no shortlist)
+    ("eval", "--shortlist"): "WEE",
+    ("shortlist", "--k"): "EEE",  # 1 to 100,000 candidates a source piece
+    ("shortlist", "--frequent"): "WEE",  # 0: no frequent pieces; at most 1,000,000
     ("eval", "--beam"): "EEE",
     ("eval", "--alpha"): "WEE",
     ("eval", "--max-tokens"): "EEE",
@@ -337,6 +342,9 @@ def flag_args(command: str, flag: str, folder: Path) -> list[object]:
         return ["serve", folder / "missing.pt"]
     if command == "export":
         return ["export", ckpt, folder / "exported", "--to", "marian"]
+    if command == "shortlist":
+        out = ["-o", folder / "sl.pt", "--force"]
+        return ["shortlist", ckpt, "--source", text, "--target", text, *out]
     if command == "import":  # --threads is checked before the source is read
         return ["import", folder / "no-such-folder", "-o", folder / "imported.pt"]
     raise AssertionError(f"no arguments known for mt {command}")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from support.processes import start_server
 
-from mt.serve.limits import Limits
+from mt.serve.config import ServeConfig
 from mt.serve.prometheus import Metrics
 from mt.serve.worker import ModelWorker
 from mt.translation.requests import Request
@@ -142,9 +142,8 @@ def test_the_worker_never_puts_two_adapters_in_one_search(tiny_run, tiny_adapter
     """Jobs of the base and of both adapters queued together: one translator call per adapter,
     each with that adapter's requests only, and each job answered as it would be alone."""
     adapters = {n: p / "best.pt" for n, p in tiny_adapters.items()}
-    worker = ModelWorker(
-        "tiny", [tiny_run / "best.pt"], "cpu", Limits(), Metrics(), adapters=adapters
-    )
+    config = ServeConfig(models={"tiny": [tiny_run / "best.pt"]}, adapters={"tiny": adapters})
+    worker = ModelWorker("tiny", config, Metrics())
     worker.start()
     deadline = time.monotonic() + 120
     while not worker.ready and worker.error is None and time.monotonic() < deadline:
