@@ -35,6 +35,7 @@ class Plan:
     pivot: str | None = None  # through this language (a multilingual model): mt.decode.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
     glossary_hard: bool = False  # a glossary's terms constrained at once: mt.decode.glossary
+    glossary_soft: bool = False  # terms only written into the source (a data.terms model): same
 
     def unsplit(self) -> Plan:
         """This plan but whole lines: the steps a split request's sentences take. Requests

@@ -39,6 +39,7 @@ from mt.decode.target import Target, Targets, model_for, strip_mark
 from mt.decode.workers import WorkerPool
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
+from mt.glossary.inline import takes_terms
 from mt.model import Transformer
 from mt.spans.bans import Bans, SpanRule
 from mt.textstats import LONG, SHORT
@@ -168,7 +169,10 @@ class Translator:
         if plan.keep_numbers:
             steps.append(numbers_stage(self.tokenizer, self.constrain, bounds))
         if terms:
-            steps.append(glossary_stage(self.constrain, plan.glossary_hard))
+            inline = takes_terms(self.tokenizer)
+            steps.append(
+                glossary_stage(self.constrain, plan.glossary_hard, inline, plan.glossary_soft)
+            )
         if split:
             return [split_stage(self.tokenizer, self.max_src, bounds), *steps, *inner]
         return steps + inner
