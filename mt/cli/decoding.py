@@ -20,6 +20,7 @@ from mt.cli.options import (
     FromOption,
     GlossaryHardOption,
     GlossaryOption,
+    GlossarySoftOption,
     KeepNumbersOption,
     MaxDoubtOption,
     ProtectOption,
@@ -92,6 +93,7 @@ def translate(
     keep_numbers: KeepNumbersOption = True,
     glossary: GlossaryOption = None,
     glossary_hard: GlossaryHardOption = False,
+    glossary_soft: GlossarySoftOption = False,
 ) -> None:
     """Translate one sentence per line, from stdin (or --input) to stdout (or --output).
 
@@ -114,7 +116,8 @@ def translate(
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")
     if split_sentences and (pivot is not None or alignment or input_format == "html"):
         raise MtError("--split-sentences cannot be combined with --pivot, --alignment or html")
-    check_glossary(glossary, glossary_hard, pivot is not None or input_format == "html")
+    elsewhere = pivot is not None or input_format == "html"
+    check_glossary(glossary, glossary_hard, elsewhere, glossary_soft)
     check_max_doubt(max_doubt)
     document = None
     if input_format == "xliff":
@@ -131,7 +134,7 @@ def translate(
     )
     if pivot is not None and input_format != "html":
         check_pivot(targets, pivot)
-    terms = open_glossary(glossary, session, targets, from_, translator)
+    terms = open_glossary(glossary, session, targets, from_, translator, glossary_soft)
     plan = Plan(
         protect=protect,
         recase=recase,
@@ -140,6 +143,7 @@ def translate(
         pivot=pivot,
         split=(from_ or session.source_language()) if split_sentences else None,
         glossary_hard=glossary_hard,
+        glossary_soft=glossary_soft,
     )
     name = str(input) if input is not None else "<stdin>"
     failures: list[int] = []
@@ -174,7 +178,8 @@ def translate(
         "recase": recase,
         "keep_numbers": keep_numbers,
         # the file's content, not only its name: a resumed job must use the same terms
-        "glossary": [terms.digest if terms else None, glossary_hard],
+        "glossary": [terms.digest if terms else None, glossary_hard]
+        + (["soft"] if glossary_soft else []),
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
     if job is not None and input_format in ("po", "xliff"):
@@ -245,6 +250,7 @@ def evaluate(
     ] = False,
     glossary: GlossaryOption = None,
     glossary_hard: GlossaryHardOption = False,
+    glossary_soft: GlossarySoftOption = False,
     min_term_accuracy: Annotated[
         float | None,
         typer.Option(
@@ -268,7 +274,7 @@ def evaluate(
 
     use_threads("eval", threads)
     check_max_doubt(max_doubt)
-    check_glossary(glossary, glossary_hard, False)
+    check_glossary(glossary, glossary_hard, False, glossary_soft)
     bilingual = format_of(src) if src is not None else None  # a TMX/XLIFF file: src and ref
     if bilingual and ref is not None:
         raise MtError(f"mt eval: {src} holds the references; give no --ref")
@@ -312,13 +318,14 @@ def evaluate(
         targets = session.targets(to, from_, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
         split = (from_ or session.source_language()) if split_sentences else None
-        terms = open_glossary(glossary, session, targets, from_, translator)
+        terms = open_glossary(glossary, session, targets, from_, translator, glossary_soft)
         plan = Plan(
             protect=protect,
             recase=recase,
             keep_numbers=keep_numbers,
             split=split,
             glossary_hard=glossary_hard,
+            glossary_soft=glossary_soft,
         )
         requests = [Request(x, plan=plan, glossary=terms) for x in sources]
         with settled_heap(), spread(translator) as decoder:

@@ -300,6 +300,14 @@ GlossaryHardOption = Annotated[
         "verbatim, one search, the model's inflection of it lost.",
     ),
 ]
+GlossarySoftOption = Annotated[
+    bool,
+    typer.Option(
+        help="A model trained with terms (data.terms) only: the --glossary terms written into "
+        "the source and nothing more: one search at full speed, no constraint, no second "
+        "search for a line that misses a term.",
+    ),
+]
 MaxDoubtOption = Annotated[
     float | None,
     typer.Option(
@@ -309,27 +317,42 @@ MaxDoubtOption = Annotated[
 ]
 
 
-def check_glossary(path: Path | None, hard: bool, elsewhere: bool) -> None:
-    """`--glossary` and `--glossary-hard` before a model loads; `elsewhere`: a path that
-    takes no glossary (--pivot, HTML input) was asked for."""
+def check_glossary(path: Path | None, hard: bool, elsewhere: bool, soft: bool = False) -> None:
+    """`--glossary`, `--glossary-hard` and `--glossary-soft` before a model loads;
+    `elsewhere`: a path that takes no glossary (--pivot, HTML input) was asked for."""
     if hard and path is None:
         raise MtError("--glossary-hard needs --glossary FILE")
+    if soft and path is None:
+        raise MtError("--glossary-soft needs --glossary FILE")
+    if soft and hard:
+        raise MtError("--glossary-soft and --glossary-hard cannot be combined")
     if path is not None and elsewhere:
         raise MtError("--glossary cannot be combined with --pivot or --input-format html")
     if path is not None and not path.is_file():
         raise MtError(f"{path}: glossary file not found")
 
 
-def open_glossary(path: Path | None, session, targets, frm: str | None, translator):  # noqa: ANN001
+def open_glossary(  # noqa: ANN201
+    path: Path | None,
+    session,  # noqa: ANN001
+    targets,  # noqa: ANN001
+    frm: str | None,
+    translator,  # noqa: ANN001
+    soft: bool = False,
+):
     """The glossary in `path` (None: none) between the decode's languages: the source
     `frm` (else the model's) and the target `targets` writes (a bilingual model's own);
-    refused unless `translator` searches with constraints."""
+    refused unless `translator` searches with constraints (`soft`: unless the model was
+    trained with terms)."""
     if path is None:
         return None
-    from mt.decode.glossary import NEEDS_BEAM
+    from mt.decode.glossary import NEEDS_BEAM, NEEDS_TERMS
     from mt.glossary.files import read_glossary
+    from mt.glossary.inline import takes_terms
 
-    if not translator.constrain:
+    if soft and not takes_terms(session.tokenizer):
+        raise MtError(NEEDS_TERMS)
+    if not translator.constrain and not soft:
         raise MtError(NEEDS_BEAM)
     from mt.glossary.words import stemmer_name
 

@@ -142,3 +142,46 @@ def test_translate_with_a_glossary_on_a_model_trained_with_terms(tiny_terms_run,
         before[i] for i in (2, 3, 4)
     ]
     assert "hound" in after[0] and "crimson sphere" in after[1]
+
+
+def test_glossary_soft_errors_are_one_line(tiny_run: Path, mt_cli, tmp_path: Path):
+    src = tmp_path / "src.de"
+    src.write_text("Ein Hund.\n", encoding="utf-8")
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("de\ten\nHund\thound\n", encoding="utf-8")
+    base = ["translate", tiny_run, "-i", src, "--device", "cpu"]
+    for extra, message in (
+        (["--glossary-soft"], "--glossary-soft needs --glossary FILE"),
+        (
+            ["--glossary", terms, "--glossary-soft", "--glossary-hard"],
+            "--glossary-soft and --glossary-hard cannot be combined",
+        ),
+        (["--glossary", terms, "--glossary-soft"], "--glossary-soft needs a model trained"),
+    ):
+        result = mt_cli(*base, *extra)
+        assert result.rc == 2 and message in result.err, result.err
+        assert "Traceback" not in result.err and result.out == ""
+    ref = tmp_path / "ref.en"
+    ref.write_text("A dog.\n", encoding="utf-8")
+    result = mt_cli(
+        "eval", tiny_run, "--src", src, "--ref", ref, "--glossary", terms, "--glossary-soft"
+    )
+    assert result.rc == 2 and "--glossary-soft needs a model trained" in result.err
+
+
+@pytest.mark.slow
+def test_glossary_soft_is_one_search_even_greedy(tiny_terms_run: Path, mt_cli, tmp_path: Path):
+    src = tmp_path / "src.de"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("de\ten\nHund\thound\n", encoding="utf-8")
+    base = ["translate", tiny_terms_run, "-i", src, "--device", "cpu"]
+    for extra in ([], ["--greedy"]):
+        plain = mt_cli(*base, *extra)
+        soft = mt_cli(*base, *extra, "--glossary", terms, "--glossary-soft")
+        assert plain.rc == 0 and soft.rc == 0, soft.err
+        before, after = plain.out.splitlines(), soft.out.splitlines()
+        assert [after[i] for i in (2, 3, 4)] == [before[i] for i in (2, 3, 4)]
+    # Greedy search takes no constraints: only the soft path takes a glossary there.
+    refused = mt_cli(*base, "--greedy", "--glossary", terms)
+    assert refused.rc == 2 and "a glossary needs the constrained beam" in refused.err
