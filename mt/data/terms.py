@@ -1,10 +1,10 @@
 """Terms learnt (`data.terms`): a share of the training lines annotated with target terms.
 
 A line drawn for annotation (probability `share`, from the seed and the pair's position, as
-mt.data.augment draws) gets between 1 and `max_terms` of its terms (mt.glossary.lexicon: a
-source word, or a phrase of up to three whose neighbouring links are joined with probability
-1/2, and the lemma of the reference words that translate it) written inline
-(mt.glossary.inline):
+mt.data.augment draws) gets between 1 and `max_terms` of its terms, the rarer likelier
+(mt.glossary.lexicon: a source word, or a phrase of up to three whose neighbouring links are
+joined with probability 1/2, and the lemma of the reference words that translate it) written
+inline (mt.glossary.inline):
 
     Ein Hund rennt durch｟term｠ hohes Gras｟to｠ tall grass｟/term｠.
 
@@ -56,7 +56,13 @@ class Terms:
             links = phrases(self.lexicon.links(s, t, _spans(s), _spans(t)), _coin(rng))
             if links:
                 n = rng.randint(1, min(len(links), self.max_terms))
-                out[k] = annotate(s, sorted(rng.sample(links, n)))
+                # Rarer terms first (drawn with weight 1 / lines, Efraimidis and Spirakis
+                # 2006): a frequent word the model translates anyway teaches no copying, a
+                # rare one, as a glossary's terms are, does.
+                keys = [rng.random() ** max(x.lines, 1) for x in links]
+                drawn = sorted(range(len(links)), key=lambda i: -keys[i])[:n]
+                chosen = sorted((links[i] for i in drawn), key=lambda x: x.start)
+                out[k] = annotate(s, [(x.start, x.end, x.target) for x in chosen])
         return out
 
 

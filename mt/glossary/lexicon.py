@@ -89,6 +89,7 @@ class Link:
     end: int
     target: str
     joins: bool = False
+    lines: int = 0  # training lines its word pair shares (the rarer, the more a term)
 
 
 @dataclass
@@ -164,7 +165,8 @@ class Lexicon:
                 sw[i].index == sw[last[0]].index + 1
                 and tw[js[0]].index == tw[last[1][-1]].index + 1
             )
-            out.append(Link(sw[i].start, sw[i].end, target, joins))
+            seen = self.lines.get((sw[i].stem, tw[j].stem), 0)
+            out.append(Link(sw[i].start, sw[i].end, target, joins, seen))
             last = (i, js)
         return out
 
@@ -213,19 +215,20 @@ class Lexicon:
 
 def phrases(
     links: Sequence[Link], join: Callable[[], bool] = lambda: True, longest: int = 3
-) -> list[tuple[int, int, str]]:
-    """The terms of a line's `links` as `(start, end, target)`: a link that continues a
-    phrase joins it when `join()` says so, up to `longest` source words (a whole sentence of
-    monotone links, `roter Hund schläft` -> `red dog sleep`, is no term)."""
-    out: list[tuple[int, int, str]] = []
+) -> list[Link]:
+    """The terms of a line's `links`: a link that continues a phrase joins it when `join()`
+    says so, up to `longest` source words (a whole sentence of monotone links, `roter Hund
+    schläft` -> `red dog sleep`, is no term); a phrase counts the lines of its rarest pair."""
+    out: list[Link] = []
     words = 0
     for link in links:
         if out and link.joins and words < longest and join():
-            start, _, target = out[-1]
-            out[-1] = (start, link.end, f"{target} {link.target}")
+            last = out[-1]
+            target = f"{last.target} {link.target}"
+            out[-1] = Link(last.start, link.end, target, last.joins, min(last.lines, link.lines))
             words += 1
         else:
-            out.append((link.start, link.end, link.target))
+            out.append(link)
             words = 1
     return out
 

@@ -104,22 +104,30 @@ def test_lemma_form_is_the_shortest_frequent_form_in_its_usual_spelling():
     assert lemma_form(Counter(), "xyz") == "xyz"
 
 
+def spans(links: list[Link]) -> list[tuple[int, int, str]]:
+    return [(x.start, x.end, x.target) for x in links]
+
+
 def test_links_are_one_to_one_and_neighbours_may_become_phrases():
     lex = lexicon()
     src, tgt = "Der rote Hund schläft.", "The red dog sleeps."
     links = lex.links(src, tgt)
     assert links == [
-        Link(4, 8, "red"),
-        Link(9, 13, "dog", joins=True),
-        Link(14, 21, "sleep", joins=True),
+        Link(4, 8, "red", lines=3),
+        Link(9, 13, "dog", joins=True, lines=4),
+        Link(14, 21, "sleep", joins=True, lines=2),
     ]
-    assert phrases(links) == [(4, 21, "red dog sleep")]
-    assert phrases(links, longest=2) == [(4, 13, "red dog"), (14, 21, "sleep")]
-    assert phrases(links, lambda: False) == [(4, 8, "red"), (9, 13, "dog"), (14, 21, "sleep")]
+    assert phrases(links) == [Link(4, 21, "red dog sleep", lines=2)]
+    assert spans(phrases(links, longest=2)) == [(4, 13, "red dog"), (14, 21, "sleep")]
+    no = lambda: False  # noqa: E731
+    assert spans(phrases(links, no)) == [(4, 8, "red"), (9, 13, "dog"), (14, 21, "sleep")]
     # Order swapped on the target side: two terms, never a phrase.
-    assert phrases(lex.links("Der Hund rote.", "The red dog.")) == [(4, 8, "dog"), (9, 13, "red")]
+    assert spans(phrases(lex.links("Der Hund rote.", "The red dog."))) == [
+        (4, 8, "dog"),
+        (9, 13, "red"),
+    ]
     # A word the target lacks is not linked; one target word is linked once.
-    assert phrases(lex.links("Der Hund Hund.", "The dog.")) == [(4, 8, "dog")]
+    assert spans(phrases(lex.links("Der Hund Hund.", "The dog."))) == [(4, 8, "dog")]
     assert lex.links("Der Ball.", "Nothing here.") == []
     # A part of a hyphenated word is no word of its own.
     assert lex.links("Der Ball-Hund.", "The ball dog.") == []
@@ -129,13 +137,13 @@ def test_a_compound_takes_the_target_words_beside_its_link():
     forms = {"coaster": "coaster", "roller": "roller"}
     lex = Lexicon("de", "en", {"achterbahn": {"coaster": 0.9, "roller": 0.5}}, forms)
     got = lex.links("Eine Achterbahn fährt.", "A roller coaster runs.")
-    assert got == [Link(5, 15, "roller coaster")]
+    assert spans(got) == [(5, 15, "roller coaster")]
 
 
 def test_links_leave_protected_spans_alone():
     lex = lexicon()
     src, tgt = "Der Hund {Hund} bellt.", "The dog {Hund} barks."
-    assert lex.links(src, tgt, [(9, 15)], [(8, 14)]) == [Link(4, 8, "dog")]
+    assert spans(lex.links(src, tgt, [(9, 15)], [(8, 14)])) == [(4, 8, "dog")]
     assert lex.links(src, tgt, [(4, 15)], []) == []
 
 
@@ -191,6 +199,23 @@ def test_annotation_is_deterministic_and_depends_on_the_position_only(slice_1000
     assert str(terms) != str(Terms(lex, 0.3, 2, seed=2))
 
 
+def test_rarer_terms_are_annotated_more_often(slice_1000):
+    src, tgt, lex = slice_1000
+    out = Terms(lex, 1.0, 1).apply(src, tgt, 0)
+    chosen: list[int] = []  # the lines of the pair annotated, beside its line's other links
+    others: list[int] = []
+    for s, t, x in zip(src, tgt, out):
+        links = phrases(lex.links(s, t), lambda: False)
+        if len(links) < 2 or TERM not in x:
+            continue
+        start = x.index(TERM) + len(TERM) + 1
+        word = x[start : x.index(TO)]
+        for link in links:
+            (chosen if s[link.start : link.end] == word else others).append(link.lines)
+    assert len(chosen) > 100
+    assert sorted(chosen)[len(chosen) // 2] * 2 < sorted(others)[len(others) // 2]
+
+
 def test_multi_word_terms_are_annotated_whole(slice_1000):
     src, tgt, lex = slice_1000
     out = Terms(lex, 1.0, 16).apply(src, tgt, 0)
@@ -200,12 +225,12 @@ def test_multi_word_terms_are_annotated_whole(slice_1000):
 
 def test_no_annotation_inside_a_protected_span():
     lex = lexicon()
-    terms = Terms(lex, 1.0, 3)
-    src = ["Der Hund bellt <b>Hund</b> https://hund.example/Hund"]
-    tgt = ["The dog barks <b>dog</b> https://hund.example/dog"]
-    (out,) = terms.apply(src, tgt, 0)
-    assert out.count(TERM) == 1
-    assert out.endswith("<b>Hund</b> https://hund.example/Hund")
+    src = ["Der Hund bellt {Hund} <b>%(Hund)s</b> https://hund.example/Hund"]
+    tgt = ["The dog barks {Hund} <b>%(Hund)s</b> https://hund.example/dog"]
+    for seed in range(5):
+        (out,) = Terms(lex, 1.0, 3, seed).apply(src, tgt, 0)
+        assert out.count(TERM) == 1, out
+        assert out.endswith(" {Hund} <b>%(Hund)s</b> https://hund.example/Hund")
 
 
 # -- the config key and data preparation -------------------------------------------------------
