@@ -63,7 +63,7 @@ class TermsConfig:
     directory as `terms.lexicon.tsv`.
     """
 
-    share: float = 0.0  # share of the training pairs annotated, drawn per pair; 0 = off; e.g. 0.15
+    share: float = 0.0  # share of the training pairs annotated, drawn per pair; 0 = off; e.g. 0.3
     max_terms: int = 3  # terms annotated in one line at most (between 1 and this, drawn)
     min_dice: float = 0.3  # Dice's coefficient a source and a target stem need to be a term pair
     min_count: int = 3  # training lines a term pair must co-occur in

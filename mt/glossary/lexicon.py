@@ -26,10 +26,11 @@ shortest (ties: most often), as a glossary lists a term (`dog` for `dogs`, `Hund
 `Hunden`); the reference keeps its inflected form, so the model learns to inflect the term it
 is given (Bergmanis and Pinnis 2021, target lemma annotations).
 
-Why not an aligner: fast_align and eflomal need a compiler or a binary, awesome-align and
-SimAlign a multilingual BERT to download; the links needed here are few (a share of the lines,
-a few words each) and the counts cost one pass over a sample. The lexicon is deterministic
-for its sample, and is kept in the run directory as a table a person can read.
+Why not an aligner: fast_align is not on PyPI, eflomal's package builds C code when
+installed, SimAlign and awesome-align need a multilingual BERT to download; the links needed
+here are few (a share of the lines, a few words each) and the counts cost one pass over a
+sample. The lexicon is deterministic for its sample, and is kept in the run directory as a
+table a person can read.
 """
 
 from __future__ import annotations
