@@ -18,8 +18,9 @@ it; the stage decides which phrases it is given:
 
 A model trained with terms (`data.terms`; its tokenizer holds the markers:
 mt.glossary.inline.takes_terms) is told its terms in the source: every search of a line with
-terms reads it annotated (`｟term｠ Hund｟to｠ dog｟/term｠`), so the model writes the terms
-itself, inflected, and the guard or the hard path above only add constraints where it must.
+terms reads it annotated (`｟term｠ Hund｟to｠ dog｟/term｠`), so a model that learnt to read
+them writes the terms itself, inflected, and the guard or the hard path above add
+constraints where it must (docs/decoding.md measures how much a small model learns).
 `Plan.glossary_soft` (`--glossary-soft`) is the annotation alone: one search, no constraint,
 no second search (such a model only).
 
@@ -69,6 +70,8 @@ def glossary_stage(constrain: bool, hard: bool, inline: bool = False, soft: bool
     """The stage: `constrain` says whether the search below takes constraints (a glossary
     with terms to apply is refused otherwise); `hard`: every term a constraint at once;
     `inline`: the model takes terms written into its source (then `soft`: only so)."""
+    if soft and hard:
+        raise MtError("--glossary-soft and --glossary-hard cannot be combined")
     if soft and not inline:
         raise MtError(NEEDS_TERMS)
 
