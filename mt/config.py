@@ -50,6 +50,29 @@ class WatchConfig:
 
 
 @dataclass
+class TermsConfig:
+    """Terms learnt (`data.terms`): a share of the training lines carry, after some of their
+    words, the word's translation between markers (`｟term｠ Hunde｟to｠ dog｟/term｠`), so
+    the model learns to use a term it is given and to inflect it (Dinu et al. 2019; target
+    lemmas: Bergmanis and Pinnis 2021). `--glossary` then writes a glossary's terms into the
+    source the same way (docs/decoding.md: Terminology).
+
+    The term pairs are found in the training data (mt/glossary/lexicon.py): Dice's
+    coefficient over the stems of content words on a uniform sample of the corpus, linked one
+    to one in each line, neighbours joined into phrases; the lexicon is kept in the run
+    directory as `terms.lexicon.tsv`.
+    """
+
+    share: float = 0.0  # share of the training pairs annotated, drawn per pair; 0 = off; e.g. 0.3
+    max_terms: int = 3  # terms annotated in one line at most (between 1 and this, drawn)
+    min_dice: float = 0.3  # Dice's coefficient a source and a target stem need to be a term pair
+    min_count: int = 3  # training lines a term pair must co-occur in
+    # The most frequent stems of each side are never terms (the function words: `der`, `the`).
+    skip_common: int = 100
+    lexicon_lines: int = 200_000  # training pairs sampled (uniformly) to find the term pairs on
+
+
+@dataclass
 class DataConfig:
     """Where the parallel corpus lives and which sentence pairs to keep.
 
@@ -93,6 +116,9 @@ class DataConfig:
     # most one, applied when the training stores are built; modifiers: uppercase, titlecase,
     # no_final_punct, typos (source only). Empty: the corpus as it is.
     augment: list[str] = field(default_factory=list)
+    # Terms learnt: a share of the training lines annotated with the translations of some of
+    # their words (mt/data/terms.py); off by default (`share` 0).
+    terms: TermsConfig = field(default_factory=TermsConfig)
 
 
 @dataclass

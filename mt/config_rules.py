@@ -232,6 +232,23 @@ def augment_checks(items: list[str]) -> list[tuple[bool, str]]:
     return checks
 
 
+def terms_checks(d: DataConfig) -> list[tuple[bool, str]]:
+    """`data.terms`: a share in [0, 1] and the lexicon's bounds; one language pair."""
+    t = d.terms
+    return [
+        in_range("data.terms.share", t.share, 0.0, 1.0),
+        in_range("data.terms.max_terms", t.max_terms, 1, 16),
+        (0 < t.min_dice <= 1, f"data.terms.min_dice must be in (0, 1], got {t.min_dice}"),
+        in_range("data.terms.min_count", t.min_count, 1, 1_000_000),
+        in_range("data.terms.skip_common", t.skip_common, 0, 100_000),
+        in_range("data.terms.lexicon_lines", t.lexicon_lines, 100, 100_000_000),
+        (
+            not (t.share and d.pairs),
+            "data.terms is learnt for one language pair: it cannot be combined with data.pairs",
+        ),
+    ]
+
+
 def finetune_checks(cfg: Config) -> list[tuple[bool, str]]:
     """An adapter trains alone on a frozen base: what would train the base too is refused."""
     f, t = cfg.finetune, cfg.train
@@ -349,6 +366,7 @@ def validate(cfg: Config) -> None:
     checks += decode_checks(d)
     checks += pair_checks(cfg.data)
     checks += augment_checks(cfg.data.augment)
+    checks += terms_checks(cfg.data)
     checks += watch_checks(cfg)
     checks += keep_checks(cfg)
     for i, c in enumerate(cfg.data.corpora):

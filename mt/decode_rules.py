@@ -117,6 +117,14 @@ def plan_checks(
             "--glossary-hard needs --glossary FILE",
         ),
         (
+            not plan.glossary_soft or plan.glossary is not None,
+            "--glossary-soft needs --glossary FILE",
+        ),
+        (
+            not (plan.glossary_soft and plan.glossary_hard),
+            "--glossary-soft and --glossary-hard cannot be combined",
+        ),
+        (
             plan.glossary is None or not (plan.pivot is not None or html),
             "--glossary cannot be combined with --pivot or --input-format html",
         ),

@@ -91,6 +91,12 @@ class PlanOptions:
         "Constrain every term a --glossary finds from the first search: its target "
         "verbatim, one search, the model's inflection of it lost.",
     )
+    glossary_soft: bool = step(
+        False,
+        "A model trained with terms (data.terms) only: the --glossary terms written into "
+        "the source and nothing more: one search at full speed, no constraint, no second "
+        "search for a line that misses a term.",
+    )
 
 
 # The options each door lets a caller choose, by PlanOptions' names; the rest keep their
@@ -98,10 +104,11 @@ class PlanOptions:
 OFFERED: dict[str, tuple[str, ...]] = {
     "translate": (
         "protect", "pivot", "split_sentences", "recase", "keep_numbers", "glossary",
-        "glossary_hard",
+        "glossary_hard", "glossary_soft",
     ),
     "eval": (  # the pivot is a route between languages, not a step to score
         "protect", "split_sentences", "recase", "keep_numbers", "glossary", "glossary_hard",
+        "glossary_soft",
     ),
     "serve": ("keep_numbers", "glossary", "glossary_hard"),  # the server's, for every request
     "request": ("split_sentences", "glossary"),  # a /v1/translate body's own (`request` keys)

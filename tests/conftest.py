@@ -137,6 +137,35 @@ def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 
 @pytest.fixture(scope="session")
+def tiny_terms_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """configs/tiny.yaml trained briefly with `data.terms` (a third of the lines annotated
+    with target terms) on a 600-pair slice for 10 steps: a model whose tokenizer takes terms."""
+    run_dir = tmp_path_factory.mktemp("terms") / "run"
+    sets = {
+        "data.terms.share": 0.3,
+        "data.terms.skip_common": 60,
+        "data.max_train_examples": 600,
+        "data.max_valid_examples": 10,
+        "train.max_steps": 10,
+        "train.eval_every": 10,
+        "train.log_every": 5,
+        "train.threads": 1,
+        "train.tensorboard": "false",
+    }
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    result = run_mt_here(
+        "train",
+        REPO / "configs" / "tiny.yaml",
+        "--run-dir",
+        run_dir,
+        *args,
+        env={"MT_DATA": str(multi30k_dir.resolve())},
+    )
+    assert result.rc == 0, result.err
+    return run_dir
+
+
+@pytest.fixture(scope="session")
 def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model trained on four directions of a Multi30k slice (de-fr is zero-shot)."""
     run_dir = tmp_path_factory.mktemp("multi") / "run"

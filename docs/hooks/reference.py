@@ -183,6 +183,10 @@ def _section_keys(prefix: str, cls: type, texts: dict[tuple[str, str], str]) -> 
             )
             keys += _section_keys(f"{name}[]", item, texts)
             continue
+        if dataclasses.is_dataclass(hint):  # a group of keys (`data.terms`): its own keys
+            keys.append(Key(name, hint.__name__, "", "", texts.get((cls.__name__, f.name))))
+            keys += _section_keys(name, hint, texts)
+            continue
         description = f.metadata.get("help") or texts.get((cls.__name__, f.name), "")
         keys.append(Key(name, type_name(hint), value_text(default_of(f)), allowed, description))
     return keys

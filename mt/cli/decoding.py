@@ -108,7 +108,7 @@ def translate(
     )
     if plan.pivot is not None and input_format != "html":
         check_pivot(targets, plan.pivot)
-    terms = open_glossary(plan.glossary, session, targets, frm, translator)
+    terms = open_glossary(plan.glossary, session, targets, frm, translator, plan.glossary_soft)
     steps = Plan.of(plan, frm or session.source_language(), html=input_format == "html")
     name = str(input) if input is not None else "<stdin>"
     lines = _Lines(name, input_format, output_format, steps, terms, translator)
@@ -308,7 +308,7 @@ def evaluate(
                 raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
         targets = session.targets(to, frm, target_vocab, options.target_vocab_ratio)
         translator = session.translator(options, targets=targets)
-        terms = open_glossary(plan.glossary, session, targets, frm, translator)
+        terms = open_glossary(plan.glossary, session, targets, frm, translator, plan.glossary_soft)
         steps = Plan.of(plan, frm or session.source_language())
         requests = [Request(x, plan=steps, glossary=terms) for x in sources]
         with settled_heap(), spread(translator) as decoder:

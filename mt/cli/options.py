@@ -303,16 +303,27 @@ def check_plan(plan: PlanOptions, html: bool = False, alignment: bool = False) -
         raise MtError(f"{plan.glossary}: glossary file not found")
 
 
-def open_glossary(path: Path | None, session, targets, frm: str | None, translator):  # noqa: ANN001
+def open_glossary(  # noqa: ANN201
+    path: Path | None,
+    session,  # noqa: ANN001
+    targets,  # noqa: ANN001
+    frm: str | None,
+    translator,  # noqa: ANN001
+    soft: bool = False,
+):
     """The glossary in `path` (None: none) between the decode's languages: the source
     `frm` (else the model's) and the target `targets` writes (a bilingual model's own);
-    refused unless `translator` searches with constraints."""
+    refused unless `translator` searches with constraints (`soft`: unless the model was
+    trained with terms)."""
     if path is None:
         return None
     from mt.glossary.files import read_glossary
-    from mt.translation.terms import NEEDS_BEAM
+    from mt.glossary.inline import takes_terms
+    from mt.translation.terms import NEEDS_BEAM, NEEDS_TERMS
 
-    if not translator.constrain:
+    if soft and not takes_terms(session.tokenizer):
+        raise MtError(NEEDS_TERMS)
+    if not translator.constrain and not soft:
         raise MtError(NEEDS_BEAM)
     from mt.glossary.words import stemmer_name
 

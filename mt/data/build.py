@@ -24,6 +24,7 @@ from mt.data.augment import Augment
 from mt.data.cache import Filter, Sampling, build_lock, store_folder
 from mt.data.corpus import Chunk, Source, pair_chunks
 from mt.data.store import StoreError, StoreWriter, TokenStore, token_dtype
+from mt.data.terms import Terms
 from mt.errors import MtError
 from mt.progress import Progress
 from mt.spans import mask_pair
@@ -105,9 +106,11 @@ def build_store(
     protect: bool = False,
     sampling: Sampling | None = None,
     augment: Augment | None = None,
+    terms: Terms | None = None,
 ) -> TokenStore:
     """Read, encode, filter and write one corpus into a store at `folder`; with `augment`,
-    a share of the pairs is changed first (mt.data.augment); with `protect`,
+    a share of the pairs is changed first (mt.data.augment), with `terms` a share of the
+    sources annotated with target terms (mt.data.terms); with `protect`,
     spans are masked on both sides first (`mt.spans.mask_pair`); with `sampling`, each
     sentence's segmentation is drawn (one thread from a seed per copy, so a copy built again
     is the same)."""
@@ -125,6 +128,8 @@ def build_store(
         for src_text, tgt_text in read_ahead(pair_chunks(source, limit=limit)):
             if augment is not None:
                 src_text, tgt_text = augment.apply(src_text, tgt_text, progress.n)
+            if terms is not None:
+                src_text = terms.apply(src_text, tgt_text, progress.n)
             if protect:
                 src_text, tgt_text = masked(src_text, tgt_text)
             src, src_len = _flat(tokenizer.src.encode(src_text, **encode), dtype)
@@ -199,13 +204,14 @@ def open_or_build(
     protect: bool = False,
     sampling: Sampling | None = None,
     augment: Augment | None = None,
+    terms: Terms | None = None,
 ) -> TokenStore:
     """The store for `source`: mapped when a trusted one exists, else built (if `build`).
 
     Builders hold the cache folder's lock (`cache.build_lock`): the nodes of a multi-node run
     whose cache folders are one shared folder build each store once."""
-    folder = store_folder(cache, source, tokenizer, f, limit, protect, sampling, augment)
-    args = (source, tokenizer, folder, f, limit, build, log, protect, sampling, augment)
+    folder = store_folder(cache, source, tokenizer, f, limit, protect, sampling, augment, terms)
+    args = (source, tokenizer, folder, f, limit, build, log, protect, sampling, augment, terms)
     if not build:
         return _open_or_build(*args)
     with build_lock(cache):
@@ -223,6 +229,7 @@ def _open_or_build(
     protect: bool,
     sampling: Sampling | None,
     augment: Augment | None,
+    terms: Terms | None,
 ) -> TokenStore:
     if folder.exists():
         try:
@@ -236,4 +243,6 @@ def _open_or_build(
             print(f"{folder}: rebuilding the token store ({err})", flush=True, file=sys.stderr)
     elif not build:
         raise MtError(f"{folder}: token store missing (the preparing process did not write it)")
-    return build_store(source, tokenizer, folder, f, limit, 0, log, protect, sampling, augment)
+    return build_store(
+        source, tokenizer, folder, f, limit, 0, log, protect, sampling, augment, terms
+    )

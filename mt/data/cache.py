@@ -22,6 +22,7 @@ from pathlib import Path
 from mt.config import DataConfig
 from mt.data.augment import Augment
 from mt.data.corpus import Source
+from mt.data.terms import Terms
 from mt.errors import MtError
 from mt.tokenizer import Tokenizer
 
@@ -68,13 +69,16 @@ def store_folder(
     protect: bool = False,
     sampling: Sampling | None = None,
     augment: Augment | None = None,
+    terms: Terms | None = None,
 ) -> Path:
     """`cache/{name}-{key}`: the key changes with the data, the tokenizer, the filters, the
-    masking of spans, the sampled segmentation (`Sampling`, its copy number) and the
-    training-data modifiers (`mt.data.augment.Augment`)."""
+    masking of spans, the sampled segmentation (`Sampling`, its copy number), the
+    training-data modifiers (`mt.data.augment.Augment`) and the term annotations
+    (`mt.data.terms.Terms`: its settings and its lexicon's digest)."""
     settings = f"filter={f}:limit={limit}" + (":protect" if protect else "")
     settings += f":{sampling}" if sampling is not None else ""
     settings += f":{augment}" if augment is not None else ""
+    settings += f":{terms}" if terms is not None else ""
     key_text = "|".join([_identity(source), tokenizer.fingerprint(), settings])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", source.name).strip("._") or "corpus"

@@ -34,7 +34,10 @@ from mt.data.corpus import (
 )
 from mt.data.mixing import always_allowed, pair_weights, piece_counts
 from mt.data.store import TokenStore
+from mt.data.terms import LEXICON_FILE, Terms
 from mt.errors import MtError
+from mt.glossary.inline import MARKERS
+from mt.glossary.lexicon import Lexicon, learn
 from mt.languages import Languages
 from mt.spans import reserved_symbols
 from mt.textstats import MIN_CHARS, TextStats, count_stats
@@ -90,8 +93,8 @@ def prepare_tokenizer(
     if d.protect:  # the tokenizer learns the text it will encode: spans masked
         src, tgt = masked(src, tgt)
     langs = [lang for pair in directions(d) for lang in pair] if d.pairs else None
-    reserved = reserved_symbols() if d.protect else None
-    tok = train_tokenizer(src, tgt, t, reserved, list(dict.fromkeys(langs or [])) or None)
+    reserved = (reserved_symbols() if d.protect else []) + (list(MARKERS) if d.terms.share else [])
+    tok = train_tokenizer(src, tgt, t, reserved or None, list(dict.fromkeys(langs or [])) or None)
     tok.save(run_dir)
     if log:
         print(
@@ -103,6 +106,38 @@ def prepare_tokenizer(
             flush=True,
         )
     return tok
+
+
+def prepare_terms(d: DataConfig, seed: int, run_dir: Path, build: bool, log: bool) -> Terms | None:
+    """The run's term annotator (`data.terms`; None when its share is 0): the lexicon read
+    from `run_dir`, else (`build`) learnt on a uniform sample of `data.terms.lexicon_lines`
+    training pairs (drawn with `seed`) and saved there."""
+    t = d.terms
+    if not t.share:
+        return None
+    path = run_dir / LEXICON_FILE
+    if path.is_file():
+        return Terms(Lexicon.load(path), t.share, t.max_terms, seed)
+    if not build:
+        raise MtError(f"{path}: no term lexicon (the preparing process did not write it)")
+    start = time.perf_counter()
+    src, tgt = sample_pairs(train_sources(d), t.lexicon_lines, d.max_train_examples, seed)
+    lexicon = learn(src, tgt, d.src_lang, d.tgt_lang, t.min_dice, t.min_count, t.skip_common)
+    if not len(lexicon):
+        raise MtError(
+            f"data.terms: no term pairs in {len(src):,} training pairs (data.terms.min_dice "
+            f"{t.min_dice}, min_count {t.min_count}, skip_common {t.skip_common}); lower them, "
+            "or set data.terms.share to 0"
+        )
+    lexicon.save(path)
+    if log:
+        print(
+            f"terms: {len(lexicon):,} term pairs of {len(lexicon.pairs):,} source stems, found "
+            f"on {len(src):,} sampled pairs ({time.perf_counter() - start:.1f} s) -> {path}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return Terms(lexicon, t.share, t.max_terms, seed)
 
 
 def sample_languages(d: DataConfig, n: int, seed: int) -> tuple[list[str], list[str]]:
@@ -213,7 +248,8 @@ def prepare(
 ) -> Prepared:
     """Tokenizer and stores for the data section `d`, built where missing (`build`) or only
     opened. `t` is the tokenizer section (how a missing tokenizer is trained, and subword
-    sampling's copies); `seed` (train.seed) draws the tokenizer's sample and the augmentation.
+    sampling's copies); `seed` (train.seed) draws the tokenizer's sample, the augmentation and
+    the term annotations (`data.terms`).
 
     `mt prepare` and the first `mt train` build; under torchrun each node's local rank 0
     builds or checks the node's stores with the `tokenizer` global rank 0 sent it, and the
@@ -238,17 +274,18 @@ def prepare(
     f = Filter(d.max_len, d.max_len_ratio)
     sources = train_sources(d)
     aug = Augment.from_config(d.augment, seed)
+    terms = prepare_terms(d, seed, run_dir, build, log)
+    limit = d.max_train_examples
     train = [
-        open_or_build(s, tok, cache, f, d.max_train_examples, build, log, d.protect, None, aug)
+        open_or_build(s, tok, cache, f, limit, build, log, d.protect, None, aug, terms)
         for s in sources
     ]
     sampled = []  # tokenizer.sample_alpha: the training stores again, segmented by sampling
     for c in range(t.sample_copies if t.sample_alpha else 0):
         how = Sampling(t.sample_alpha, c)
-        limit = d.max_train_examples
         sampled.append(
             [
-                open_or_build(s, tok, cache, f, limit, build, log, d.protect, how, aug)
+                open_or_build(s, tok, cache, f, limit, build, log, d.protect, how, aug, terms)
                 for s in sources
             ]
         )

@@ -74,6 +74,7 @@ class Plan:
     pivot: str | None = None  # through this language (a multilingual model): mt.translation.pivot
     split: str | None = None  # sentence by sentence, the source in this language: .sentences
     glossary_hard: bool = False  # a glossary's terms constrained at once: mt.translation.terms
+    glossary_soft: bool = False  # terms only written into the source (a data.terms model): same
 
     @classmethod
     def of(cls, options: PlanOptions, language: str | None = None, html: bool = False) -> Plan:

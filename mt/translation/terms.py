@@ -16,6 +16,14 @@ it; the stage decides which phrases it is given:
   constraint of the first and only search: one search, the exact forms, the model's
   inflection lost.
 
+A model trained with terms (`data.terms`; its tokenizer holds the markers:
+mt.glossary.inline.takes_terms) is told its terms in the source: every search of a line with
+terms reads it annotated (`｟term｠ Hund｟to｠ dog｟/term｠`), so a model that learnt to read
+them writes the terms itself, inflected, and the guard or the hard path above add
+constraints where it must (docs/decoding.md measures how much a small model learns).
+`Plan.glossary_soft` (`--glossary-soft`) is the annotation alone: one search, no constraint,
+no second search (such a model only).
+
 A line without a term, a request without a glossary, and a request with a prefix (constrained
 search takes none) are passed down untouched, so they translate exactly as without the
 glossary. A glossary applies to requests into its own target language; its terms are checked
@@ -29,6 +37,7 @@ from dataclasses import replace
 
 from mt.errors import MtError
 from mt.glossary import Match, uses
+from mt.glossary.inline import annotate
 from mt.glossary.words import base_language
 from mt.spans import find_spans
 from mt.translation.requests import Request, Translation
@@ -37,6 +46,10 @@ from mt.translation.stages import Ask, Rounds, Stage
 NEEDS_BEAM = (
     "a glossary needs the constrained beam search: drop --greedy, --sample, --alignment, "
     "--stop-early and --no-repeat-ngram"
+)
+NEEDS_TERMS = (
+    "--glossary-soft needs a model trained with terms (data.terms): this model's tokenizer "
+    "has no term markers"
 )
 
 
@@ -53,12 +66,24 @@ def terms_of(r: Request) -> list[Match]:
     return g.find(r.src, protected)
 
 
-def glossary_stage(constrain: bool, hard: bool) -> Stage:
+def glossary_stage(constrain: bool, hard: bool, inline: bool = False, soft: bool = False) -> Stage:
     """The stage: `constrain` says whether the search below takes constraints (a glossary
-    with terms to apply is refused otherwise); `hard`: every term a constraint at once."""
+    with terms to apply is refused otherwise); `hard`: every term a constraint at once;
+    `inline`: the model takes terms written into its source (then `soft`: only so)."""
+    if soft and hard:
+        raise MtError("--glossary-soft and --glossary-hard cannot be combined")
+    if soft and not inline:
+        raise MtError(NEEDS_TERMS)
 
     def rounds(requests: list[Request]) -> Rounds:
         found = {i: ms for i, r in enumerate(requests) if (ms := terms_of(r))}
+        if inline:
+            requests = list(requests)
+            for i, ms in found.items():
+                terms = [(m.start, m.end, m.entry.tgt) for m in ms]
+                requests[i] = replace(requests[i], src=annotate(requests[i].src, terms))
+        if soft:
+            return (yield Ask(requests))
         if found and not constrain:
             raise MtError(NEEDS_BEAM)
         if hard:

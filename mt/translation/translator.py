@@ -24,6 +24,7 @@ from mt.config import DecodeConfig
 from mt.decode_rules import can_constrain, validate_constraints
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
+from mt.glossary.inline import takes_terms
 from mt.model import Transformer
 from mt.runtime.dtype import decode_model
 from mt.runtime.workers import WorkerPool
@@ -196,7 +197,10 @@ class Translator:
         if plan.keep_numbers:
             steps.append(numbers_stage(self.tokenizer, self.constrain, bounds))
         if terms:
-            steps.append(glossary_stage(self.constrain, plan.glossary_hard))
+            inline = takes_terms(self.tokenizer)
+            steps.append(
+                glossary_stage(self.constrain, plan.glossary_hard, inline, plan.glossary_soft)
+            )
         if split:
             return [split_stage(self.tokenizer, self.max_src, bounds), *steps, *inner]
         return steps + inner

@@ -1,5 +1,7 @@
 """Glossaries on Multi30k: term accuracy, BLEU and speed without a glossary, with the guard
-(the default: constrain only the lines that miss a term) and hard (every term constrained).
+(the default: constrain only the lines that miss a term) and hard (every term constrained);
+for a model trained with terms (`data.terms`), whose searches read the terms written into the
+source, also soft (the annotation alone: one search, no constraint).
 
 The glossary is a term test set (scripts/tools/term_testset.py: entries the model does not
 write unaided, used by the references). The three runs take turns for `--rounds` rounds on the
@@ -8,6 +10,7 @@ come out byte-identical to the run without a glossary: the report counts those t
 
     python -m scripts.tools.term_testset runs/demo/best.pt -o terms.tsv
     python -m scripts.bench.glossary runs/demo/best.pt terms.tsv --threads 1
+    python -m scripts.bench.glossary runs/demo_terms/best.pt terms.tsv --threads 1
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from mt.glossary.accuracy import term_accuracy
 from mt.glossary.files import read_glossary
+from mt.glossary.inline import takes_terms
 from mt.metrics import bleu
 from mt.translation.requests import Plan, Request
 from mt.translation.session import Session
@@ -56,10 +60,10 @@ def main() -> None:
         return lambda: [t.text for t in translate_stream(translator, reqs)]
 
     say(f"{len(src)} lines, {len(glossary)} entries, {args.rounds} rounds")
-    outs, seconds = alternate(
-        args.rounds,
-        {"none": run(None), "guard": run(Plan()), "hard": run(Plan(glossary_hard=True))},
-    )
+    runs = {"none": run(None), "guard": run(Plan()), "hard": run(Plan(glossary_hard=True))}
+    if takes_terms(session.tokenizer):
+        runs["soft"] = run(Plan(glossary_soft=True))
+    outs, seconds = alternate(args.rounds, runs)
     has = [bool(glossary.find(x)) for x in src]
     rows = []
     for name, hyp in outs.items():
@@ -79,7 +83,8 @@ def main() -> None:
                 f"{min(seconds['none']) / best:.2f}",
             ]
         )
-    print(f"{describe_machine()}; {args.threads} thread(s); {args.checkpoint}")
+    trained = "trained with terms" if takes_terms(session.tokenizer) else "trained without terms"
+    print(f"{describe_machine()}; {args.threads} thread(s); {args.checkpoint} ({trained})")
     print(
         f"{sum(has)} of {len(src)} lines hold a term ({acc.terms} terms), {len(glossary)} entries"
     )

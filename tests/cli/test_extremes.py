@@ -43,6 +43,12 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "data.max_valid_examples": ("WEW",),
     "data.corpora.weight": ("EEE",),
     "data.sampling_temperature": ("EEE",),  # (0, 100]: a typo otherwise
+    "data.terms.share": ("WEE",),  # 0: off; a share is at most 1
+    "data.terms.max_terms": ("EEE",),  # 1 to 16 terms a line
+    "data.terms.min_dice": ("EEE",),  # (0, 1]
+    "data.terms.min_count": ("EEE",),
+    "data.terms.skip_common": ("WEE",),  # 0: every stem may be a term
+    "data.terms.lexicon_lines": ("EEE",),  # 100 to 100 million pairs sampled
     "tokenizer.vocab_size": ("EEE",),  # token ids are 16-bit in the token store
     "tokenizer.character_coverage": ("EEE",),
     "tokenizer.input_sentence_size": ("EEE",),

@@ -29,9 +29,12 @@ HINTS = typing.get_type_hints(PlanOptions)
 DOORS = {
     "translate": {
         "protect", "pivot", "split_sentences", "recase", "keep_numbers", "glossary",
-        "glossary_hard",
+        "glossary_hard", "glossary_soft",
     },
-    "eval": {"protect", "split_sentences", "recase", "keep_numbers", "glossary", "glossary_hard"},
+    "eval": {
+        "protect", "split_sentences", "recase", "keep_numbers", "glossary", "glossary_hard",
+        "glossary_soft",
+    },
     "serve": {"keep_numbers", "glossary", "glossary_hard"},
     "request": {"split_sentences", "glossary"},
 }  # fmt: skip
@@ -194,6 +197,13 @@ def test_mt_serve_hands_its_plan_flags_to_the_server(monkeypatch, capsys) -> Non
     ("plan", "html", "alignment", "message"),
     [
         (PlanOptions(glossary_hard=True), False, False, "--glossary-hard needs --glossary FILE"),
+        (PlanOptions(glossary_soft=True), False, False, "--glossary-soft needs --glossary FILE"),
+        (
+            PlanOptions(glossary=Path("g"), glossary_soft=True, glossary_hard=True),
+            False,
+            False,
+            "--glossary-soft and --glossary-hard cannot be combined",
+        ),
         (PlanOptions(split_sentences=True, pivot="fr"), False, False, "--split-sentences"),
         (PlanOptions(split_sentences=True), False, True, "--split-sentences"),
         (PlanOptions(split_sentences=True), True, False, "--split-sentences"),
