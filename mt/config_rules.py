@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from mt.config import Config, DataConfig, DecodeConfig
+from mt.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig, TrainConfig
 from mt.errors import MtError
 
 # Upper bounds that keep absurd values from reaching an allocation or a C integer: each sits far
@@ -268,9 +268,27 @@ def finetune_checks(cfg: Config) -> list[tuple[bool, str]]:
 
 def validate(cfg: Config) -> None:
     """Reject values that type-check but cannot work; messages name the key (the caller adds
-    the file or the `--set` item)."""
-    m, t, d, tok = cfg.model, cfg.train, cfg.decode, cfg.tokenizer
-    checks = [
+    the file or the `--set` item). The first rule broken is the one reported, in this order."""
+    checks = model_checks(cfg.model, cfg.tokenizer)
+    checks += tokenizer_checks(cfg.tokenizer)
+    checks += train_checks(cfg.train)
+    checks += finetune_checks(cfg)
+    checks += data_checks(cfg.data)
+    checks += decode_checks(cfg.decode)
+    checks += pair_checks(cfg.data)
+    checks += augment_checks(cfg.data.augment)
+    checks += terms_checks(cfg.data)
+    checks += watch_checks(cfg)
+    checks += keep_checks(cfg)
+    for i, c in enumerate(cfg.data.corpora):
+        checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
+        checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
+    raise_first(checks)
+
+
+def model_checks(m: ModelConfig, tok: TokenizerConfig) -> list[tuple[bool, str]]:
+    """The model's shape, and what its tying asks of the tokenizer."""
+    return [
         in_range("model.d_model", m.d_model, 1, MAX_WIDTH),
         in_range("model.n_heads", m.n_heads, 1, max(m.d_model, 1)),
         (
@@ -294,11 +312,21 @@ def validate(cfg: Config) -> None:
             not m.tie_embeddings or tok.joint,
             "model.tie_embeddings needs tokenizer.joint: true (one shared vocabulary)",
         ),
+    ]
+
+
+def tokenizer_checks(tok: TokenizerConfig) -> list[tuple[bool, str]]:
+    return [
         in_range("tokenizer.vocab_size", tok.vocab_size, 16, MAX_VOCAB),
         in_range("tokenizer.input_sentence_size", tok.input_sentence_size, 2, 2**31 - 1),
         (0.0 < tok.character_coverage <= 1.0, "tokenizer.character_coverage must be in (0, 1]"),
         in_range("tokenizer.sample_alpha", tok.sample_alpha, 0.0, 1.0),
         in_range("tokenizer.sample_copies", tok.sample_copies, 1, 64),
+    ]
+
+
+def train_checks(t: TrainConfig) -> list[tuple[bool, str]]:
+    return [
         (t.warmup > 0, "train.warmup must be > 0"),
         in_range("train.max_tokens", t.max_tokens, 1, MAX_BATCH_TOKENS),
         in_range("train.accum_steps", t.accum_steps, 1, MAX_ACCUM),
@@ -352,24 +380,18 @@ def validate(cfg: Config) -> None:
             "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "
             "state covers every parameter)",
         ),
-        *finetune_checks(cfg),
-        in_range("data.max_len", cfg.data.max_len, 1, MAX_LENGTH),
-        (cfg.data.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
-        (cfg.data.src_lang != cfg.data.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
+    ]
+
+
+def data_checks(d: DataConfig) -> list[tuple[bool, str]]:
+    return [
+        in_range("data.max_len", d.max_len, 1, MAX_LENGTH),
+        (d.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
+        (d.src_lang != d.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
         (
-            0 < cfg.data.sampling_temperature <= 100,
+            0 < d.sampling_temperature <= 100,
             "data.sampling_temperature must be in (0, 100]",
         ),
-        (cfg.data.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
-        (cfg.data.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
+        (d.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
+        (d.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
     ]
-    checks += decode_checks(d)
-    checks += pair_checks(cfg.data)
-    checks += augment_checks(cfg.data.augment)
-    checks += terms_checks(cfg.data)
-    checks += watch_checks(cfg)
-    checks += keep_checks(cfg)
-    for i, c in enumerate(cfg.data.corpora):
-        checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
-        checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
-    raise_first(checks)

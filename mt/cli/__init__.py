@@ -8,7 +8,8 @@ They join the app as their module is imported, in the order `mt --help` lists th
 
 # isort: skip_file
 from mt.cli import training  # noqa: F401  (train, prepare, plot, average)
-from mt.cli import decoding  # noqa: F401  (translate, eval)
+from mt.cli import decoding  # noqa: F401  (translate)
+from mt.cli import evaluating  # noqa: F401  (eval)
 from mt.cli import scoring  # noqa: F401  (score)
 from mt.cli import inspecting  # noqa: F401  (attention, vectors)
 from mt.cli import serving  # noqa: F401  (serve)

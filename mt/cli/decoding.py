@@ -1,9 +1,9 @@
-"""`mt translate` and `mt eval`: commands that translate with a trained model."""
+"""`mt translate`: the command that translates with a trained model (`mt eval` is in
+evaluating.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -38,7 +38,7 @@ from mt.cli.options import (
     write_output,
 )
 from mt.cli.xliff import fill_xliff, read_xliff, xliff_languages
-from mt.errors import EXIT_GATE, EXIT_LINES, MtError
+from mt.errors import EXIT_LINES, MtError
 from mt.plan import OFFERED as PLAN_OFFERED
 from mt.plan import PlanOptions
 from mt.translation.options import OFFERED, DecodeOptions
@@ -202,157 +202,3 @@ class _Lines:
                 err=True,
             )
             raise typer.Exit(EXIT_LINES)
-
-
-@app.command(name="eval")
-@decode_flags(OFFERED["eval"])
-@plan_flags(PLAN_OFFERED["eval"])
-def evaluate(
-    checkpoints: Annotated[
-        list[Path] | None,
-        typer.Argument(
-            help="Checkpoint to translate with (a run directory means its best.pt); several "
-            "decode as an ensemble.",
-            metavar="CHECKPOINT",
-        ),
-    ] = None,
-    src: Annotated[
-        Path | None,
-        typer.Option(
-            help="Source file to translate; a TMX or XLIFF file (.tmx, .xlf, .xliff, .sdlxliff) "
-            "holds the references too (inline codes left out of the scores)."
-        ),
-    ] = None,
-    ref: Annotated[Path | None, typer.Option(help="Reference translations.")] = None,
-    hyp: Annotated[Path | None, typer.Option(help="Score this output instead.")] = None,
-    *,
-    options: DecodeOptions,  # the decode flags, here in --help (mt.cli.options.decode_flags)
-    device: DeviceOption = "auto",
-    adapter: AdapterOption = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    min_bleu: Annotated[
-        float | None, typer.Option(help="Exit 1 when BLEU is below this (a CI gate).")
-    ] = None,
-    plan: PlanOptions,  # the plan flags, here in --help (mt.cli.options.plan_flags)
-    to: ToOption = None,
-    frm: FromOption = None,
-    target_vocab: TargetVocabOption = True,
-    threads: ThreadsOption = None,
-    max_doubt: MaxDoubtOption = None,
-    check_numbers: Annotated[
-        bool, typer.Option(help="Report the share of lines whose source numbers all appear.")
-    ] = False,
-    min_term_accuracy: Annotated[
-        float | None,
-        typer.Option(
-            help="Exit 1 when the lemma-matched term accuracy (%, with --glossary) is below "
-            "this (a CI gate)."
-        ),
-    ] = None,
-) -> None:
-    """Score a checkpoint or an ensemble (CHECKPOINT... --src --ref) or a translation (--hyp
-    --ref)."""
-    from mt.cat import format_of, strip_codes
-    from mt.cat.bilingual import read_bilingual
-    from mt.data.corpus import read_lines
-    from mt.glossary.accuracy import term_accuracy
-    from mt.metrics import format_scores, score
-    from mt.runtime.workers import spread
-    from mt.translation.doubt import DoubtCount, flags
-    from mt.translation.number_guard import kept_rate
-    from mt.translation.requests import Plan, Request
-    from mt.translation.translator import translate_stream
-
-    use_threads("eval", threads)
-    check_max_doubt(max_doubt)
-    check_plan(plan)
-    bilingual = format_of(src) if src is not None else None  # a TMX/XLIFF file: src and ref
-    if bilingual and ref is not None:
-        raise MtError(f"mt eval: {src} holds the references; give no --ref")
-    if ref is None and not bilingual:
-        raise MtError("mt eval needs --ref (or a TMX or XLIFF --src, which holds them)")
-    if plan.glossary is not None and src is None:
-        raise MtError("--glossary needs --src (the terms are found in the source)")
-    if min_term_accuracy is not None and plan.glossary is None:
-        raise MtError("--min-term-accuracy needs --glossary FILE")
-    terms = None
-    doubts = DoubtCount()
-    sources: list[str] | None = None
-    refs: list[str] = []
-    if ref is not None:
-        refs = read_lines(ref)
-        if not refs:  # sacrebleu fails deep inside on no sentences; exit 1 would read as the gate
-            raise MtError(f"{ref} is empty: no reference lines to score against")
-    if hyp is not None:
-        if checkpoints:  # --src with --hyp is the output's source: flags, --check-numbers
-            raise MtError("mt eval: give either --hyp or CHECKPOINT, not both")
-        if bilingual:
-            if frm is None or to is None:
-                raise MtError(f"mt eval --hyp: give --from and --to, the languages of {src}")
-            sources, refs = read_bilingual(src, frm, to)  # type: ignore[arg-type]
-        hyps, where = read_lines(hyp), hyp
-        if plan.glossary is not None:
-            from mt.glossary.files import read_glossary
-
-            terms = read_glossary(plan.glossary, frm, to)
-    else:
-        if not checkpoints or src is None:
-            raise MtError("mt eval needs CHECKPOINT and --src (or --hyp)")
-        session = open_session(checkpoints, device, options.dtype, adapter)
-        if bilingual:
-            pair = (frm or session.source_language(), to or session.cfg.data.tgt_lang)
-            sources, refs = read_bilingual(src, *pair)
-        else:
-            sources = read_lines(src)
-            if len(sources) != len(refs):
-                raise MtError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
-        targets = session.targets(to, frm, target_vocab, options.target_vocab_ratio)
-        translator = session.translator(options, targets=targets)
-        terms = open_glossary(plan.glossary, session, targets, frm, translator, plan.glossary_soft)
-        steps = Plan.of(plan, frm or session.source_language())
-        requests = [Request(x, plan=steps, glossary=terms) for x in sources]
-        with settled_heap(), spread(translator) as decoder:
-            done = translate_stream(decoder, requests, steps)
-            hyps, where = [t.text for t in doubts.watch(done)], src
-        keep_learned()
-    if len(hyps) != len(refs):
-        raise MtError(f"{where} has {len(hyps)} lines but {ref or src} has {len(refs)}")
-    if bilingual:  # inline codes (tags, mt.cat) are kept by construction: score the text
-        scores = score([strip_codes(h) for h in hyps], [strip_codes(r) for r in refs])
-    else:
-        scores = score(hyps, refs)
-    report = scores.as_dict()
-    lines = [format_scores(scores)]
-    if sources is None and src is not None:
-        sources = read_lines(src)
-    if hyp is not None and sources is not None:  # a given output: its flags against its source
-        for s, h in zip(sources, hyps):
-            doubts.add(flags(s, h))
-    if doubts.lines:
-        report["doubt"] = doubts.as_dict()
-        lines.append(f"doubt: {doubts.summary()}")
-    if check_numbers:
-        if sources is None:
-            raise MtError("--check-numbers needs --src (the numbers are the source's)")
-        report["numbers"] = kept_rate(sources, hyps)
-        lines.append(
-            "numbers kept: {kept}% of {lines} lines with digits".format(**report["numbers"])
-        )
-    accuracy = None
-    if terms is not None and sources is not None:
-        accuracy = term_accuracy(terms, sources, hyps, refs)
-        report["terms"] = accuracy.as_dict()
-        lines.append(accuracy.summary())
-    typer.echo(json.dumps(report) if json_ else "\n".join(lines))
-    if min_bleu is not None and scores.bleu < min_bleu:
-        typer.echo(f"BLEU {scores.bleu:.2f} is below --min-bleu {min_bleu}", err=True)
-        raise typer.Exit(EXIT_GATE)
-    if min_term_accuracy is not None and accuracy is not None:
-        if accuracy.lemma < min_term_accuracy:
-            typer.echo(
-                f"term accuracy {accuracy.lemma:.2f}% is below --min-term-accuracy "
-                f"{min_term_accuracy}",
-                err=True,
-            )
-            raise typer.Exit(EXIT_GATE)
-    gate_doubt(doubts, max_doubt, "mt eval")
