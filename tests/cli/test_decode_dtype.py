@@ -177,6 +177,7 @@ def test_serve_takes_the_dtype_for_every_decode(tiny_run, capsys, monkeypatch):
         worker.stop()
 
 
+@pytest.mark.slow  # a script's or a retry's check of many seconds: `pytest -m slow`
 def test_the_speed_script_gives_each_engine_a_process(tiny_run, multi30k_dir, tmp_path):
     """scripts/bench/bf16.py --isolate: one child process per engine and round, every engine's
     row with its first (cold) pass, the ratios against the first dtype, CTranslate2's stopping

@@ -337,6 +337,7 @@ def test_bad_pairs_are_one_line_exit_2(tmp_path, capsys, monkeypatch, value, nee
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # a script's or a retry's check of many seconds: `pytest -m slow`
 def test_the_timing_script_compares_with_a_bilingual_model_of_the_same_size(
     multi_run, tiny_run, multi30k_dir, tmp_path
 ):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.tasks import reverse_task_config
 
 from mt.config_file import load_config, parse_override
@@ -57,6 +58,7 @@ def test_a_row_reads_dev_bleu_at_the_given_minutes(tmp_path):
     assert m["best_dev"] == 21.0 and m["averaged"] == 21.0
 
 
+@pytest.mark.slow  # a script's or a retry's check of many seconds: `pytest -m slow`
 def test_a_search_appends_one_row_per_trial(tmp_path):
     config = reverse_task_config(tmp_path, eval_bleu=True, eval_every=4, log_every=2)
     out = tmp_path / "recipes.md"

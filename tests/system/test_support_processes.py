@@ -114,6 +114,7 @@ def test_a_server_not_ready_in_time_is_killed(tmp_path: Path, monkeypatch) -> No
     assert started[0].proc.returncode is not None and not Server.live
 
 
+@pytest.mark.slow  # a script's or a retry's check of many seconds: `pytest -m slow`
 def test_a_port_taken_in_between_is_tried_again(tiny_run: Path, tmp_path: Path, monkeypatch):
     """The port was free when chosen and someone else's by the time the server binds it."""
     with socket.socket() as taken:
