@@ -96,7 +96,7 @@ class StepRules:
 
 def step_rules(rules: Sequence[StepRule], step: Step) -> StepRules:
     """Every rule's answer for `step`, gathered. Two rules forcing the same row: the later
-    one's token (only the search's own prefix forces today)."""
+    one's token (of the rules here, only the search's own prefix forces)."""
     support: list[TokenMask] = []
     bans: list[TokenMask] = []
     forced = None
