@@ -259,8 +259,8 @@ def settled_heap() -> Iterator[None]:
     """Keep what is loaded by now (torch, the model, its tokenizer: some 170,000 objects) out
     of the collector's full passes while a command works through its lines, and hand it back
     after. Decoding makes enough short-lived objects to set off full collections, each a walk
-    of every object in the process: 0.04-0.09 s each once a model is loaded, 0.007 s with the
-    loaded part left out (docs/benchmarks.md). What the command makes while it works is
+    of every object in the process, so each costs what is loaded rather than what the command
+    made (measured in docs/studies/span-ban.md). What the command makes while it works is
     collected as ever."""
     gc.freeze()
     try:
