@@ -20,6 +20,7 @@ tests use too (a real `mt serve`, ports, the browser, the small HF models) in te
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -145,6 +146,17 @@ def read_lines(path: Path) -> list[str]:
     from mt.data.corpus import read_lines as read
 
     return read(path)
+
+
+def print_report(report: dict[str, Any], path: Path | None) -> None:
+    """A benchmark's JSON report with the machine line and the load at its end, printed and,
+    given `path`, written there too."""
+    report["machine_line"] = describe_machine(report["machine"])
+    report["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    text = json.dumps(report, indent=1)
+    print(text)
+    if path:
+        path.write_text(text + "\n", "utf-8")
 
 
 def write_text(path: Path, text: str, what: str = "results") -> None:

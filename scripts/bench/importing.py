@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from scripts.common import alternate, describe_machine, machine, read_lines, say
+from scripts.common import alternate, machine, print_report, read_lines, say
 
 VOCAB = 58_101
 MAX_LENGTH = 64
@@ -207,12 +207,7 @@ def main() -> None:
                 for name, s in best.items()
             }
             say(f"beam {beam}: {report[f'beam{beam}']}")
-    report["machine_line"] = describe_machine(report["machine"])
-    report["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n", "utf-8")
+    print_report(report, args.json)
 
 
 if __name__ == "__main__":

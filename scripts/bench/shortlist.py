@@ -20,7 +20,6 @@ an OPUS-MT-base-shaped import, and the BLEU it costs on a trained Multi30k model
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import torch
 
 from scripts.bench.importing import MAX_LENGTH
 from scripts.bench.importing import build as build_marian
-from scripts.common import alternate, describe_machine, machine, read_lines, say
+from scripts.common import alternate, machine, print_report, read_lines, say
 
 PLAN_ARGS = dict(protect=False, recase=False, keep_numbers=False)  # the search alone
 
@@ -233,12 +232,7 @@ def main() -> None:
             report["trained"] = trained_quality(args, Path(tmp))
         if not args.skip_import:
             report["import"] = imported_speed(args, Path(tmp))
-    report["machine_line"] = describe_machine(report["machine"])
-    report["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n", "utf-8")
+    print_report(report, args.json)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ machine line and the corpus reader."""
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
@@ -53,3 +54,12 @@ def test_read_lines_reads_gzip_and_write_text_is_atomic(tmp_path):
         "a.de.gz",
         "out.json",
     ]
+
+
+def test_a_report_is_printed_and_written_with_its_machine_and_load(tmp_path, capsys):
+    report = {"machine": common.machine(), "rows": [1, 2]}
+    common.print_report(report, tmp_path / "r.json")
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert printed["rows"] == [1, 2] and len(printed["load_after"]) == 3
+    assert printed["machine_line"] == common.describe_machine(report["machine"])
