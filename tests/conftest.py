@@ -136,6 +136,21 @@ def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return run_dir
 
 
+def train_tiny(run_dir: Path, multi30k_dir: Path, sets: dict[str, object]) -> Path:
+    """configs/tiny.yaml trained through `mt train` into `run_dir` with `sets` as --set items."""
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    result = run_mt_here(
+        "train",
+        REPO / "configs" / "tiny.yaml",
+        "--run-dir",
+        run_dir,
+        *args,
+        env={"MT_DATA": str(multi30k_dir.resolve())},
+    )
+    assert result.rc == 0, result.err
+    return run_dir
+
+
 @pytest.fixture(scope="session")
 def tiny_terms_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """configs/tiny.yaml trained briefly with `data.terms` (a third of the lines annotated
@@ -152,17 +167,7 @@ def tiny_terms_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory)
         "train.threads": 1,
         "train.tensorboard": "false",
     }
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    result = run_mt_here(
-        "train",
-        REPO / "configs" / "tiny.yaml",
-        "--run-dir",
-        run_dir,
-        *args,
-        env={"MT_DATA": str(multi30k_dir.resolve())},
-    )
-    assert result.rc == 0, result.err
-    return run_dir
+    return train_tiny(run_dir, multi30k_dir, sets)
 
 
 @pytest.fixture(scope="session")
@@ -180,17 +185,7 @@ def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
         "train.threads": 1,
         "train.tensorboard": "false",
     }
-    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    result = run_mt_here(
-        "train",
-        REPO / "configs" / "tiny.yaml",
-        "--run-dir",
-        run_dir,
-        *args,
-        env={"MT_DATA": str(multi30k_dir.resolve())},
-    )
-    assert result.rc == 0, result.err
-    return run_dir
+    return train_tiny(run_dir, multi30k_dir, sets)
 
 
 # -- adapters on the tiny model (mt/adapt) -------------------------------------------------------
