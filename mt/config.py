@@ -276,8 +276,10 @@ class FinetuneConfig:
     lora_alpha: float = 16.0  # the adapter's update is scaled by lora_alpha / lora_rank
     lora_dropout: float = 0.0  # on an adapter's input while training
     # The projections wrapped, in every attention (self and cross, encoder and decoder) and
-    # feed-forward block: q, k, v and out of attention, ffn both feed-forward layers.
-    lora_targets: list[Literal["q", "k", "v", "out", "ffn"]] = field(
+    # feed-forward block: q, k, v and out of attention, ffn both feed-forward layers; embed
+    # the embedding tables and the output layer (one update where they are tied), which carry
+    # the pieces a new domain's words are made of.
+    lora_targets: list[Literal["q", "k", "v", "out", "ffn", "embed"]] = field(
         default_factory=lambda: ["q", "k", "v", "out", "ffn"]
     )
     # What keeps the fine-tuned model close to its base on what the base knew (mt/adapt/keep.py):

@@ -381,7 +381,7 @@ class Transformer(nn.Module):
         hidden = self.decoder_norm(hidden)
         if hidden.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             with torch.autocast("cpu", enabled=False):
-                logits = F.linear(hidden.float(), self.output.weight)
+                logits = self.output(hidden.float())
         else:
             logits = self.output(hidden)
         return logits if self.output_bias is None else logits + self.output_bias

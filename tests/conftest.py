@@ -196,12 +196,14 @@ def tiny_adapters(
     tiny_run: Path, multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
     """Two LoRA adapters of the tiny model's best.pt, trained 10 steps each on two other
-    slices of Multi30k: their run directories by name ("legal", "ui")."""
+    slices of Multi30k: their run directories by name ("legal": the projections, "ui": the
+    projections and the embedding tables)."""
     root = tmp_path_factory.mktemp("adapters")
     runs = {}
+    targets = {"legal": ["q", "k", "v", "out", "ffn"], "ui": ["q", "k", "v", "out", "ffn", "embed"]}
     for name, start in (("legal", 10_000), ("ui", 20_000)):
         data = multi30k_slice(multi30k_dir, root / f"{name}_data", start)
-        config = adapter_config(root / name, data)
+        config = adapter_config(root / name, data, lora_targets=targets[name])
         run = root / name / "run"
         result = run_mt_here("train", config, "--run-dir", run, "--init-from", tiny_run / "best.pt")
         assert result.rc == 0, result.err

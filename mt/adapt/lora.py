@@ -14,6 +14,13 @@ side by side; each wrapped output ("q", "k", "v") gets its own A and B, as LoRA 
 projections would, computed in one product for the As and one for the Bs.
 `fold` adds the update into the base's weight: a plain `nn.Linear` again, the same outputs
 within float rounding and no cost at decoding.
+
+The target "embed" wraps the embedding tables (`LoraTable`: E + (alpha / r) B A, B: (V, r),
+A: (r, D)) and the output layer. A new domain's words are pieces whose vectors the base learnt
+for other text, and the projections alone do not reach them. A tied output layer (the target
+table itself) shares its table's A and B, so the logits and the lookups see one updated table,
+as in the base; the update is applied as two thin products, never as a (V, D) table, so an
+adapter held beside others costs no table of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from torch import nn
 
 from mt.config import FinetuneConfig
 from mt.dropout import Dropout
-from mt.model import CrossAttention, FeedForward, SelfAttention
+from mt.model import PAD_ID, CrossAttention, FeedForward, SelfAttention, Transformer
 
 # Per block: its Linear layers and the outputs each holds side by side, by target name.
 PROJECTIONS: dict[type[nn.Module], dict[str, tuple[str, ...]]] = {
@@ -38,7 +45,7 @@ PROJECTIONS: dict[type[nn.Module], dict[str, tuple[str, ...]]] = {
     CrossAttention: {"q": ("q",), "kv": ("k", "v"), "out": ("out",)},
     FeedForward: {"fc1": ("ffn",), "fc2": ("ffn",)},
 }
-TARGETS = ("q", "k", "v", "out", "ffn")
+TARGETS = ("q", "k", "v", "out", "ffn")  # the default: every projection, not the tables
 PARAMS = ("lora_a", "lora_b")  # the names of an adapter's tensors in a state dict
 
 
@@ -107,6 +114,16 @@ class LoraLinear(nn.Module):
         d = F.linear(z, b).unflatten(-1, (len(self.slots), self.width)).to(y.dtype)
         return y.unflatten(-1, (self.parts, self.width)).index_add(-2, self.index, d).flatten(-2)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight this layer computes with (base and update, (out, in)), for readers of
+        an output layer's rows such as the lexical shortlist."""
+        w = self.base.weight
+        update = torch.zeros_like(w).view(self.parts, self.width, -1)
+        a = self.lora_a.view(len(self.slots), self.rank, -1).to(w.dtype)
+        update[list(self.slots)] = self.scale * (self.lora_b.to(w.dtype) @ a)
+        return w + update.view_as(w)
+
     @torch.no_grad()
     def folded(self) -> nn.Linear:
         """A plain Linear layer computing what this one does (the update added to the
@@ -124,11 +141,65 @@ class LoraLinear(nn.Module):
         return out
 
 
-def wrap(model: nn.Module, spec: LoraSpec) -> list[LoraLinear]:
+class LoraTable(nn.Module):
+    """An embedding table plus a low-rank update: `base(ids) + scale * B[ids] A`. B has the
+    shape of an output layer's (1, V, r), so a tied output `LoraLinear` shares this A and B."""
+
+    def __init__(self, base: nn.Embedding, spec: LoraSpec):
+        super().__init__()
+        vocab, width = base.weight.shape
+        self.base, self.rank, self.scale = base, spec.rank, spec.scale
+        w = base.weight
+        self.lora_a = nn.Parameter(w.new_empty(spec.rank, width))
+        self.lora_b = nn.Parameter(w.new_zeros(1, vocab, spec.rank))
+        nn.init.kaiming_uniform_(self.lora_a.detach(), a=math.sqrt(5))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        y = self.base(ids)
+        rows = F.embedding(ids, self.lora_b[0], padding_idx=PAD_ID)  # (..., r): as the base's
+        return y + (rows @ self.lora_a).to(y.dtype) * self.scale
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The table this layer looks up in (base and update, (V, D))."""
+        w = self.base.weight
+        return w + self.scale * (self.lora_b[0].to(w.dtype) @ self.lora_a.to(w.dtype))
+
+    @torch.no_grad()
+    def folded(self) -> nn.Embedding:
+        """A plain table looking up what this one does (the update added in float64)."""
+        w = self.base.weight.detach().double()
+        w = w + self.scale * (self.lora_b[0].detach().double() @ self.lora_a.detach().double())
+        out = nn.Embedding(*w.shape, padding_idx=self.base.padding_idx)
+        out = out.to(device=self.base.weight.device, dtype=self.base.weight.dtype)
+        out.weight.copy_(w)
+        return out
+
+
+def _wrap_tables(model: Transformer, spec: LoraSpec) -> list[nn.Module]:
+    """Wrap `model`'s embedding tables (a shared source and target table once) and its output
+    layer; a tied output layer takes its table's A and B as its own."""
+    tables: dict[int, LoraTable] = {}
+    for name in ("src_embed", "tgt_embed"):
+        table = getattr(model, name)
+        if id(table) not in tables:
+            tables[id(table)] = LoraTable(table, spec)
+        setattr(model, name, tables[id(table)])
+    target = model.tgt_embed
+    output = LoraLinear(model.output, 1, (0,), spec)
+    if model.output.weight is target.base.weight:
+        output.lora_a, output.lora_b = target.lora_a, target.lora_b
+    model.output = output
+    return [*tables.values(), output]
+
+
+def wrap(model: nn.Module, spec: LoraSpec) -> list[nn.Module]:
     """Put a LoraLinear around every projection of `model` that `spec.targets` names (in
     place); returns them. Their A and B are new parameters, on the base's device and type."""
-    wrapped = []
+    wrapped: list[nn.Module] = []
     for module in list(model.modules()):
+        if isinstance(module, Transformer) and "embed" in spec.targets:
+            wrapped += _wrap_tables(module, spec)
         for name, outputs in PROJECTIONS.get(type(module), {}).items():
             slots = tuple(i for i, role in enumerate(outputs) if role in spec.targets)
             if slots:
@@ -143,22 +214,29 @@ def attach(model: nn.Module, spec: LoraSpec) -> int:
     number of adapter values (the trainable ones)."""
     for p in model.parameters():
         p.requires_grad_(False)
-    return sum(p.numel() for layer in wrap(model, spec) for p in (layer.lora_a, layer.lora_b))
+    wrap(model, spec)
+    return sum(p.numel() for name, p in model.named_parameters() if is_adapter_key(name))
 
 
 def is_adapter_key(key: str) -> bool:
     return key.rsplit(".", 1)[-1] in PARAMS
 
 
+def _adapter_params(model: nn.Module) -> dict[str, nn.Parameter]:
+    """A wrapped model's adapter tensors by name, each once: a tied output layer's A and B are
+    its table's, named where the table is."""
+    return {k: p for k, p in model.named_parameters() if is_adapter_key(k)}
+
+
 def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The adapter's tensors of a wrapped model, by state-dict name, on the CPU."""
-    return {k: v.detach().cpu() for k, v in model.state_dict().items() if is_adapter_key(k)}
+    """The adapter's tensors of a wrapped model, by parameter name, on the CPU."""
+    return {k: p.detach().cpu() for k, p in _adapter_params(model).items()}
 
 
 def load_adapter_state(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
     """Put an adapter's tensors into a wrapped `model`; it must name exactly its A and B
     tensors, of their shapes (a ValueError says which does not)."""
-    own = {k: v for k, v in model.state_dict().items() if is_adapter_key(k)}
+    own = _adapter_params(model)
     missing, unexpected = sorted(own.keys() - weights.keys()), sorted(weights.keys() - own.keys())
     if missing or unexpected:
         what = f"lacks {missing[0]}" if missing else f"has {unexpected[0]}, which the model lacks"
@@ -166,7 +244,9 @@ def load_adapter_state(model: nn.Module, weights: Mapping[str, torch.Tensor]) ->
     for k, v in weights.items():
         if v.shape != own[k].shape:
             raise ValueError(f"the adapter's {k} is {tuple(v.shape)}, the model's {own[k].shape}")
-    model.load_state_dict(dict(weights), strict=False)
+    with torch.no_grad():
+        for k, v in weights.items():
+            own[k].copy_(v)
 
 
 def load_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
@@ -195,9 +275,21 @@ def with_adapter(
 
 
 def fold(model: nn.Module) -> nn.Module:
-    """`model` with every LoraLinear replaced by its folded plain Linear layer (in place)."""
+    """`model` with every LoraLinear and LoraTable replaced by its folded plain layer (in
+    place); a tied output layer is tied again to its folded table, a shared table replaced
+    once, so the folded model has the base's shape and size."""
+    done: dict[int, nn.Module] = {}
+    tied: list[tuple[nn.Module, LoraTable]] = []
     for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, LoraLinear):
-                setattr(module, name, child.folded())
+        if isinstance(module, Transformer) and isinstance(module.output, LoraLinear):
+            table = module.tgt_embed
+            if isinstance(table, LoraTable) and module.output.lora_a is table.lora_a:
+                tied.append((module, table))
+        for name, child in list(module._modules.items()):
+            if isinstance(child, LoraLinear | LoraTable):
+                if id(child) not in done:
+                    done[id(child)] = child.folded()
+                setattr(module, name, done[id(child)])
+    for module, table in tied:
+        module.output.weight = done[id(table)].weight
     return model

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -117,9 +118,19 @@ def onednn_output(model: nn.Module) -> nn.Module:
     shared = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     fast = copy.deepcopy(model, memo=shared).eval()
     for member in getattr(fast, "members", [fast]):
-        member.output = OneDnnLinear(member.output.weight, member.output_bias)
-        member.output_bias = None
+        _set_output(member, OneDnnLinear)
     return fast
+
+
+def _set_output(member: nn.Module, kind: Callable[..., nn.Module]) -> None:
+    """`member`'s output layer computed by a `kind` layer, its logits bias inside; an adapted
+    output layer (mt.adapt.lora) keeps its update beside a `kind` base, which adds the bias."""
+    output = member.output
+    if type(output) is nn.Linear:
+        member.output = kind(output.weight, member.output_bias)
+    else:
+        output.base = kind(output.base.weight, member.output_bias)
+    member.output_bias = None
 
 
 @functools.cache
@@ -143,8 +154,7 @@ def onednn_bf16(model: nn.Module) -> nn.Module:
     embeddings stay plain bf16 tables (a tied output layer gets its own packed copy)."""
     half = copy.deepcopy(model).to(torch.bfloat16).eval()
     for member in getattr(half, "members", [half]):
-        member.output = PackedLinear(member.output.weight, member.output_bias)
-        member.output_bias = None
+        _set_output(member, PackedLinear)
     for module in list(half.modules()):
         if isinstance(module, FeedForward) and fusable(module):
             module.fc1 = PackedLinear(module.fc1.weight, module.fc1.bias, post="relu")

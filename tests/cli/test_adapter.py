@@ -94,6 +94,30 @@ def test_translate_eval_score_attention_with_an_adapter_are_the_merged_models(
     assert via_dir.rc == 0 and via_dir.out == mt_cli("translate", merged, "--input", source).out
 
 
+def test_an_adapter_of_the_tables_decodes_as_its_merged_model(
+    tiny_run, tiny_adapters, source, mt_cli, tmp_path
+):
+    """The "ui" adapter wraps the embedding tables and the tied output layer too: merged by
+    `mt adapter merge` it is a checkpoint of the base's size, and translating with it (the
+    machine's own precision, and int8) prints what the merged checkpoint prints."""
+    base, adapter = tiny_run / "best.pt", tiny_adapters["ui"] / "best.pt"
+    data = torch.load(adapter, weights_only=True)
+    assert data["adapter"]["targets"][-1] == "embed"
+    assert any(k.startswith("src_embed.") for k in data["model"])
+    merged = tmp_path / "ui.pt"
+    assert mt_cli("adapter", "merge", base, adapter, "-o", merged).rc == 0
+    plain = torch.load(base, weights_only=True)["model"]
+    folded = torch.load(merged, weights_only=True)["model"]
+    assert folded.keys() == plain.keys()
+    assert not torch.equal(folded["src_embed.weight"], plain["src_embed.weight"])
+    for flags in ((), ("--int8",)):
+        args = ("translate", "--input", source, "--greedy", *flags)
+        with_adapter = mt_cli(*args[:1], base, "--adapter", adapter, *args[1:])
+        assert with_adapter.rc == 0, with_adapter.err
+        assert with_adapter.out == mt_cli(*args[:1], merged, *args[1:]).out, flags
+        assert with_adapter.out != mt_cli(*args[:1], base, *args[1:]).out, flags
+
+
 def test_unmerged_scores_equal_merged_ones_within_float_rounding(tiny_run, tiny_adapters):
     """What serve decodes (the adapter beside the base) against what the CLI decodes (folded
     in): the same log-probabilities, to float rounding."""

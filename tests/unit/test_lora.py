@@ -12,8 +12,10 @@ import torch
 
 from mt.adapt.files import fingerprint
 from mt.adapt.lora import (
+    TARGETS,
     LoraLinear,
     LoraSpec,
+    LoraTable,
     adapter_state,
     attach,
     fold,
@@ -40,7 +42,7 @@ def randomised(net: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in net.modules():
-            if isinstance(m, LoraLinear):
+            if isinstance(m, LoraLinear | LoraTable):
                 m.lora_b.copy_(torch.randn(m.lora_b.shape, generator=g) * 0.1)
     return net
 
@@ -73,7 +75,7 @@ def test_the_update_is_b_a_scaled_on_the_wrapped_outputs_only():
 
 
 def test_folding_computes_what_the_wrapped_model_computes():
-    for targets in (("q", "k", "v", "out", "ffn"), ("v",), ("k", "ffn")):
+    for targets in (TARGETS, ("v",), ("k", "ffn"), ("embed",), (*TARGETS, "embed")):
         spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
         net = model()
         wrap(net, spec)
@@ -81,8 +83,35 @@ def test_folding_computes_what_the_wrapped_model_computes():
         with torch.no_grad():
             unmerged = net(SRC, TGT)
             merged = fold(net)(SRC, TGT)
-        assert not any(isinstance(m, LoraLinear) for m in net.modules())
+        assert not any(isinstance(m, LoraLinear | LoraTable) for m in net.modules())
         torch.testing.assert_close(merged, unmerged, rtol=1e-5, atol=1e-5, msg=str(targets))
+        # the folded model is the base's shape: one table, the output layer tied to it
+        assert net.output.weight is net.tgt_embed.weight is net.src_embed.weight
+        assert sum(p.numel() for p in net.parameters()) == sum(
+            p.numel() for p in model().parameters()
+        )
+
+
+def test_the_table_update_is_b_a_scaled_in_lookups_and_logits():
+    """With "embed", a piece's vector is E[id] + alpha/r B[id] A and the tied output layer's
+    logits are h (E + alpha/r B A)^T: one update, shared."""
+    spec = LoraSpec(rank=3, alpha=6.0, targets=("embed",))
+    net = model()
+    base = net.src_embed
+    wrapped = wrap(net, spec)
+    randomised(net)
+    table = net.src_embed
+    assert isinstance(table, LoraTable) and net.tgt_embed is table and len(wrapped) == 2
+    assert net.output.lora_a is table.lora_a and net.output.lora_b is table.lora_b
+    ids = torch.tensor([[0, 5, 59]])
+    a, b = table.lora_a.detach(), table.lora_b.detach()[0]
+    with torch.no_grad():
+        expected = base.weight[ids] + 2.0 * b[ids] @ a
+        torch.testing.assert_close(table(ids), expected)
+        h = torch.randn(4, 32)
+        full = base.weight + 2.0 * b @ a
+        torch.testing.assert_close(net.output(h), h @ full.T, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(net.output.weight, full)
 
 
 def test_only_the_adapter_trains():
@@ -96,6 +125,9 @@ def test_only_the_adapter_trains():
     per_encoder = 3 * 2 * (d + d) + 2 * (d + d) + 2 * (d + f) + 2 * (f + d)
     per_decoder = per_encoder + 2 * (d + d) + 2 * 2 * (d + d) + 2 * (d + d)
     assert n == 2 * per_encoder + 2 * per_decoder
+    tables = model().train()
+    # the shared table and tied output: one A (r, D) and one B (V, r), counted once
+    assert attach(tables, LoraSpec(rank=2, targets=("embed",))) == 2 * (32 + 60)
     net(SRC, TGT).logsumexp(-1).sum().backward()
     for name, p in net.named_parameters():
         if name.endswith("lora_a"):
@@ -106,13 +138,15 @@ def test_only_the_adapter_trains():
             assert p.grad is None, name
 
 
-def test_adapter_state_round_trips_and_a_misfit_is_named():
-    spec = LoraSpec(rank=4)
+@pytest.mark.parametrize("targets", [TARGETS, (*TARGETS, "embed")])
+def test_adapter_state_round_trips_and_a_misfit_is_named(targets):
+    spec = LoraSpec(rank=4, targets=targets)
     trained = randomised(model())
     wrap(trained, spec)
     randomised(trained)
     state = adapter_state(trained)
     assert state and all(k.endswith(("lora_a", "lora_b")) for k in state)
+    assert not any(k.startswith(("tgt_embed.", "output.")) for k in state)  # shared: named once
     base = model()
     adapted = with_adapter(base, spec, state)
     with torch.no_grad():
@@ -124,14 +158,15 @@ def test_adapter_state_round_trips_and_a_misfit_is_named():
     with pytest.raises(ValueError, match="lacks"):
         load_adapter_state(adapted, {k: v for k, v in state.items() if "decoder" not in k})
     with pytest.raises(ValueError, match="rank|is \\("):
-        with_adapter(base, LoraSpec(rank=2), state)
+        with_adapter(base, dataclasses.replace(spec, rank=2), state)
 
 
-def test_int8_decodes_an_unmerged_adapter_close_to_fp32():
+@pytest.mark.parametrize("targets", [TARGETS, (*TARGETS, "embed")])
+def test_int8_decodes_an_unmerged_adapter_close_to_fp32(targets):
     """int8 on the wrapped model: the bases of wrapped layers are quantised, the updates stay
     fp32 beside them; the logits stay as close to fp32 as the base's int8 ones do."""
     base = model()
-    spec = LoraSpec(rank=4)
+    spec = LoraSpec(rank=4, targets=targets)
     trained = model()
     wrap(trained, spec)
     state = adapter_state(randomised(trained))
@@ -154,3 +189,25 @@ def test_the_fingerprint_tells_bases_apart_but_not_their_dropout():
     assert fingerprint(nudged, shape) != fingerprint(a, shape)
     assert fingerprint(a, {**shape, "dropout": 0.3}) == fingerprint(a, shape)
     assert fingerprint(a, {**shape, "norm": "pre"}) != fingerprint(a, shape)
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_untied_tables_each_get_an_update_and_fold_back_to_their_shape(tie_output):
+    """Source and target tables apart (as an imported model may have them): each is wrapped;
+    an output layer tied to the target table shares its update, an untied one has its own,
+    and folding gives the base's parameters back, tied where they were."""
+    torch.manual_seed(0)
+    shape = dataclasses.replace(CFG, tie_embeddings=False, tie_output=tie_output)
+    net = Transformer(shape, 60, 50).eval()
+    size = sum(p.numel() for p in net.parameters())
+    spec = LoraSpec(rank=2, alpha=4.0, targets=("embed",))
+    attach(net, spec)
+    assert isinstance(net.src_embed, LoraTable) and net.src_embed is not net.tgt_embed
+    assert (net.output.lora_a is net.tgt_embed.lora_a) is tie_output
+    randomised(net)
+    with torch.no_grad():
+        unmerged = net(SRC, TGT)
+        merged = fold(net)(SRC, TGT)
+    torch.testing.assert_close(merged, unmerged, rtol=1e-5, atol=1e-5)
+    assert (net.output.weight is net.tgt_embed.weight) is tie_output
+    assert sum(p.numel() for p in net.parameters()) == size
