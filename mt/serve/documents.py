@@ -1,4 +1,5 @@
-"""Whole documents translated with their formatting kept: .txt, .html, .srt and .docx.
+"""Whole documents translated with their formatting kept: .txt, .html, .srt, .docx, and the
+files CAT tools exchange (.xlf/.xliff, .tmx).
 
 What `/translate_file` (LibreTranslate's route) does with an uploaded file. `read_document`
 reduces a file to the texts a translator takes (a `Document`), so a caller can count and
@@ -16,10 +17,14 @@ place, in the same format:
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
   paragraph whose runs differ in formatting (a bold word) goes through the HTML path with one
   tag per run, so the formatting stays on the words it was on. The zip is unpacked within
-  limits first (mt.serve.unzip): a zip bomb is refused, not inflated.
+  limits first (mt.serve.unzip): a zip bomb is refused, not inflated;
+- .xlf/.xliff and .tmx (mt.serve.cat_files): each segment to translate as `mt translate
+  --input-format xliff | tmx` reads it, translated whole (a CAT tool has cut it already),
+  filled back as that command fills it; parsed with no entity expanded (mt.cat.xmlio).
 
-This module knows formats, not models: the caller translates `Document.plain` (texts) and
-`Document.html` (fragments) as it likes (`translate_document` takes two functions).
+This module knows formats, not models: the caller translates `Document.plain` (texts),
+`Document.html` (fragments) and `Document.units` (segments, whole) as it likes
+(`translate_document` takes a function for each).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from mt.serve.unzip import OverLimit, ZipLimits
 from mt.serve.word import read_docx
 from mt.spans.markup import parse_fragment
 
-SUFFIXES = (".txt", ".html", ".srt", ".docx")
+CAT_SUFFIXES = (".xlf", ".xliff", ".tmx")
+SUFFIXES = (".txt", ".html", ".srt", ".docx", *CAT_SUFFIXES)
 Translate = Callable[[list[str]], list[str]]
 Part = Callable[[], str]  # a piece of the output, read once the translations are in
 
@@ -103,16 +109,19 @@ class DocumentLimits:
 
 class Texts:
     """What a document asks to have translated, gathered as it is read: plain texts (sentence
-    by sentence) and HTML fragments (the HTML path). Each gathered piece is a `Part` of the
-    output, read once `fill` has the translations."""
+    by sentence), HTML fragments (the HTML path) and units (a CAT file's segments, each
+    translated whole as `mt translate` translates a line). Each gathered piece is a `Part` of
+    the output, read once `fill` has the translations."""
 
     def __init__(self, limits: DocumentLimits | None = None) -> None:
         self.limits = limits or DocumentLimits()
         self.plain: list[str] = []
         self.html: list[str] = []
+        self.units: list[str] = []
         self.chars = 0
         self._plain: list[str] = []
         self._html: list[str] = []
+        self._units: list[str] = []
 
     def text(self, text: str) -> Part:
         """`text`'s translation (a blank text stays as it is)."""
@@ -122,6 +131,13 @@ class Texts:
         i = len(self.plain)
         self.plain.append(text)
         return lambda: self._plain[i]
+
+    def unit(self, text: str) -> Part:
+        """A segment's translation, the segment translated whole (its inline codes as tags)."""
+        self._count(text)
+        i = len(self.units)
+        self.units.append(text)
+        return lambda: self._units[i]
 
     def hold(self, n: int) -> None:
         """A reader holds `n` entries (a subtitle, a paragraph), blank ones too: they count
@@ -185,22 +201,28 @@ class Texts:
         done = [self.text(html.unescape(t)) for t in texts]
         return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, marks))
 
-    def fill(self, plain: list[str], fragments: list[str]) -> None:
-        if len(plain) != len(self.plain) or len(fragments) != len(self.html):
-            raise ValueError("one translation per text and fragment")
-        self._plain, self._html = list(plain), list(fragments)
+    def fill(self, plain: list[str], fragments: list[str], units: list[str]) -> None:
+        if (len(plain), len(fragments), len(units)) != (
+            len(self.plain),
+            len(self.html),
+            len(self.units),
+        ):
+            raise ValueError("one translation per text, fragment and unit")
+        self._plain, self._html, self._units = list(plain), list(fragments), list(units)
 
     @property
     def segments(self) -> int:
-        return len(self.plain) + len(self.html)
+        return len(self.plain) + len(self.html) + len(self.units)
 
 
 @dataclass
 class Document:
-    """A read document: its texts, and how to write it back once they are translated."""
+    """A read document: its texts, how to write it back once they are translated, and the
+    language it says its source is in (a CAT file's; None: the caller finds it)."""
 
     texts: Texts
     _write: Callable[[], bytes]
+    source: str | None = None
 
     @property
     def plain(self) -> list[str]:
@@ -210,19 +232,38 @@ class Document:
     def html(self) -> list[str]:
         return self.texts.html
 
-    def write(self, plain: list[str], fragments: list[str]) -> bytes:
-        """The document with `plain` and `fragments` (translations of `self.plain` and
-        `self.html`, in order) in place of its texts."""
-        self.texts.fill(plain, fragments)
+    @property
+    def units(self) -> list[str]:
+        return self.texts.units
+
+    def write(
+        self, plain: list[str], fragments: list[str], units: list[str] | None = None
+    ) -> bytes:
+        """The document with `plain`, `fragments` and `units` (translations of `self.plain`,
+        `self.html` and `self.units`, in order) in place of its texts."""
+        self.texts.fill(plain, fragments, units or [])
         return self._write()
 
 
-def read_document(data: bytes, suffix: str, limits: DocumentLimits | None = None) -> Document:
-    """The document `data` (a file ending in `suffix`) read into the texts to translate;
-    MtError for a file this cannot read, OverLimit for one over `limits`."""
+def read_document(
+    data: bytes,
+    suffix: str,
+    limits: DocumentLimits | None = None,
+    languages: tuple[str, str] = ("auto", ""),
+    name: str = "the file",
+) -> Document:
+    """The document `data` (a file ending in `suffix`, called `name`) read into the texts to
+    translate; MtError for a file this cannot read, OverLimit for one over `limits`. A CAT
+    file is read for the (source, target) `languages` a caller asks for (source `auto`: the
+    file's own)."""
     texts = Texts(limits)
     if suffix == ".docx":
         return Document(texts, read_docx(data, texts, texts.limits.zip))
+    if suffix in CAT_SUFFIXES:
+        from mt.serve.cat_files import read_cat
+
+        write, source = read_cat(data, suffix, texts, languages, name)
+        return Document(texts, write, source)
     if suffix not in SUFFIXES:
         raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
@@ -240,12 +281,16 @@ def translate_document(
     translate_text: Translate,
     translate_html: Translate,
     limits: DocumentLimits | None = None,
+    translate_units: Translate | None = None,
+    languages: tuple[str, str] = ("auto", ""),
 ) -> bytes:
-    """The document `data` translated in one go, in the same format."""
-    doc = read_document(data, suffix, limits)
+    """The document `data` translated in one go, in the same format (`translate_units`:
+    the segments of a CAT file, translate_text's when not given)."""
+    doc = read_document(data, suffix, limits, languages)
     plain = translate_text(doc.plain) if doc.plain else []
     fragments = translate_html(doc.html) if doc.html else []
-    return doc.write(plain, fragments)
+    units = (translate_units or translate_text)(doc.units) if doc.units else []
+    return doc.write(plain, fragments, units)
 
 
 def _txt(text: str, texts: Texts) -> Part:

@@ -3,7 +3,7 @@
 `/translate` (JSON or form: `q` a string or a list, `source` or `auto`, `target`, `format`
 text or html, `alternatives` N, `api_key`, and mt's `adapter`, in the body or the query),
 `/translate_file` (a multipart upload of .txt,
-.html, .srt or .docx, answered with `translatedFileUrl`), `/download_file/NAME`,
+.html, .srt, .docx, .xlf/.xliff or .tmx, answered with `translatedFileUrl`), `/download_file/NAME`,
 `/languages`, `/detect` and `/frontend/settings`. An extension: `glossary` on `/translate`,
 an object of terms (in a form, its JSON text) or an uploaded glossary's id, as `/v1/translate`
 takes it (mt.serve.glossaries; text format only). Text is translated sentence by sentence with
@@ -32,7 +32,7 @@ from fastapi.responses import Response
 from mt.errors import MtError
 from mt.glossary import Glossary
 from mt.serve import bodies, served_languages
-from mt.serve.documents import SUFFIXES, Document, Texts, read_document
+from mt.serve.documents import CAT_SUFFIXES, SUFFIXES, Document, Texts, read_document
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.security import check_key, client_of, key_of
@@ -48,6 +48,9 @@ MEDIA = {
     ".html": "text/html; charset=utf-8",
     ".srt": "application/x-subrip; charset=utf-8",
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".xlf": "application/xliff+xml",
+    ".xliff": "application/xliff+xml",
+    ".tmx": "application/xml",  # TMX has no media type of its own
 }
 
 
@@ -122,15 +125,22 @@ def _alternatives(value: Any) -> int:
     return n
 
 
-def read_upload(data: bytes, suffix: str, filename: str, limits: Limits) -> Document:
+def read_upload(
+    data: bytes,
+    suffix: str,
+    filename: str,
+    limits: Limits,
+    languages: tuple[str, str] = ("auto", ""),
+) -> Document:
     """An uploaded file read into its texts within the server's limits (413 naming the one
-    it is over, 400 for a file that cannot be read)."""
+    it is over, 400 for a file that cannot be read), a CAT file for `languages`."""
     try:
-        return read_document(data, suffix, limits.document())
+        return read_document(data, suffix, limits.document(), languages, filename)
     except OverLimit as err:
         raise ApiError(413, f"{filename}: {err}", err.limit) from None
-    except MtError as err:
-        raise ApiError(400, f"{filename}: {err}") from None
+    except MtError as err:  # a CAT file's errors name it (and its line) already
+        said = str(err)
+        raise ApiError(400, said if said.startswith(filename) else f"{filename}: {said}") from None
 
 
 def add_routes(
@@ -314,9 +324,9 @@ def _add_file_routes(app: FastAPI, libre: _Libre) -> None:
 
     @app.post("/translate_file")
     async def translate_file(request: Request) -> dict[str, Any]:
-        """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx)
-        with `source` and `target`; answers `translatedFileUrl`, the file kept as it was
-        written but in `target`."""
+        """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx,
+        .xlf/.xliff, .tmx) with `source` and `target`; answers `translatedFileUrl`, the file
+        kept as it was written but in `target` (a CAT file: its targets filled)."""
         obj, _ = await libre.read(request)
         upload = obj.get("file")
         if not isinstance(upload, tuple):
@@ -326,18 +336,30 @@ def _add_file_routes(app: FastAPI, libre: _Libre) -> None:
         if suffix not in SUFFIXES:
             raise ApiError(400, f"cannot translate {suffix or 'this'} files: {', '.join(SUFFIXES)}")
         source, target = _languages_of(obj)
-        sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
-        worker, detected = await asyncio.to_thread(libre.pick, source, target, sample or "text")
+        # Read off the event loop (a .docx is unzipped and parsed), counted before any work;
+        # a CAT file first, as it says its own source language.
+        if suffix in CAT_SUFFIXES:
+            doc = await asyncio.to_thread(
+                read_upload, data, suffix, filename, limits, (source, target)
+            )
+            worker, detected = await asyncio.to_thread(libre.pick, doc.source, target, "")
+        else:
+            sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
+            worker, detected = await asyncio.to_thread(libre.pick, source, target, sample or "text")
         adapter = libre.adapter_of(obj, request, worker)
-        # Read off the event loop (a .docx is unzipped and parsed), counted before any work.
-        doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
+        if suffix not in CAT_SUFFIXES:
+            doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
         texts = [Item(x, to=target, frm=detected) for x in doc.plain]
         frags = [Item(x, to=target, frm=detected, where=f"{filename}:{i}")
                  for i, x in enumerate(doc.html, 1)]  # fmt: skip
-        work = worker.translate_document(PurePath(filename).name, texts, frags, adapter)
-        done_texts, done_frags = await libre.answer(request, work)
+        units = [Item(x, to=target, frm=detected, where=filename) for x in doc.units]
+        work = worker.translate_document(PurePath(filename).name, texts, frags, adapter, units)
+        done_texts, done_frags, done_units = await libre.answer(request, work)
         translated = await asyncio.to_thread(
-            doc.write, [t.text for t in done_texts], [t.text for t in done_frags]
+            doc.write,
+            [t.text for t in done_texts],
+            [t.text for t in done_frags],
+            [t.text for t in done_units],
         )
         name = f"{secrets.token_urlsafe(12)}{suffix}"
         files[name] = (PurePath(filename).name, translated)
