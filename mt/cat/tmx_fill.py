@@ -151,7 +151,7 @@ class TmxFill:
         src = primary(self.languages[0]) if self.languages else "source"
         return (
             f"{self.name}: {filled} variant(s) filled, {self.kept} kept (already translated), "
-            f"{self.skipped} unit(s) without a {src} variant"
+            f"{self.skipped} unit(s) with no {src} variant"
         )
 
     def to_bytes(self) -> bytes:

@@ -263,7 +263,7 @@ def test_translate_tmx_in_place_languages_and_errors(mt_cli, tiny_run, test_pair
     )
     r = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", mixed)
     assert r.rc == 0, r.err
-    assert "1 variant(s) filled, 0 kept (already translated), 1 unit(s) without a de variant" in (
+    assert "1 variant(s) filled, 0 kept (already translated), 1 unit(s) with no de variant" in (
         r.err
     )
     assert r.out.count("<tuv") == 3 and "<seg></seg>" not in r.out
@@ -288,3 +288,29 @@ def test_translate_tmx_in_place_languages_and_errors(mt_cli, tiny_run, test_pair
         assert cut.rc == 2 and "Traceback" not in cut.err, cut.err
         assert f"error: {path}" in cut.err and says in cut.err
         assert len(cut.err.strip().splitlines()) == 1
+
+
+def test_translate_tmx_with_a_multilingual_model(mt_cli, multi_run, tmp_path):
+    """The file names its source at most: --to says the variant to add, --from (or the
+    header's srclang) the variant to translate."""
+    ckpt = multi_run / "best.pt"
+    memory = write_tmx(
+        tmp_path / "m.tmx", [("Ein Hund läuft.", None), ("Zwei Männer.", "Two men.")], codes=False
+    )
+    no_to = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory)
+    assert no_to.rc == 2
+    assert no_to.err.strip().endswith(f"{memory}: a TMX file names no target language: give --to")
+    r = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "--to", "fr")
+    assert r.rc == 0, r.err
+    assert "2 variant(s) filled, 0 kept (already translated), 0 unit(s) with no de" in r.err
+    assert r.out.count('<tuv xml:lang="fr"') == 2 and r.out.count('xml:lang="en-GB"') == 1
+    memory.write_text(memory.read_text().replace('srclang="de-DE"', 'srclang="*all*"'))
+    r = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "--to", "fr")
+    assert r.rc == 2 and r.err.strip().endswith("its header's srclang is *all*: give --from")
+    r = mt_cli(
+        "translate", ckpt, "--input-format", "tmx", "-i", memory, "--to", "de", "--from", "en"
+    )
+    assert r.rc == 0, r.err
+    assert "0 variant(s) filled, 1 kept (already translated), 1 unit(s) with no en variant" in (
+        r.err
+    )
