@@ -13,20 +13,23 @@ document's limits as it is gathered, so a file over them is refused before any w
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from mt.cat import primary
 from mt.errors import MtError
 
 
+class Gather(Protocol):
+    """What collects a document's texts (mt.serve.documents.Texts)."""
+
+    def unit(self, text: str) -> Callable[[], str]: ...
+
+
 def read_cat(
-    data: bytes,
-    suffix: str,
-    texts,
-    languages: tuple[str, str],
-    name: str,  # noqa: ANN001
+    data: bytes, suffix: str, texts: Gather, languages: tuple[str, str], name: str
 ) -> tuple[Callable[[], bytes], str]:
-    """How to write the file `data` back once `texts` (mt.serve.documents.Texts) hold the
-    translations of its segments, and the source language it is read in."""
+    """How to write the file `data` back once `texts` hold the translations of its
+    segments, and the source language it is read in."""
     source, target = languages
     if suffix == ".tmx":
         from mt.cat.tmx_fill import TmxFill

@@ -12,8 +12,8 @@ place, in the same format:
   inline tags, translated by the HTML path (tags put back by alignment, attributes, `<script>`
   and `<style>` never translated); a fragment whose inline tags do not nest has its text
   pieces translated one by one;
-- .srt (the `srt` library): each subtitle's text, its numbering and timing kept, written on as
-  many lines as it had;
+- .srt (mt.serve.subtitles, the `srt` library): each subtitle's text, its numbering and
+  timing kept, written on as many lines as it had;
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
   paragraph whose runs differ in formatting (a bold word) goes through the HTML path with one
   tag per run, so the formatting stays on the words it was on. The zip is unpacked within
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from mt.errors import MtError
+from mt.serve.subtitles import read_srt
 from mt.serve.unzip import OverLimit, ZipLimits
 from mt.serve.word import read_docx
 from mt.spans.markup import parse_fragment
@@ -201,7 +202,8 @@ class Texts:
         done = [self.text(html.unescape(t)) for t in texts]
         return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, marks))
 
-    def fill(self, plain: list[str], fragments: list[str], units: list[str]) -> None:
+    def fill(self, plain: list[str], fragments: list[str], units: list[str] | None = None) -> None:
+        units = units or []
         if (len(plain), len(fragments), len(units)) != (
             len(self.plain),
             len(self.html),
@@ -241,7 +243,7 @@ class Document:
     ) -> bytes:
         """The document with `plain`, `fragments` and `units` (translations of `self.plain`,
         `self.html` and `self.units`, in order) in place of its texts."""
-        self.texts.fill(plain, fragments, units or [])
+        self.texts.fill(plain, fragments, units)
         return self._write()
 
 
@@ -270,7 +272,7 @@ def read_document(
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise MtError(f"the {suffix} file is not UTF-8 (byte {err.start})") from None
-    read = {".txt": _txt, ".html": _html, ".srt": _srt}[suffix]
+    read = {".txt": _txt, ".html": _html, ".srt": read_srt}[suffix]
     write = read(text, texts)
     return Document(texts, lambda: write().encode("utf-8"))
 
@@ -372,42 +374,3 @@ def _too_long(text: str, limit: int) -> None:
         f"a text of more than {limit:,} characters ({text[:30]!r}...); the limit is {limit:,}",
         "max_chars",
     )
-
-
-def _srt(text: str, texts: Texts) -> Part:
-    import srt
-
-    subs, lines, parts = [], [], []
-    try:
-        for sub in srt.parse(text):  # read one by one: a limit stops it early
-            texts.hold(len(subs) + 1)
-            ls = sub.content.splitlines() or [""]
-            subs.append(sub)
-            lines.append(len(ls))
-            parts.append(texts.text(" ".join(x.strip() for x in ls)))
-    except srt.SRTParseError as err:
-        raise MtError(f"not an SRT file ({err})") from None
-
-    def write() -> str:
-        for sub, n, part in zip(subs, lines, parts):
-            sub.content = "\n".join(rewrap(part(), n))
-        return srt.compose(subs, reindex=False)
-
-    return write
-
-
-def rewrap(text: str, n: int) -> list[str]:
-    """`text` on `n` lines (at most one per word), each break at the word end nearest to an
-    even share of the characters."""
-    words = text.split()
-    n = min(n, len(words))
-    if n <= 1:
-        return [text]
-    ends = [len(" ".join(words[: i + 1])) for i in range(len(words))]
-    total, cuts, prev = ends[-1], [], -1
-    for k in range(1, n):
-        room = range(prev + 1, len(words) - (n - k))  # a word left for every later line
-        prev = min(room, key=lambda i: abs(ends[i] - k * total / n))
-        cuts.append(prev)
-    bounds = [-1, *cuts, len(words) - 1]
-    return [" ".join(words[a + 1 : b + 1]) for a, b in zip(bounds, bounds[1:])]

@@ -15,16 +15,11 @@ memory (the last KEPT_FILES), under a random name, for their download.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import secrets
 from collections import OrderedDict
-from email.message import Message
-from email.parser import BytesParser
-from email.policy import HTTP
 from pathlib import PurePath
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -33,6 +28,7 @@ from mt.errors import MtError
 from mt.glossary import Glossary
 from mt.serve import bodies, served_languages
 from mt.serve.documents import CAT_SUFFIXES, SUFFIXES, Document, Texts, read_document
+from mt.serve.forms import fields
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.security import check_key, client_of, key_of
@@ -58,19 +54,6 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _fields(raw: bytes, content_type: str) -> dict[str, Any]:
-    """JSON, url-encoded or multipart form fields (files as (filename, bytes))."""
-    if content_type.startswith("application/json"):
-        obj = bodies.parse_json(raw)
-        if not isinstance(obj, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        return obj
-    if content_type.startswith("multipart/form-data"):
-        return _multipart(raw, content_type)
-    form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
-    return {k: v if k == "q" and len(v) > 1 else v[0] for k, v in form.items()}
-
-
 def _glossary_field(value: Any) -> Any:
     """`glossary` as sent: an object, an id, or (a form's field) an object's JSON text."""
     if isinstance(value, str) and value.lstrip().startswith("{"):
@@ -81,38 +64,6 @@ def _glossary_field(value: Any) -> Any:
     if value is not None and not isinstance(value, (dict, str)):
         raise ApiError(400, "'glossary' must be an object of terms or a glossary id")
     return value
-
-
-def _multipart(raw: bytes, content_type: str) -> dict[str, Any]:
-    """The fields of a multipart/form-data body (files as (filename, bytes)). Split on the
-    boundary by hand, each part's few header lines read by the email parser: parsing the whole
-    body with it costs some ten times an upload's size in memory, this one copy of each part."""
-    kind = Message()
-    kind["content-type"] = content_type
-    boundary = kind.get_param("boundary")
-    if not isinstance(boundary, str) or not boundary:
-        raise ApiError(400, "the body is not multipart/form-data (no boundary)")
-    delimiter = b"--" + boundary.encode("latin-1")
-    pos = raw.find(delimiter)
-    if pos < 0:
-        raise ApiError(400, "the body is not multipart/form-data (no boundary in it)")
-    out: dict[str, Any] = {}
-    while not raw.startswith(b"--", pos := pos + len(delimiter)):  # `--`: the last boundary
-        head_end = raw.find(b"\r\n\r\n", pos)
-        end = raw.find(b"\r\n" + delimiter, head_end)
-        if head_end < 0 or end < 0:
-            raise ApiError(400, "the multipart/form-data body is cut short")
-        head = BytesParser(policy=HTTP).parsebytes(raw[pos:head_end].lstrip() + b"\r\n\r\n")
-        payload = raw[head_end + 4 : end]
-        if head.get("content-transfer-encoding", "").lower() == "base64":
-            payload = base64.b64decode(payload)
-        name, filename = head.get_param("name", header="content-disposition"), head.get_filename()
-        if filename is not None:
-            out[str(name)] = (filename, payload)
-        else:
-            out[str(name)] = payload.decode("utf-8", "replace")
-        pos = end + 2
-    return out
 
 
 def _alternatives(value: Any) -> int:
@@ -206,7 +157,7 @@ class _Libre:
     async def read(self, request: Request) -> tuple[dict[str, Any], str]:
         """The fields of the body, and whose request it is (its key, or its address)."""
         raw = await bodies.read_body(request, self.limits.max_body_bytes)
-        obj = _fields(raw, request.headers.get("content-type", ""))
+        obj = fields(raw, request.headers.get("content-type", ""))
         key = key_of(request.headers, _str(obj.get("api_key")))
         check_key(self.api_keys, key)
         return obj, client_of(request, key)
