@@ -28,6 +28,8 @@ def read_cat(input, input_format, output_format, alignment, options, shard, chun
             raise MtError(f"--input-format {input_format} writes the document: not with {flag}")
     name = str(input) if input is not None else "<stdin>"
     data = input.read_bytes() if input is not None else sys.stdin.buffer.read()
+    if data[:2] == b"\x1f\x8b":
+        raise MtError(f"{name}: gzip-compressed: mt translate fills a plain file (gunzip it first)")
     if input_format == "tmx":
         from mt.cat.tmx_fill import TmxFill
 

@@ -273,6 +273,14 @@ def test_translate_tmx_in_place_languages_and_errors(mt_cli, tiny_run, test_pair
     assert wrong.err.strip().endswith(
         f"{french}: its srclang is fr-FR, but this model translates de-en"
     )
+    import gzip
+
+    packed = tmp_path / "memory.tmx.gz"
+    packed.write_bytes(gzip.compress(filled.encode()))
+    gz = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", packed)
+    assert gz.rc == 2 and gz.err.strip().endswith(
+        f"{packed}: gzip-compressed: mt translate fills a plain file (gunzip it first)"
+    )
     for broken, says in (
         (memory.read_text()[:-30], "not well-formed XML"),
         (filled.replace('<tuv xml:lang="de-DE">', "<tuv>", 1), "<tuv> without xml:lang"),

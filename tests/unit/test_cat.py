@@ -451,3 +451,19 @@ def test_a_cat_upload_counts_its_segments_against_the_document_limits() -> None:
     assert b'<seg>Ein <hi x="1">HUND</hi>.</seg>' in out  # the unit, whole, with its code
     with pytest.raises(MtError, match="names no target language"):
         read_document(data, ".tmx")
+
+
+def test_a_utf16_memory_is_written_back_in_utf16() -> None:
+    """TMX allows UTF-16 (older Trados exports): the filled file keeps it, to its last
+    newline (two bytes in UTF-16)."""
+    from mt.cat.tmx_fill import TmxFill
+
+    text = TMX_FILE.replace('encoding="UTF-8"', 'encoding="UTF-16"')
+    doc = TmxFill(text.encode("utf-16"), "m.tmx")
+    doc.choose("de", "en")
+    doc.fill(["Ein <g1>Hündchen</g1>.", "Zwo"])
+    out = doc.to_bytes()
+    assert out.startswith(b"\xff\xfe") and len(out) % 2 == 0
+    decoded = out.decode("utf-16")
+    assert decoded.startswith("<?xml version='1.0' encoding='UTF-16'?>\n<tmx version=\"1.4\">")
+    assert decoded.endswith("</tmx>\n") and '<seg>Ein <hi x="1">Hündchen</hi>.</seg>' in decoded
