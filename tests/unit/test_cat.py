@@ -467,3 +467,19 @@ def test_a_utf16_memory_is_written_back_in_utf16() -> None:
     decoded = out.decode("utf-16")
     assert decoded.startswith("<?xml version='1.0' encoding='UTF-16'?>\n<tmx version=\"1.4\">")
     assert decoded.endswith("</tmx>\n") and '<seg>Ein <hi x="1">Hündchen</hi>.</seg>' in decoded
+
+
+def test_a_memory_to_fill_expands_no_entity(tmp_path) -> None:
+    """The TMX filled by `mt translate` is parsed as safely as the one read as data: a
+    billion laughs and an external entity are one line each, the secret never read."""
+    from mt.cat.tmx_fill import TmxFill
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET")
+    for text in (LAUGHS, XXE.format(secret=secret)):
+        text = text.replace('<tuv xml:lang="en"><seg>c</seg></tuv>', "")  # to translate
+        with pytest.raises(MtError) as err:
+            doc = TmxFill(text.encode(), "m.tmx")
+            doc.choose("de", "en")
+        said = str(err.value)
+        assert said.startswith("m.tmx:") and "entity" in said.lower() and "SECRET" not in said
