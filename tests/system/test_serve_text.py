@@ -201,22 +201,30 @@ def _lines_of(path: Path, dialect: str) -> list[str]:
     return [slot.text for slot in doc.slots]
 
 
-@pytest.mark.parametrize("suffix", [".xlf", ".tmx"])
+@pytest.mark.parametrize("suffix", [".xlf", ".xliff", ".tmx"])  # XLIFF 2.0, XLIFF 1.2, TMX
 def test_translate_file_fills_xliff_and_tmx(
     server, multi30k_dir, tiny_run, mt_cli, tmp_path, suffix
 ):
     """An XLIFF or TMX upload comes back filled as `mt translate --input-format` fills it:
     read by translate-toolkit, each target the CLI's translation of the same line, the inline
-    codes of the source in it, the translator's target kept."""
+    codes of the source in it, the translator's target kept. An XLIFF file's `auto` source is
+    its own."""
     import re
 
-    from support.cat_files import coded, multi30k, write_tmx, write_xliff2
-    from translate.storage import tmx, xliff2
+    from support.cat_files import coded, multi30k, write_tmx, write_xliff1, write_xliff2
+    from translate.storage import tmx, xliff, xliff2
 
     pairs = multi30k(multi30k_dir, "test_2016_flickr", 12)
     todo = [(s, t if i == 1 else None) for i, (s, t) in enumerate(pairs)]
-    path = (write_tmx if suffix == ".tmx" else write_xliff2)(tmp_path / f"doc{suffix}", todo)
-    out = download(server, upload(server, path.name, path.read_bytes()))
+    write = {".xlf": write_xliff2, ".xliff": write_xliff1, ".tmx": write_tmx}[suffix]
+    path = write(tmp_path / f"doc{suffix}", todo)
+    r = httpx.post(
+        server.url + "/translate_file",
+        data={"source": "de" if suffix == ".tmx" else "auto", "target": "en"},
+        files={"file": (path.name, path.read_bytes())},
+        timeout=120,
+    )
+    out = download(server, r)
     lines = _lines_of(path, "tmx" if suffix == ".tmx" else "xliff")
     assert len(lines) == 11
     (tmp_path / "lines.de").write_text("".join(x + "\n" for x in lines))
@@ -224,9 +232,13 @@ def test_translate_file_fills_xliff_and_tmx(
     assert cli.rc == 0, cli.err
     expected = cli.out.splitlines()
     expected.insert(1, pairs[1][1])  # the translator's target, kept
-    store = tmx.tmxfile(out) if suffix == ".tmx" else xliff2.Xliff2File(out)
+    read = {".xlf": xliff2.Xliff2File, ".xliff": xliff.xlifffile, ".tmx": tmx.tmxfile}[suffix]
+    store = read(out)
+    codes = {".xlf": ["pc", "ph"], ".xliff": ["g", "x"]}.get(suffix)
     assert len(store.units) == 12
     for i, unit in enumerate(store.units):
+        if suffix == ".xliff" and i != 1:
+            assert unit.get_state_n() == xliff.xliffunit.statemap["needs-review-translation"]
         if i == 1 or not coded(i):
             assert unit.target == expected[i]
         else:  # the codes as their native text (translate-toolkit's reading): <b>, </b>, {0}
@@ -236,9 +248,8 @@ def test_translate_file_fills_xliff_and_tmx(
                 assert re.sub(r"</?b>|\{0\}", "", unit.target) == bare
             else:
                 target = unit.xmlelement.find(".//{*}target")
-                assert [c.tag.split("}")[1] for c in target.iter()][1:] in (
-                    ["pc", "ph"],
-                    ["ph", "pc"],
+                assert sorted(c.tag.split("}")[1] for c in target.iter() if c is not target) == (
+                    codes
                 )
                 assert "".join(target.itertext()) == bare
     if suffix == ".tmx":
@@ -251,7 +262,8 @@ def test_translate_file_fills_xliff_and_tmx(
         timeout=120,
     )
     assert r.status_code == 400, r.text
-    if suffix == ".xlf":
-        assert r.json()["error"] == f"{path.name}: its target language is en, not fr"
+    if suffix != ".tmx":
+        lang = "en" if suffix == ".xlf" else "en-US"
+        assert r.json()["error"] == f"{path.name}: its target language is {lang}, not fr"
     else:
         assert "no model translates 'de' into 'fr'" in r.json()["error"]
