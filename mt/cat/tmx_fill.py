@@ -28,6 +28,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
+from mt import __version__
 from mt.cat import primary
 from mt.cat.fill import Slot, make_slot, write_slot
 from mt.cat.xliff import empty
@@ -109,9 +110,7 @@ class TmxFill:
     def fill(self, texts: list[str | None]) -> int:
         """Write each slot's translation (None: leave the unit as it was) into the file; how
         many variants were written."""
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        from mt import __version__
-
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")  # TMX's date format
         done = 0
         for slot, text in zip(self.slots, texts):
             if text is None:
