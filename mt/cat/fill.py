@@ -45,16 +45,40 @@ _TRAIL = re.compile(r"[ \t\r\n]*$")
 
 @dataclass
 class Slot:
-    """One segment to translate."""
+    """One segment to translate (of an XLIFF document, or of a TMX file: mt.cat.tmx_fill)."""
 
     text: str  # the line the model reads
     flat: Flat  # its source's codes, numbered
     names: tuple[str, str]  # the tag names of its codes
-    segment: Segment
-    unit: Any
+    segment: Any  # XLIFF: its Segment; TMX: the unit's target <tuv>, None until made
+    unit: Any  # the <trans-unit>, <unit> or <tu>
     lead: str  # white space before and after the source's text, given to the target too
     trail: str
     where: str  # `file:line` of the source
+
+
+def make_slot(source: Any, dialect: str, name: str, segment: Any, unit: Any) -> Slot:
+    """The slot of the segment element `source` (a `<source>`, `<mrk>` or `<seg>`): its
+    text for the model, inline codes as tags (mt.cat.inline), and the white space at its
+    edges, which the model never sees and the target gets back."""
+    flat = number(flatten(source, dialect, name))
+    literal = flat.literal()
+    names = choose_names(literal)
+    lead = _LEAD.match(literal)[0] if flat.pieces and isinstance(flat.pieces[0], str) else ""
+    trail = _TRAIL.search(literal)[0] if isinstance(flat.pieces[-1], str) else ""
+    where = f"{name}:{source.sourceline}"
+    return Slot(flat.text(names), flat, names, segment, unit, lead, trail, where)
+
+
+def write_slot(target: Any, slot: Slot, text: str) -> None:
+    """The translation `text` as the content of `target`, with every code of the source
+    once, valid whatever the model wrote (mt.cat.inline.repair)."""
+    events = repair(events_of(text, slot.flat, slot.names), slot.flat.codes)
+    if slot.lead:
+        events.insert(0, ("text", slot.lead))
+    if slot.trail:
+        events.append(("text", slot.trail))
+    build(target, events)
 
 
 class XliffFill:
@@ -96,13 +120,7 @@ class XliffFill:
         if not empty(seg.target):
             self.kept += 1
             return
-        flat = number(flatten(seg.source, self.dialect, self.name))
-        names = choose_names(flat.literal())
-        literal = flat.literal()
-        lead = _LEAD.match(literal)[0] if flat.pieces and isinstance(flat.pieces[0], str) else ""
-        trail = _TRAIL.search(literal)[0] if isinstance(flat.pieces[-1], str) else ""
-        where = f"{self.name}:{seg.source.sourceline}"
-        self.slots.append(Slot(flat.text(names), flat, names, seg, unit, lead, trail, where))
+        self.slots.append(make_slot(seg.source, self.dialect, self.name, seg, unit))
 
     def fill(self, texts: list[str | None]) -> int:
         """Write each slot's translation (None: leave it empty) into the document; how many
@@ -111,13 +129,7 @@ class XliffFill:
         for slot, text in zip(self.slots, texts):
             if text is None:
                 continue
-            target = self._target(slot)
-            events = repair(events_of(text, slot.flat, slot.names), slot.flat.codes)
-            if slot.lead:
-                events.insert(0, ("text", slot.lead))
-            if slot.trail:
-                events.append(("text", slot.trail))
-            build(target, events)
+            write_slot(self._target(slot), slot, text)
             self._mark(slot)
             done += 1
         return done
@@ -171,6 +183,12 @@ class XliffFill:
                 holder.set(key, value)
         elif slot.segment.holder.get("state") in (None, "initial"):
             slot.segment.holder.set("state", "translated")
+
+    def report(self, filled: int) -> str:
+        return (
+            f"{self.name}: {filled} target(s) filled, {self.kept} kept (already translated), "
+            f"{self.skipped} unit(s) not to translate"
+        )
 
     def to_bytes(self) -> bytes:
         return document_bytes(self.tree, self.declaration)

@@ -107,7 +107,8 @@ def document_bytes(tree: Any, declaration: bytes = b"") -> bytes:
         out = declaration + b"\n" + body
     else:
         out = etree.tostring(tree, xml_declaration=True, encoding=encoding)
-    return out if out.endswith(b"\n") else out + b"\n"
+    newline = "a\n".encode(encoding)[len("a".encode(encoding)) :]  # UTF-16's is two bytes
+    return out if out.endswith(newline) else out + newline
 
 
 def declaration_of(data: bytes) -> bytes:

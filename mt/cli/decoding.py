@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
+from mt.cli.cat import FORMATS as CAT_FORMATS
+from mt.cli.cat import cat_languages, fill_cat, read_cat
 from mt.cli.options import (
     AdapterOption,
     CheckpointsArg,
@@ -37,7 +39,6 @@ from mt.cli.options import (
     warn_truncated,
     write_output,
 )
-from mt.cli.xliff import fill_xliff, read_xliff, xliff_languages
 from mt.errors import EXIT_LINES, MtError
 from mt.plan import OFFERED as PLAN_OFFERED
 from mt.plan import PlanOptions
@@ -64,8 +65,9 @@ def translate(
         typer.Option(
             help='text, html (one fragment per line), jsonl: {"src": ..., "prefix": ..., '
             '"constraints": [...], "format": "c-format"}, po (a gettext catalogue: one line '
-            "per msgid, its format flags deciding its placeholders), or xliff (1.2 or 2.x: "
-            "OUT is the document with its empty targets filled, inline codes kept)."
+            "per msgid, its format flags deciding its placeholders), xliff (1.2 or 2.x: "
+            "OUT is the document with its empty targets filled, inline codes kept), or tmx "
+            "(OUT is the memory with each unit's target-language variant added)."
         ),
     ] = "text",
     output_format: Annotated[
@@ -94,14 +96,16 @@ def translate(
     check_plan(plan, input_format == "html", alignment)
     check_max_doubt(max_doubt)
     document = None
-    if input_format == "xliff":
-        document = read_xliff(input, output_format, alignment, options, shard, chunk_lines)
+    if input_format in CAT_FORMATS:
+        document = read_cat(
+            input, input_format, output_format, alignment, options, shard, chunk_lines
+        )
     typing = document is None and input is None and sys.stdin.isatty()  # answer each line
     if typing:
         options = dataclasses.replace(options, buffer_lines=1)
     session = open_session(checkpoints, device, options.dtype, adapter)
     if document is not None:
-        to, frm = xliff_languages(session, document, to, frm)
+        to, frm = cat_languages(session, document, to, frm)
     targets = session.targets(to, frm, target_vocab, options.target_vocab_ratio)
     translator = session.translator(
         options, alignment, with_scores=output_format == "jsonl", targets=targets
@@ -124,14 +128,14 @@ def translate(
         "plan": asdict(plan) | {"glossary": terms.digest if terms else None},
     }
     job = chunked_job([input], output, shard, chunk_lines, translator.cfg.buffer_lines, settings)
-    if job is not None and input_format in ("po", "xliff"):
+    if job is not None and input_format in ("po", *CAT_FORMATS):
         raise MtError(f"--input-format {input_format} is one document: it cannot be shared out")
     with settled_heap(), spread(translator, 1 if typing else None) as decoder:
         if document is not None:
             slots = document.slots
             requests = (Request(x.text, where=x.where, plan=steps, glossary=terms) for x in slots)
             done = lines.doubts.watch(translate_stream(decoder, requests))
-            fill_xliff(document, done, output, lines.failures)
+            fill_cat(document, done, output, lines.failures)
         elif job is not None:
             job.run(
                 lambda first, ins, out: lines.write(decoder, ins[0], out, first), "mt translate"
@@ -147,9 +151,9 @@ def check_formats(input: Path | None, input_format: str, output_format: str) -> 
     """`--input` and the formats of `mt translate`, before a model loads."""
     if input is not None and not input.is_file():
         raise MtError(f"{input}: input file not found")
-    if input_format not in ("text", "jsonl", "html", "po", "xliff"):
+    if input_format not in ("text", "jsonl", "html", "po", "xliff", "tmx"):
         raise MtError(
-            f"--input-format must be text, jsonl, html, po or xliff, got {input_format!r}"
+            f"--input-format must be text, jsonl, html, po, xliff or tmx, got {input_format!r}"
         )
     if output_format not in ("text", "jsonl"):
         raise MtError(f"--output-format must be text or jsonl, got {output_format!r}")

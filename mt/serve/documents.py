@@ -1,4 +1,5 @@
-"""Whole documents translated with their formatting kept: .txt, .html, .srt and .docx.
+"""Whole documents translated with their formatting kept: .txt, .html, .srt, .docx, and the
+files CAT tools exchange (.xlf/.xliff, .tmx).
 
 What `/translate_file` (LibreTranslate's route) does with an uploaded file. `read_document`
 reduces a file to the texts a translator takes (a `Document`), so a caller can count and
@@ -11,15 +12,19 @@ place, in the same format:
   inline tags, translated by the HTML path (tags put back by alignment, attributes, `<script>`
   and `<style>` never translated); a fragment whose inline tags do not nest has its text
   pieces translated one by one;
-- .srt (the `srt` library): each subtitle's text, its numbering and timing kept, written on as
-  many lines as it had;
+- .srt (mt.serve.subtitles, the `srt` library): each subtitle's text, its numbering and
+  timing kept, written on as many lines as it had;
 - .docx (python-docx): each paragraph of the body, its tables, headers and footers; a
   paragraph whose runs differ in formatting (a bold word) goes through the HTML path with one
   tag per run, so the formatting stays on the words it was on. The zip is unpacked within
-  limits first (mt.serve.unzip): a zip bomb is refused, not inflated.
+  limits first (mt.serve.unzip): a zip bomb is refused, not inflated;
+- .xlf/.xliff and .tmx (mt.serve.cat_files): each segment to translate as `mt translate
+  --input-format xliff | tmx` reads it, translated whole (a CAT tool has cut it already),
+  filled back as that command fills it; parsed with no entity expanded (mt.cat.xmlio).
 
-This module knows formats, not models: the caller translates `Document.plain` (texts) and
-`Document.html` (fragments) as it likes (`translate_document` takes two functions).
+This module knows formats, not models: the caller translates `Document.plain` (texts),
+`Document.html` (fragments) and `Document.units` (segments, whole) as it likes
+(`translate_document` takes a function for each).
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from mt.errors import MtError
+from mt.serve.subtitles import read_srt
 from mt.serve.unzip import OverLimit, ZipLimits
 from mt.serve.word import read_docx
 from mt.spans.markup import parse_fragment
 
-SUFFIXES = (".txt", ".html", ".srt", ".docx")
+CAT_SUFFIXES = (".xlf", ".xliff", ".tmx")
+SUFFIXES = (".txt", ".html", ".srt", ".docx", *CAT_SUFFIXES)
 Translate = Callable[[list[str]], list[str]]
 Part = Callable[[], str]  # a piece of the output, read once the translations are in
 
@@ -103,16 +110,19 @@ class DocumentLimits:
 
 class Texts:
     """What a document asks to have translated, gathered as it is read: plain texts (sentence
-    by sentence) and HTML fragments (the HTML path). Each gathered piece is a `Part` of the
-    output, read once `fill` has the translations."""
+    by sentence), HTML fragments (the HTML path) and units (a CAT file's segments, each
+    translated whole as `mt translate` translates a line). Each gathered piece is a `Part` of
+    the output, read once `fill` has the translations."""
 
     def __init__(self, limits: DocumentLimits | None = None) -> None:
         self.limits = limits or DocumentLimits()
         self.plain: list[str] = []
         self.html: list[str] = []
+        self.units: list[str] = []
         self.chars = 0
         self._plain: list[str] = []
         self._html: list[str] = []
+        self._units: list[str] = []
 
     def text(self, text: str) -> Part:
         """`text`'s translation (a blank text stays as it is)."""
@@ -122,6 +132,13 @@ class Texts:
         i = len(self.plain)
         self.plain.append(text)
         return lambda: self._plain[i]
+
+    def unit(self, text: str) -> Part:
+        """A segment's translation, the segment translated whole (its inline codes as tags)."""
+        self._count(text)
+        i = len(self.units)
+        self.units.append(text)
+        return lambda: self._units[i]
 
     def hold(self, n: int) -> None:
         """A reader holds `n` entries (a subtitle, a paragraph), blank ones too: they count
@@ -185,22 +202,29 @@ class Texts:
         done = [self.text(html.unescape(t)) for t in texts]
         return lambda: "".join(html.escape(d(), quote=False) + t for d, t in zip(done, marks))
 
-    def fill(self, plain: list[str], fragments: list[str]) -> None:
-        if len(plain) != len(self.plain) or len(fragments) != len(self.html):
-            raise ValueError("one translation per text and fragment")
-        self._plain, self._html = list(plain), list(fragments)
+    def fill(self, plain: list[str], fragments: list[str], units: list[str] | None = None) -> None:
+        units = units or []
+        if (len(plain), len(fragments), len(units)) != (
+            len(self.plain),
+            len(self.html),
+            len(self.units),
+        ):
+            raise ValueError("one translation per text, fragment and unit")
+        self._plain, self._html, self._units = list(plain), list(fragments), list(units)
 
     @property
     def segments(self) -> int:
-        return len(self.plain) + len(self.html)
+        return len(self.plain) + len(self.html) + len(self.units)
 
 
 @dataclass
 class Document:
-    """A read document: its texts, and how to write it back once they are translated."""
+    """A read document: its texts, how to write it back once they are translated, and the
+    language it says its source is in (a CAT file's; None: the caller finds it)."""
 
     texts: Texts
     _write: Callable[[], bytes]
+    source: str | None = None
 
     @property
     def plain(self) -> list[str]:
@@ -210,26 +234,45 @@ class Document:
     def html(self) -> list[str]:
         return self.texts.html
 
-    def write(self, plain: list[str], fragments: list[str]) -> bytes:
-        """The document with `plain` and `fragments` (translations of `self.plain` and
-        `self.html`, in order) in place of its texts."""
-        self.texts.fill(plain, fragments)
+    @property
+    def units(self) -> list[str]:
+        return self.texts.units
+
+    def write(
+        self, plain: list[str], fragments: list[str], units: list[str] | None = None
+    ) -> bytes:
+        """The document with `plain`, `fragments` and `units` (translations of `self.plain`,
+        `self.html` and `self.units`, in order) in place of its texts."""
+        self.texts.fill(plain, fragments, units)
         return self._write()
 
 
-def read_document(data: bytes, suffix: str, limits: DocumentLimits | None = None) -> Document:
-    """The document `data` (a file ending in `suffix`) read into the texts to translate;
-    MtError for a file this cannot read, OverLimit for one over `limits`."""
+def read_document(
+    data: bytes,
+    suffix: str,
+    limits: DocumentLimits | None = None,
+    languages: tuple[str, str] = ("auto", ""),
+    name: str = "the file",
+) -> Document:
+    """The document `data` (a file ending in `suffix`, called `name`) read into the texts to
+    translate; MtError for a file this cannot read, OverLimit for one over `limits`. A CAT
+    file is read for the (source, target) `languages` a caller asks for (source `auto`: the
+    file's own)."""
     texts = Texts(limits)
     if suffix == ".docx":
         return Document(texts, read_docx(data, texts, texts.limits.zip))
+    if suffix in CAT_SUFFIXES:
+        from mt.serve.cat_files import read_cat
+
+        write, source = read_cat(data, suffix, texts, languages, name)
+        return Document(texts, write, source)
     if suffix not in SUFFIXES:
         raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise MtError(f"the {suffix} file is not UTF-8 (byte {err.start})") from None
-    read = {".txt": _txt, ".html": _html, ".srt": _srt}[suffix]
+    read = {".txt": _txt, ".html": _html, ".srt": read_srt}[suffix]
     write = read(text, texts)
     return Document(texts, lambda: write().encode("utf-8"))
 
@@ -240,12 +283,16 @@ def translate_document(
     translate_text: Translate,
     translate_html: Translate,
     limits: DocumentLimits | None = None,
+    translate_units: Translate | None = None,
+    languages: tuple[str, str] = ("auto", ""),
 ) -> bytes:
-    """The document `data` translated in one go, in the same format."""
-    doc = read_document(data, suffix, limits)
+    """The document `data` translated in one go, in the same format (`translate_units`:
+    the segments of a CAT file, translate_text's when not given)."""
+    doc = read_document(data, suffix, limits, languages)
     plain = translate_text(doc.plain) if doc.plain else []
     fragments = translate_html(doc.html) if doc.html else []
-    return doc.write(plain, fragments)
+    units = (translate_units or translate_text)(doc.units) if doc.units else []
+    return doc.write(plain, fragments, units)
 
 
 def _txt(text: str, texts: Texts) -> Part:
@@ -327,42 +374,3 @@ def _too_long(text: str, limit: int) -> None:
         f"a text of more than {limit:,} characters ({text[:30]!r}...); the limit is {limit:,}",
         "max_chars",
     )
-
-
-def _srt(text: str, texts: Texts) -> Part:
-    import srt
-
-    subs, lines, parts = [], [], []
-    try:
-        for sub in srt.parse(text):  # read one by one: a limit stops it early
-            texts.hold(len(subs) + 1)
-            ls = sub.content.splitlines() or [""]
-            subs.append(sub)
-            lines.append(len(ls))
-            parts.append(texts.text(" ".join(x.strip() for x in ls)))
-    except srt.SRTParseError as err:
-        raise MtError(f"not an SRT file ({err})") from None
-
-    def write() -> str:
-        for sub, n, part in zip(subs, lines, parts):
-            sub.content = "\n".join(rewrap(part(), n))
-        return srt.compose(subs, reindex=False)
-
-    return write
-
-
-def rewrap(text: str, n: int) -> list[str]:
-    """`text` on `n` lines (at most one per word), each break at the word end nearest to an
-    even share of the characters."""
-    words = text.split()
-    n = min(n, len(words))
-    if n <= 1:
-        return [text]
-    ends = [len(" ".join(words[: i + 1])) for i in range(len(words))]
-    total, cuts, prev = ends[-1], [], -1
-    for k in range(1, n):
-        room = range(prev + 1, len(words) - (n - k))  # a word left for every later line
-        prev = min(room, key=lambda i: abs(ends[i] - k * total / n))
-        cuts.append(prev)
-    bounds = [-1, *cuts, len(words) - 1]
-    return [" ".join(words[a + 1 : b + 1]) for a, b in zip(bounds, bounds[1:])]

@@ -3,7 +3,7 @@
 `/translate` (JSON or form: `q` a string or a list, `source` or `auto`, `target`, `format`
 text or html, `alternatives` N, `api_key`, and mt's `adapter`, in the body or the query),
 `/translate_file` (a multipart upload of .txt,
-.html, .srt or .docx, answered with `translatedFileUrl`), `/download_file/NAME`,
+.html, .srt, .docx, .xlf/.xliff or .tmx, answered with `translatedFileUrl`), `/download_file/NAME`,
 `/languages`, `/detect` and `/frontend/settings`. An extension: `glossary` on `/translate`,
 an object of terms (in a form, its JSON text) or an uploaded glossary's id, as `/v1/translate`
 takes it (mt.serve.glossaries; text format only). Text is translated sentence by sentence with
@@ -15,16 +15,11 @@ memory (the last KEPT_FILES), under a random name, for their download.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import secrets
 from collections import OrderedDict
-from email.message import Message
-from email.parser import BytesParser
-from email.policy import HTTP
 from pathlib import PurePath
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -32,7 +27,8 @@ from fastapi.responses import Response
 from mt.errors import MtError
 from mt.glossary import Glossary
 from mt.serve import bodies, served_languages
-from mt.serve.documents import SUFFIXES, Document, Texts, read_document
+from mt.serve.documents import CAT_SUFFIXES, SUFFIXES, Document, Texts, read_document
+from mt.serve.forms import fields
 from mt.serve.glossaries import Glossaries, check_beam, owner_of
 from mt.serve.limits import ApiError, Limits, check_count, check_text
 from mt.serve.security import check_key, client_of, key_of
@@ -48,24 +44,14 @@ MEDIA = {
     ".html": "text/html; charset=utf-8",
     ".srt": "application/x-subrip; charset=utf-8",
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".xlf": "application/xliff+xml",
+    ".xliff": "application/xliff+xml",
+    ".tmx": "application/xml",  # TMX has no media type of its own
 }
 
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _fields(raw: bytes, content_type: str) -> dict[str, Any]:
-    """JSON, url-encoded or multipart form fields (files as (filename, bytes))."""
-    if content_type.startswith("application/json"):
-        obj = bodies.parse_json(raw)
-        if not isinstance(obj, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        return obj
-    if content_type.startswith("multipart/form-data"):
-        return _multipart(raw, content_type)
-    form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
-    return {k: v if k == "q" and len(v) > 1 else v[0] for k, v in form.items()}
 
 
 def _glossary_field(value: Any) -> Any:
@@ -80,38 +66,6 @@ def _glossary_field(value: Any) -> Any:
     return value
 
 
-def _multipart(raw: bytes, content_type: str) -> dict[str, Any]:
-    """The fields of a multipart/form-data body (files as (filename, bytes)). Split on the
-    boundary by hand, each part's few header lines read by the email parser: parsing the whole
-    body with it costs some ten times an upload's size in memory, this one copy of each part."""
-    kind = Message()
-    kind["content-type"] = content_type
-    boundary = kind.get_param("boundary")
-    if not isinstance(boundary, str) or not boundary:
-        raise ApiError(400, "the body is not multipart/form-data (no boundary)")
-    delimiter = b"--" + boundary.encode("latin-1")
-    pos = raw.find(delimiter)
-    if pos < 0:
-        raise ApiError(400, "the body is not multipart/form-data (no boundary in it)")
-    out: dict[str, Any] = {}
-    while not raw.startswith(b"--", pos := pos + len(delimiter)):  # `--`: the last boundary
-        head_end = raw.find(b"\r\n\r\n", pos)
-        end = raw.find(b"\r\n" + delimiter, head_end)
-        if head_end < 0 or end < 0:
-            raise ApiError(400, "the multipart/form-data body is cut short")
-        head = BytesParser(policy=HTTP).parsebytes(raw[pos:head_end].lstrip() + b"\r\n\r\n")
-        payload = raw[head_end + 4 : end]
-        if head.get("content-transfer-encoding", "").lower() == "base64":
-            payload = base64.b64decode(payload)
-        name, filename = head.get_param("name", header="content-disposition"), head.get_filename()
-        if filename is not None:
-            out[str(name)] = (filename, payload)
-        else:
-            out[str(name)] = payload.decode("utf-8", "replace")
-        pos = end + 2
-    return out
-
-
 def _alternatives(value: Any) -> int:
     try:
         n = int(value)
@@ -122,15 +76,22 @@ def _alternatives(value: Any) -> int:
     return n
 
 
-def read_upload(data: bytes, suffix: str, filename: str, limits: Limits) -> Document:
+def read_upload(
+    data: bytes,
+    suffix: str,
+    filename: str,
+    limits: Limits,
+    languages: tuple[str, str] = ("auto", ""),
+) -> Document:
     """An uploaded file read into its texts within the server's limits (413 naming the one
-    it is over, 400 for a file that cannot be read)."""
+    it is over, 400 for a file that cannot be read), a CAT file for `languages`."""
     try:
-        return read_document(data, suffix, limits.document())
+        return read_document(data, suffix, limits.document(), languages, filename)
     except OverLimit as err:
         raise ApiError(413, f"{filename}: {err}", err.limit) from None
-    except MtError as err:
-        raise ApiError(400, f"{filename}: {err}") from None
+    except MtError as err:  # a CAT file's errors name it (and its line) already
+        said = str(err)
+        raise ApiError(400, said if said.startswith(filename) else f"{filename}: {said}") from None
 
 
 def add_routes(
@@ -196,7 +157,7 @@ class _Libre:
     async def read(self, request: Request) -> tuple[dict[str, Any], str]:
         """The fields of the body, and whose request it is (its key, or its address)."""
         raw = await bodies.read_body(request, self.limits.max_body_bytes)
-        obj = _fields(raw, request.headers.get("content-type", ""))
+        obj = fields(raw, request.headers.get("content-type", ""))
         key = key_of(request.headers, _str(obj.get("api_key")))
         check_key(self.api_keys, key)
         return obj, client_of(request, key)
@@ -314,9 +275,9 @@ def _add_file_routes(app: FastAPI, libre: _Libre) -> None:
 
     @app.post("/translate_file")
     async def translate_file(request: Request) -> dict[str, Any]:
-        """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx)
-        with `source` and `target`; answers `translatedFileUrl`, the file kept as it was
-        written but in `target`."""
+        """LibreTranslate's `/translate_file`: a multipart `file` (.txt, .html, .srt, .docx,
+        .xlf/.xliff, .tmx) with `source` and `target`; answers `translatedFileUrl`, the file
+        kept as it was written but in `target` (a CAT file: its targets filled)."""
         obj, _ = await libre.read(request)
         upload = obj.get("file")
         if not isinstance(upload, tuple):
@@ -326,18 +287,30 @@ def _add_file_routes(app: FastAPI, libre: _Libre) -> None:
         if suffix not in SUFFIXES:
             raise ApiError(400, f"cannot translate {suffix or 'this'} files: {', '.join(SUFFIXES)}")
         source, target = _languages_of(obj)
-        sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
-        worker, detected = await asyncio.to_thread(libre.pick, source, target, sample or "text")
+        # Read off the event loop (a .docx is unzipped and parsed), counted before any work;
+        # a CAT file first, as it says its own source language.
+        if suffix in CAT_SUFFIXES:
+            doc = await asyncio.to_thread(
+                read_upload, data, suffix, filename, limits, (source, target)
+            )
+            worker, detected = await asyncio.to_thread(libre.pick, doc.source, target, "")
+        else:
+            sample = data[:2000].decode("utf-8", "replace") if suffix != ".docx" else ""
+            worker, detected = await asyncio.to_thread(libre.pick, source, target, sample or "text")
         adapter = libre.adapter_of(obj, request, worker)
-        # Read off the event loop (a .docx is unzipped and parsed), counted before any work.
-        doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
+        if suffix not in CAT_SUFFIXES:
+            doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
         texts = [Item(x, to=target, frm=detected) for x in doc.plain]
         frags = [Item(x, to=target, frm=detected, where=f"{filename}:{i}")
                  for i, x in enumerate(doc.html, 1)]  # fmt: skip
-        work = worker.translate_document(PurePath(filename).name, texts, frags, adapter)
-        done_texts, done_frags = await libre.answer(request, work)
+        units = [Item(x, to=target, frm=detected, where=filename) for x in doc.units]
+        work = worker.translate_document(PurePath(filename).name, texts, frags, adapter, units)
+        done_texts, done_frags, done_units = await libre.answer(request, work)
         translated = await asyncio.to_thread(
-            doc.write, [t.text for t in done_texts], [t.text for t in done_frags]
+            doc.write,
+            [t.text for t in done_texts],
+            [t.text for t in done_frags],
+            [t.text for t in done_units],
         )
         name = f"{secrets.token_urlsafe(12)}{suffix}"
         files[name] = (PurePath(filename).name, translated)

@@ -197,20 +197,23 @@ class ModelWorker:
         texts: list[Request],
         fragments: list[Request],
         adapter: str | None = None,
-    ) -> tuple[list[Translation], list[Translation]]:
-        """A document's texts (sentence by sentence) and HTML fragments translated a slice at
-        a time, between other requests (see mt.serve.jobs); `name` is what /metrics calls it;
-        `adapter`: the model's adapter they are translated with."""
+        units: list[Request] | None = None,
+    ) -> tuple[list[Translation], list[Translation], list[Translation]]:
+        """A document's texts (sentence by sentence), HTML fragments and units (a CAT file's
+        segments, whole) translated a slice at a time, between other requests (see
+        mt.serve.jobs); `name` is what /metrics calls it; `adapter`: the model's adapter they
+        are translated with."""
         loop = asyncio.get_running_loop()
         flow = f"document-{next(self._documents)}"
+        kinds = (("text", texts), ("html", fragments), ("units", units or []))
         jobs = {
             kind: Job(loop.create_future(), loop, reqs, DecodeOptions(), False,
                       split=kind == "text", html=kind == "html", flow=flow, bulk=True,
                       adapter=adapter)
-            for kind, reqs in (("text", texts), ("html", fragments)) if reqs
+            for kind, reqs in kinds if reqs
         }  # fmt: skip
         if not jobs:
-            return [], []
+            return [], [], []
         self.submit_document(list(jobs.values()), name)
         try:
             await asyncio.gather(*(job.future for job in jobs.values()))
@@ -221,7 +224,7 @@ class ModelWorker:
         finally:
             self.metrics.document_end(self.name, flow)
         done = {kind: job.future.result() for kind, job in jobs.items()}
-        return done.get("text", []), done.get("html", [])
+        return done.get("text", []), done.get("html", []), done.get("units", [])
 
     async def _wait(self, job: Job) -> Any:
         self.submit(job)

@@ -5,14 +5,16 @@ read back by translate-toolkit (an independent, well-kept XLIFF reader)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from lxml import etree
 from support.cat_files import XLIFF1, XLIFF2, coded, multi30k, write_tmx, write_xliff1, write_xliff2
-from translate.storage import xliff, xliff2
+from translate.storage import tmx, xliff, xliff2
 
 REPO = Path(__file__).resolve().parents[2]
+XML = "http://www.w3.org/XML/1998/namespace"
 N = 24
 
 
@@ -159,3 +161,164 @@ def test_training_reads_a_tmx_corpus(mt_cli, multi30k_dir, tmp_path):
     assert "train.tmx: 600 pairs read" in result.err
     assert "val.tmx.gz: 30 pairs read" in result.err
     assert (run / "best.pt").is_file()
+
+
+def _memory(tmp_path: Path, test_pairs, name: str = "memory.tmx") -> Path:
+    """A memory to translate: a note and a prop in the header, every unit without its
+    English variant but the second (a translator's, to be kept)."""
+    pairs = [(s, t if i == 1 else None) for i, (s, t) in enumerate(test_pairs)]
+    path = write_tmx(tmp_path / name, pairs)
+    text = path.read_text().replace(
+        'datatype="plaintext"/>',
+        'datatype="plaintext">\n    <note>Kept as it was</note>\n'
+        '    <prop type="x-Project">demo</prop>\n  </header>',
+    )
+    path.write_text(text.replace('<tu tuid="2">', '<tu tuid="2">\n    <note>unit two</note>'))
+    return path
+
+
+def _bare(seg) -> str:
+    """A `<seg>`'s text without its inline codes (and their native code)."""
+    return "".join([seg.text or "", *(c.tail or "" for c in seg)])
+
+
+def test_translate_fills_a_tmx_memory(mt_cli, tiny_run, test_pairs, tmp_path):
+    """Each unit gets its English variant, read back by translate-toolkit: the text `mt
+    translate` gives the same source line, the source's codes each once, the rest of the
+    file as it was, the variant marked as a machine translation."""
+    memory = _memory(tmp_path, test_pairs)
+    out = tmp_path / "filled.tmx"
+    ckpt = tiny_run / "best.pt"
+    result = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "-o", out)
+    assert result.rc == 0, result.err
+    assert f"{memory}: {N - 1} variant(s) filled, 1 kept (already translated), 0 unit(s)" in (
+        result.err
+    )
+    from mt.cat.fill import make_slot
+    from mt.cat.xmlio import parse_document
+
+    tree = parse_document(memory.read_bytes(), "m")
+    sources = [s for s in tree.iter("seg") if s.getparent().get(f"{{{XML}}}lang") == "de-DE"]
+    lines = [make_slot(s, "tmx", "m", None, None).text for s in sources]
+    (tmp_path / "lines.de").write_text("".join(x + "\n" for x in lines))
+    plain = mt_cli("translate", ckpt, "-i", tmp_path / "lines.de")
+    assert plain.rc == 0, plain.err
+    expected = plain.out.splitlines()
+
+    store = tmx.tmxfile(out.read_bytes())
+    assert store.sourcelanguage == "de-DE" and len(store.units) == N
+    for i, unit in enumerate(store.units):
+        source, target = (x.find("seg") for x in unit.getlanguageNodes())
+        assert unit.getlanguageNodes()[1].get(f"{{{XML}}}lang") == "en-GB"  # the file's code
+        if i == 1:
+            assert unit.target == test_pairs[1][1]  # the translator's, untouched
+            continue
+        assert unit.target.strip()
+        assert _bare(target) == re.sub(r"</?g\d+>|<x\d+/>", "", expected[i])
+        if not coded(i):
+            assert unit.target == expected[i]
+        assert sorted((c.tag, tuple(sorted(c.attrib.items())), c.text) for c in target) == sorted(
+            (c.tag, tuple(sorted(c.attrib.items())), c.text) for c in source
+        )
+        assert len(target) == (3 if coded(i) else 0)  # <bpt>, <ept>, <ph>
+        tuv = unit.getlanguageNodes()[1]
+        assert tuv.get("creationtool") == "mt" and re.fullmatch(
+            r"\d{8}T\d{6}Z", tuv.get("creationdate")
+        )
+        assert [p.text for p in unit.xmlelement.findall("prop")] == ["MachineTranslation"]
+    # Everything but the new variants and their props is as it was.
+    before, after = etree.parse(str(memory)).getroot(), etree.parse(str(out)).getroot()
+    for tu in after.iter("tu"):
+        for el in tu.findall("prop") + tu.findall("tuv")[1:]:
+            if el.tag == "prop" or tu.get("tuid") != "1":
+                tu.remove(el)
+    for root in (before, after):
+        for el in root.iter():
+            if el.tag in ("tu", "tuv"):
+                el.tail = None
+    assert etree.tostring(before) == etree.tostring(after)
+    assert out.read_text().startswith(
+        '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE tmx SYSTEM "tmx14.dtd">\n'
+    )
+
+
+def test_translate_tmx_in_place_languages_and_errors(mt_cli, tiny_run, test_pairs, tmp_path):
+    ckpt = tiny_run / "best.pt"
+    memory = _memory(tmp_path, test_pairs[:4])
+    result = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "-o", memory)
+    assert result.rc == 0, result.err
+    filled = memory.read_text()
+    assert filled.count('<tuv xml:lang="en-GB"') == 4
+    assert '  <tu tuid="0">\n    <prop type="x-Origin">MachineTranslation</prop>\n' in filled
+    again = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "-o", memory)
+    assert again.rc == 0 and "0 variant(s) filled, 4 kept" in again.err
+    assert memory.read_text() == filled
+    # An empty variant is filled; a unit without German is counted, not an error; the
+    # header's *all* names no source (the model's is taken).
+    mixed = write_tmx(tmp_path / "mixed.tmx", [("Ein Hund.", "x"), ("Bonjour", None)], codes=False)
+    text = mixed.read_text().replace("<seg>x</seg>", "<seg></seg>")
+    text = text.replace('srclang="de-DE"', 'srclang="*all*"')
+    mixed.write_text(
+        text.replace('<tuv xml:lang="de-DE"><seg>Bonjour', '<tuv xml:lang="fr"><seg>Bonjour')
+    )
+    r = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", mixed)
+    assert r.rc == 0, r.err
+    assert "1 variant(s) filled, 0 kept (already translated), 1 unit(s) with no de variant" in (
+        r.err
+    )
+    assert r.out.count("<tuv") == 3 and "<seg></seg>" not in r.out
+    french = write_tmx(tmp_path / "fr.tmx", [("Bonjour", None)], langs=("fr-FR", "en-GB"))
+    wrong = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", french)
+    assert wrong.rc == 2
+    assert wrong.err.strip().endswith(
+        f"{french}: its srclang is fr-FR, but this model translates de-en"
+    )
+    import gzip
+
+    packed = tmp_path / "memory.tmx.gz"
+    packed.write_bytes(gzip.compress(filled.encode()))
+    gz = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", packed)
+    assert gz.rc == 2 and gz.err.strip().endswith(
+        f"{packed}: gzip-compressed: mt translate fills a plain file (gunzip it first)"
+    )
+    for broken, says in (
+        (memory.read_text()[:-30], "not well-formed XML"),
+        (filled.replace('<tuv xml:lang="de-DE">', "<tuv>", 1), "<tuv> without xml:lang"),
+        (
+            filled.replace("<header", "<head", 1).replace("</header>", "</head>"),
+            "<tmx> without <header>",
+        ),
+        (filled.replace("<tmx ", "<tmxx ").replace("</tmx>", "</tmxx>"), "not a TMX file"),
+    ):
+        path = tmp_path / "broken.tmx"
+        path.write_text(broken)
+        cut = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", path)
+        assert cut.rc == 2 and "Traceback" not in cut.err, cut.err
+        assert f"error: {path}" in cut.err and says in cut.err
+        assert len(cut.err.strip().splitlines()) == 1
+
+
+def test_translate_tmx_with_a_multilingual_model(mt_cli, multi_run, tmp_path):
+    """The file names its source at most: --to says the variant to add, --from (or the
+    header's srclang) the variant to translate."""
+    ckpt = multi_run / "best.pt"
+    memory = write_tmx(
+        tmp_path / "m.tmx", [("Ein Hund läuft.", None), ("Zwei Männer.", "Two men.")], codes=False
+    )
+    no_to = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory)
+    assert no_to.rc == 2
+    assert no_to.err.strip().endswith(f"{memory}: a TMX file names no target language: give --to")
+    r = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "--to", "fr")
+    assert r.rc == 0, r.err
+    assert "2 variant(s) filled, 0 kept (already translated), 0 unit(s) with no de" in r.err
+    assert r.out.count('<tuv xml:lang="fr"') == 2 and r.out.count('xml:lang="en-GB"') == 1
+    memory.write_text(memory.read_text().replace('srclang="de-DE"', 'srclang="*all*"'))
+    r = mt_cli("translate", ckpt, "--input-format", "tmx", "-i", memory, "--to", "fr")
+    assert r.rc == 2 and r.err.strip().endswith("its header's srclang is *all*: give --from")
+    r = mt_cli(
+        "translate", ckpt, "--input-format", "tmx", "-i", memory, "--to", "de", "--from", "en"
+    )
+    assert r.rc == 0, r.err
+    assert "0 variant(s) filled, 1 kept (already translated), 1 unit(s) with no en variant" in (
+        r.err
+    )

@@ -45,14 +45,16 @@ def tmx_seg(i: int, text: str) -> str:
 
 def write_tmx(
     path: Path,
-    pairs: list[tuple[str, str]],
+    pairs: list[tuple[str, str | None]],
     langs: tuple[str, str] = ("de-DE", "en-GB"),
     codes: bool = True,
 ) -> Path:
-    """TMX 1.4; `codes` False writes plain segments only."""
+    """TMX 1.4; `codes` False writes plain segments only; a target None is a unit without
+    that variant (to be translated)."""
     units = "".join(
         f'  <tu tuid="{i}">\n    <tuv xml:lang="{langs[0]}"><seg>{tmx_seg(k, s)}</seg></tuv>\n'
-        f'    <tuv xml:lang="{langs[1]}"><seg>{tmx_seg(k, t)}</seg></tuv>\n  </tu>\n'
+        + (f'    <tuv xml:lang="{langs[1]}"><seg>{tmx_seg(k, t)}</seg></tuv>\n' if t else "")
+        + "  </tu>\n"
         for i, (s, t) in enumerate(pairs)
         for k in [i if codes else -1]
     )

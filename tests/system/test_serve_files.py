@@ -1,6 +1,6 @@
-"""`mt serve`'s file route bounded and fair, over real HTTP: zip bombs refused with the
-server's memory flat, a document's texts counted against limits of their own and the shared
-queue, and translated a slice at a time so other requests do not wait for it.
+"""`mt serve`'s file route bounded and fair, over real HTTP: zip bombs and XML entity bombs
+refused with the server's memory flat, a document's texts counted against limits of their own
+and the shared queue, and translated a slice at a time so other requests do not wait for it.
 
 The server pools for a second (`--batch-window-ms 1000`): a lone one-sentence request waits
 that long in the queue before its pass, so a test can see it queued and send a slow request
@@ -115,6 +115,75 @@ def test_a_document_over_its_limits_is_413_naming_them(server, test_de):
     assert r.status_code == 200 and httpx.get(r.json()["translatedFileUrl"]).content == (
         b"\n \n\n" * 1000
     )
+
+
+LAUGHS = '<!ENTITY lol0 "lololololololololololololol">' + "".join(
+    f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)
+)  # &lol9; is 1,000,000,000 lols once expanded, some 30 GB
+LAUGHING_XLIFF = (
+    f'<?xml version="1.0"?>\n<!DOCTYPE xliff [{LAUGHS}]>\n<xliff xmlns="urn:oasis:names:tc:'
+    'xliff:document:2.0" version="2.0" srcLang="de" trgLang="en"><file id="f"><unit id="u">'
+    "<segment><source>&lol9;</source></segment></unit></file></xliff>\n"
+)
+LAUGHING_TMX = (
+    f'<?xml version="1.0"?>\n<!DOCTYPE tmx [{LAUGHS}]>\n<tmx version="1.4"><header '
+    'srclang="de" creationtool="t" creationtoolversion="1" segtype="sentence" o-tmf="t" '
+    'adminlang="en" datatype="plaintext"/><body><tu><tuv xml:lang="de"><seg>&lol9;</seg></tuv>'
+    "</tu></body></tmx>\n"
+)
+
+
+def test_xml_entity_bombs_and_external_entities_are_refused(server, tmp_path):
+    """A billion laughs in a segment or in an attribute is a 400 at once, the server's memory
+    flat; an external entity (XXE) never reads the file it names."""
+    upload(server, "warm.xlf", LAUGHING_XLIFF.replace("&lol9;", "Hund").encode())
+    for name, doc in (
+        ("laughs.xlf", LAUGHING_XLIFF),
+        ("attr.xlf", LAUGHING_XLIFF.replace('<unit id="u">', '<unit id="&lol9;">')),
+        ("laughs.tmx", LAUGHING_TMX),
+        ("attr.tmx", LAUGHING_TMX.replace("<tu>", '<tu tuid="&lol9;">')),
+    ):
+        start = time.monotonic()
+        r, grew = peak_growth_mib(server, lambda n=name, d=doc: upload(server, n, d.encode()))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith(f"{name}")
+        assert time.monotonic() - start < 5 and grew < 50, f"RSS rose {grew:.0f} MiB"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("Geheimnis")
+    xxe = (
+        f'<?xml version="1.0"?>\n<!DOCTYPE tmx [<!ENTITY s SYSTEM "file://{secret}">]>\n'
+        '<tmx version="1.4"><header srclang="de" creationtool="t" creationtoolversion="1" '
+        'segtype="sentence" o-tmf="t" adminlang="en" datatype="plaintext"/><body><tu>'
+        '<tuv xml:lang="de"><seg>&s;</seg></tuv></tu></body></tmx>'
+    )
+    r = upload(server, "xxe.tmx", xxe.encode())
+    assert r.status_code == 400 and "Geheimnis" not in r.text
+    assert r.json()["error"].startswith("xxe.tmx:3: entity &s; inside a segment"), r.text
+    r = upload(server, "xxe2.tmx", xxe.replace("<tu>", '<tu tuid="&s;">').encode())
+    assert r.status_code == 400 and "Geheimnis" not in r.text
+    assert r.json()["error"] == (
+        "xxe2.tmx:3: not well-formed XML (Attribute references external entity 's')"
+    )
+    assert httpx.get(server.url + "/health").json() == {"status": "ready"}
+
+
+def test_a_cat_file_over_the_limits_is_413(server, test_de, tmp_path):
+    from support.cat_files import write_tmx, write_xliff1
+
+    many = write_tmx(tmp_path / "many.tmx", [(test_de[i % 100], None) for i in range(151)])
+    r = upload(server, "many.tmx", many.read_bytes())
+    assert r.status_code == 413 and r.json()["limit"] == "max_file_segments", r.text
+    long = [(" ".join(test_de[i : i + 2])[:290], None) for i in range(0, 220, 2)]
+    r = upload(server, "long.xlf", write_xliff1(tmp_path / "long.xlf", long).read_bytes())
+    assert r.status_code == 413 and r.json()["limit"] == "max_file_chars", r.text
+    # Translated units count: 149 kept and one to fill is one segment.
+    done = [(test_de[i], "x") for i in range(149)] + [(test_de[0], None)]
+    r = upload(server, "done.tmx", write_tmx(tmp_path / "d.tmx", done, codes=False).read_bytes())
+    assert r.status_code == 200, r.text
+    broken = write_tmx(tmp_path / "b.tmx", done[:2]).read_bytes()[:-40]
+    r = upload(server, "b.tmx", broken)
+    assert r.status_code == 400 and r.json()["error"].startswith("b.tmx:"), r.text
+    assert "not well-formed XML" in r.json()["error"]
 
 
 def send(name: str, call, answers: dict) -> threading.Thread:  # noqa: ANN001

@@ -1,5 +1,6 @@
 """`mt serve` with text as people send it: paragraphs split by sentence (newlines kept), doubt
-flags in the answers and the metrics, and LibreTranslate's html, alternatives and files."""
+flags in the answers and the metrics, and LibreTranslate's html, alternatives and files (the
+CAT tools' XLIFF and TMX read back by translate-toolkit)."""
 
 from __future__ import annotations
 
@@ -169,7 +170,9 @@ def alone_one(server: Server, sentence: str) -> str:
 
 def test_frontend_settings(server):
     s = httpx.get(server.url + "/frontend/settings", timeout=30).json()
-    assert s["supportedFilesFormat"] == [".txt", ".html", ".srt", ".docx"]
+    assert s["supportedFilesFormat"] == [
+        ".txt", ".html", ".srt", ".docx", ".xlf", ".xliff", ".tmx"
+    ]  # fmt: skip
     assert s["language"]["source"]["code"] == "de" and s["language"]["target"]["code"] == "en"
     assert s["charLimit"] == 5000 and s["keyRequired"] is False
 
@@ -183,3 +186,84 @@ def test_keep_numbers_puts_every_number_back_by_default(server):
     assert all(n in out for n in ("17:45", "2.800", "678")), out
     lt = LibreTranslateAPI(server.url + "/")
     assert "678" in lt.translate("Ein Mann mit 678 Hunden.", "de", "en")
+
+
+def _lines_of(path: Path, dialect: str) -> list[str]:
+    """The lines `mt translate` gives the model for a document's segments to fill."""
+    from mt.cat.fill import XliffFill
+    from mt.cat.tmx_fill import TmxFill
+
+    if dialect == "tmx":
+        doc = TmxFill(path.read_bytes(), str(path))
+        doc.choose("de", "en")
+    else:
+        doc = XliffFill(path.read_bytes(), str(path))
+    return [slot.text for slot in doc.slots]
+
+
+@pytest.mark.parametrize("suffix", [".xlf", ".xliff", ".tmx"])  # XLIFF 2.0, XLIFF 1.2, TMX
+def test_translate_file_fills_xliff_and_tmx(
+    server, multi30k_dir, tiny_run, mt_cli, tmp_path, suffix
+):
+    """An XLIFF or TMX upload comes back filled as `mt translate --input-format` fills it:
+    read by translate-toolkit, each target the CLI's translation of the same line, the inline
+    codes of the source in it, the translator's target kept. An XLIFF file's `auto` source is
+    its own."""
+    import re
+
+    from support.cat_files import coded, multi30k, write_tmx, write_xliff1, write_xliff2
+    from translate.storage import tmx, xliff, xliff2
+
+    pairs = multi30k(multi30k_dir, "test_2016_flickr", 12)
+    todo = [(s, t if i == 1 else None) for i, (s, t) in enumerate(pairs)]
+    write = {".xlf": write_xliff2, ".xliff": write_xliff1, ".tmx": write_tmx}[suffix]
+    path = write(tmp_path / f"doc{suffix}", todo)
+    r = httpx.post(
+        server.url + "/translate_file",
+        data={"source": "de" if suffix == ".tmx" else "auto", "target": "en"},
+        files={"file": (path.name, path.read_bytes())},
+        timeout=120,
+    )
+    out = download(server, r)
+    lines = _lines_of(path, "tmx" if suffix == ".tmx" else "xliff")
+    assert len(lines) == 11
+    (tmp_path / "lines.de").write_text("".join(x + "\n" for x in lines))
+    cli = mt_cli("translate", tiny_run / "best.pt", "-i", tmp_path / "lines.de")
+    assert cli.rc == 0, cli.err
+    expected = cli.out.splitlines()
+    expected.insert(1, pairs[1][1])  # the translator's target, kept
+    read = {".xlf": xliff2.Xliff2File, ".xliff": xliff.xlifffile, ".tmx": tmx.tmxfile}[suffix]
+    store = read(out)
+    codes = {".xlf": ["pc", "ph"], ".xliff": ["g", "x"]}.get(suffix)
+    assert len(store.units) == 12
+    for i, unit in enumerate(store.units):
+        if suffix == ".xliff" and i != 1:
+            assert unit.get_state_n() == xliff.xliffunit.statemap["needs-review-translation"]
+        if i == 1 or not coded(i):
+            assert unit.target == expected[i]
+        else:  # the codes as their native text (translate-toolkit's reading): <b>, </b>, {0}
+            bare = re.sub(r"</?g\d+>|<x\d+/>", "", expected[i])
+            if suffix == ".tmx":
+                assert sorted(re.findall(r"</?b>|\{0\}", unit.target)) == ["</b>", "<b>", "{0}"]
+                assert re.sub(r"</?b>|\{0\}", "", unit.target) == bare
+            else:
+                target = unit.xmlelement.find(".//{*}target")
+                assert sorted(c.tag.split("}")[1] for c in target.iter() if c is not target) == (
+                    codes
+                )
+                assert "".join(target.itertext()) == bare
+    if suffix == ".tmx":
+        assert b'<prop type="x-Origin">MachineTranslation</prop>' in out
+    # The document's languages decide: another target is refused, `auto` takes the file's.
+    r = httpx.post(
+        server.url + "/translate_file",
+        data={"source": "auto", "target": "fr"},
+        files={"file": (path.name, path.read_bytes())},
+        timeout=120,
+    )
+    assert r.status_code == 400, r.text
+    if suffix != ".tmx":
+        lang = "en" if suffix == ".xlf" else "en-US"
+        assert r.json()["error"] == f"{path.name}: its target language is {lang}, not fr"
+    else:
+        assert "no model translates 'de' into 'fr'" in r.json()["error"]

@@ -334,3 +334,152 @@ def test_gz_tmx_needs_no_name_change(pairs, tmp_path) -> None:
     gz = tmp_path / "a.tmx.gz"
     gz.write_bytes(gzip.compress(plain.read_bytes()))
     assert list(tmx_pairs(gz, "de", "en")) == list(tmx_pairs(plain, "de", "en"))
+
+
+TMX_FILE = """<?xml version="1.0" encoding="UTF-8"?>
+<tmx version="1.4">
+  <header creationtool="t" creationtoolversion="1" segtype="sentence" o-tmf="t" adminlang="en"
+          srclang="de-DE" datatype="plaintext"/>
+  <body>
+    <tu tuid="a">
+      <prop type="x-Origin">TM</prop>
+      <tuv xml:lang="de-DE">
+        <seg>Ein <hi x="1">Hund</hi>.</seg>
+      </tuv>
+      <tuv xml:lang="en-US"><seg/></tuv>
+    </tu>
+    <tu tuid="b">
+      <note>two</note>
+      <tuv xml:lang="de-DE"><seg>Zwei</seg></tuv>
+      <tuv xml:lang="fr-FR"><seg>Deux</seg></tuv>
+    </tu>
+    <tu tuid="c"><tuv xml:lang="fr-FR"><seg>Trois</seg></tuv></tu>
+    <tu tuid="d"><tuv xml:lang="de-DE"><seg>Vier</seg></tuv>
+      <tuv xml:lang="en-US"><seg>Four</seg></tuv></tu>
+  </body>
+</tmx>
+"""
+
+
+def test_a_tmx_file_filled_keeps_its_layout_and_says_what_is_machine_made() -> None:
+    from mt.cat.tmx_fill import TmxFill
+
+    doc = TmxFill(TMX_FILE.encode(), "m.tmx")
+    assert doc.srclang == "de-DE"
+    doc.choose("de", "en")
+    assert doc.languages == ("de", "en-US")  # the code the file writes English with
+    assert [s.text for s in doc.slots] == ["Ein <g1>Hund</g1>.", "Zwei"]
+    assert (doc.kept, doc.skipped) == (1, 1)
+    assert doc.fill(["A <g1>dog</g1>.", "Two"]) == 2
+    out = doc.to_bytes().decode()
+    # An empty variant is filled in place, a missing one added after the last, indented alike.
+    assert '<tuv xml:lang="en-US" changedate="' in out and '<seg>A <hi x="1">dog</hi>.</seg>' in out
+    assert re.search(
+        r'<tuv xml:lang="fr-FR"><seg>Deux</seg></tuv>\n      <tuv xml:lang="en-US" '
+        r'creationdate="\d{8}T\d{6}Z" creationtool="mt" creationtoolversion="[^"]+"><seg>Two'
+        r"</seg></tuv>\n    </tu>",
+        out,
+    ), out
+    # The origin: kept where the unit says one (tu a), added before the variants otherwise.
+    assert '<prop type="x-Origin">TM</prop>' in out and out.count("x-Origin") == 2
+    assert '<note>two</note>\n      <prop type="x-Origin">MachineTranslation</prop>\n' in out
+    # Untouched units are as they were, to the byte.
+    for unit in ('<tu tuid="c">', '<tu tuid="d">', '<tuv xml:lang="en-US"><seg>Four'):
+        line = next(x for x in TMX_FILE.splitlines() if unit in x)
+        assert line in out.splitlines()
+
+
+def test_a_failed_tmx_segment_leaves_its_unit_as_it_was() -> None:
+    from mt.cat.tmx_fill import TmxFill
+
+    doc = TmxFill(TMX_FILE.encode(), "m.tmx")
+    doc.choose("de", "en")
+    assert doc.fill([None, None]) == 0
+    out = doc.to_bytes().decode()  # the same XML; only the header's attributes on one line
+    assert etree.canonicalize(out) == etree.canonicalize(TMX_FILE)
+    assert out.splitlines()[4:] == TMX_FILE.splitlines()[5:]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("<tmx><body/></tmx>", "m.tmx:1: <tmx> without <header>"),
+        ('<tmx><header srclang="de"/></tmx>', "m.tmx:1: <tmx> without <body>"),
+        (
+            "<tmx><header/><body><tu><tuv><seg>a</seg></tuv></tu></body></tmx>",
+            "<tuv> without xml:lang",
+        ),
+        (
+            '<tmx><header/><body><tu><tuv xml:lang="de"/></tu></body></tmx>',
+            'm.tmx:1: <tuv xml:lang="de"> without <seg>',
+        ),
+        ("<xliff/>", "m.tmx: not a TMX file (its root element is <xliff>)"),
+    ],
+)
+def test_a_broken_tmx_to_fill_is_one_line(text, says) -> None:
+    from mt.cat.tmx_fill import TmxFill
+
+    with pytest.raises(MtError) as err:
+        TmxFill(text.encode(), "m.tmx")
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_cat_upload_counts_its_segments_against_the_document_limits() -> None:
+    from mt.serve.documents import DocumentLimits, read_document, translate_document
+    from mt.serve.unzip import OverLimit
+
+    data = TMX_FILE.encode()
+    limits = DocumentLimits(max_file_segments=1)
+    with pytest.raises(OverLimit) as err:
+        read_document(data, ".tmx", limits, ("auto", "en"), "m.tmx")
+    assert err.value.limit == "max_file_segments"
+    with pytest.raises(OverLimit) as err:
+        read_document(data, ".tmx", DocumentLimits(max_file_chars=20), ("de", "en"), "m.tmx")
+    assert err.value.limit == "max_file_chars"  # 18 + 4 characters: the tags count
+    doc = read_document(data, ".tmx", DocumentLimits(max_file_segments=2), ("auto", "en"))
+    assert (doc.units, doc.plain, doc.html, doc.source) == (
+        ["Ein <g1>Hund</g1>.", "Zwei"],
+        [],
+        [],
+        "de",
+    )
+
+    def shout(texts: list[str]) -> list[str]:
+        return [x.replace("Hund", "HUND") for x in texts]
+
+    out = translate_document(data, ".tmx", shout, shout, None, shout, ("auto", "en"))
+    assert b'<seg>Ein <hi x="1">HUND</hi>.</seg>' in out  # the unit, whole, with its code
+    with pytest.raises(MtError, match="names no target language"):
+        read_document(data, ".tmx")
+
+
+def test_a_utf16_memory_is_written_back_in_utf16() -> None:
+    """TMX allows UTF-16 (older Trados exports): the filled file keeps it, to its last
+    newline (two bytes in UTF-16)."""
+    from mt.cat.tmx_fill import TmxFill
+
+    text = TMX_FILE.replace('encoding="UTF-8"', 'encoding="UTF-16"')
+    doc = TmxFill(text.encode("utf-16"), "m.tmx")
+    doc.choose("de", "en")
+    doc.fill(["Ein <g1>Hündchen</g1>.", "Zwo"])
+    out = doc.to_bytes()
+    assert out.startswith(b"\xff\xfe") and len(out) % 2 == 0
+    decoded = out.decode("utf-16")
+    assert decoded.startswith("<?xml version='1.0' encoding='UTF-16'?>\n<tmx version=\"1.4\">")
+    assert decoded.endswith("</tmx>\n") and '<seg>Ein <hi x="1">Hündchen</hi>.</seg>' in decoded
+
+
+def test_a_memory_to_fill_expands_no_entity(tmp_path) -> None:
+    """The TMX filled by `mt translate` is parsed as safely as the one read as data: a
+    billion laughs and an external entity are one line each, the secret never read."""
+    from mt.cat.tmx_fill import TmxFill
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET")
+    for text in (LAUGHS, XXE.format(secret=secret)):
+        text = text.replace('<tuv xml:lang="en"><seg>c</seg></tuv>', "")  # to translate
+        with pytest.raises(MtError) as err:
+            doc = TmxFill(text.encode(), "m.tmx")
+            doc.choose("de", "en")
+        said = str(err.value)
+        assert said.startswith("m.tmx:") and "entity" in said.lower() and "SECRET" not in said

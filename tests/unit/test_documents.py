@@ -9,7 +9,8 @@ import re
 import pytest
 
 from mt.errors import MtError
-from mt.serve.documents import rewrap, translate_document
+from mt.serve.documents import translate_document
+from mt.serve.subtitles import rewrap
 
 TAG = re.compile(r"<[^>]+>")
 

@@ -8,7 +8,7 @@ import tracemalloc
 import httpx
 import pytest
 
-from mt.serve.libre import _fields
+from mt.serve.forms import fields as _fields
 from mt.serve.limits import ApiError
 
 

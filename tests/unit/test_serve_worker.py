@@ -163,8 +163,8 @@ def test_a_document_goes_in_slices_between_other_requests(worker, test_de):
         assert (file, total) == ("notes.txt", 400)
         [one] = await worker.translate([Request(test_de[500])], DecodeOptions(), False, True)
         seen.update(one=one, doc_done=doc.done(), progress=worker.metrics.documents[ident][2])
-        done, fragments = await doc
-        assert fragments == [] and not worker.metrics.documents  # gone from /metrics
+        done, fragments, units = await doc
+        assert fragments == units == [] and not worker.metrics.documents  # gone from /metrics
         return done
 
     done = asyncio.run(main())
