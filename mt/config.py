@@ -275,10 +275,9 @@ class FinetuneConfig:
     lora_rank: int = 8  # the rank r of each adapter: r * (inputs + outputs) values per projection
     lora_alpha: float = 16.0  # the adapter's update is scaled by lora_alpha / lora_rank
     lora_dropout: float = 0.0  # on an adapter's input while training
-    # The projections wrapped, in every attention (self and cross, encoder and decoder) and
-    # feed-forward block: q, k, v and out of attention, ffn both feed-forward layers; embed
-    # the embedding tables and the output layer (one update where they are tied), which carry
-    # the pieces a new domain's words are made of.
+    lora_b_lr: float = 1.0  # B learns at this multiple of train.lr (LoRA+, Hayou et al. 2024)
+    # The projections wrapped in every attention and feed-forward block (q, k, v, out; ffn:
+    # both layers); embed: the embedding tables and output layer (one update where tied).
     lora_targets: list[Literal["q", "k", "v", "out", "ffn", "embed"]] = field(
         default_factory=lambda: ["q", "k", "v", "out", "ffn"]
     )

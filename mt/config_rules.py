@@ -256,6 +256,7 @@ def finetune_checks(cfg: Config) -> list[tuple[bool, str]]:
     return [
         in_range("finetune.lora_rank", f.lora_rank, 1, MAX_WIDTH),
         (f.lora_alpha > 0, "finetune.lora_alpha must be > 0"),
+        (0 < f.lora_b_lr <= 1000, "finetune.lora_b_lr must be in (0, 1000]"),
         (0.0 <= f.lora_dropout < 1.0, "finetune.lora_dropout must be in [0, 1)"),
         (not lora or bool(f.lora_targets), "finetune.lora_targets must name a projection"),
         (

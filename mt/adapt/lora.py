@@ -218,6 +218,18 @@ def attach(model: nn.Module, spec: LoraSpec) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if is_adapter_key(name))
 
 
+def param_groups(model: nn.Module, b_lr: float) -> list[dict[str, Any]] | None:
+    """Adam's groups for an adapter whose Bs learn at `b_lr` times the rate of its As (LoRA+,
+    Hayou et al. 2024: B, which starts at zero, moves the output and gains from a larger
+    step); None where the rates are equal, so such a run's optimizer is one group as before."""
+    trained = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
+    b = [p for k, p in trained if k.endswith("lora_b")]
+    rest = [p for k, p in trained if not k.endswith("lora_b")]
+    if b_lr == 1.0 or not b:  # no adapter: nothing to set apart
+        return None
+    return [{"params": rest, "lr_scale": 1.0}, {"params": b, "lr_scale": b_lr}]
+
+
 def is_adapter_key(key: str) -> bool:
     return key.rsplit(".", 1)[-1] in PARAMS
 

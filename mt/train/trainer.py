@@ -31,6 +31,7 @@ import torch
 from tqdm import tqdm
 
 from mt.adapt.keep import Keep
+from mt.adapt.lora import param_groups
 from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
@@ -80,7 +81,10 @@ class Trainer:
         self.train_set, dev_sets = setup.data(prepared, cfg.data)
         self.model = setup.model(cfg.model, t.freeze, self.tokenizer, self.device, self.start)
         keep = Keep.of(cfg, self.tokenizer, self.device, log=self.dist.main)  # finetune.keep
-        self.update = Update(t, cfg.model, self.model, self.dist, self.device, self.precision, keep)
+        groups = param_groups(self.model, cfg.finetune.lora_b_lr)  # finetune.lora_b_lr
+        self.update = Update(
+            t, cfg.model, self.model, self.dist, self.device, self.precision, keep, groups
+        )
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
         self.state = setup.continued(

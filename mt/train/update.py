@@ -13,6 +13,7 @@ toward the frozen base (mt/adapt/keep.py); `kl_sum` sums it for the log.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 
@@ -40,9 +41,12 @@ class Update:
         device: torch.device,
         precision: str,
         keep: Keep | None = None,
+        groups: list[dict[str, Any]] | None = None,
     ) -> None:
         """`t` and `m`: the train and model sections (the schedule reads `model.d_model`);
-        `keep`: the frozen base of `finetune.keep` whose KL term the objective adds."""
+        `keep`: the frozen base of `finetune.keep` whose KL term the objective adds; `groups`:
+        Adam's parameter groups where they differ (an `lr_scale` each times the schedule's
+        rate), else every trainable parameter in one."""
         self.train_cfg, self.model_cfg = t, m
         self.keep = keep
         # finetune.keep: the KL term summed over the updates since the log last read it
@@ -50,7 +54,7 @@ class Update:
         self.model, self.net = model, model
         self.dist, self.device, self.precision = d, device, precision
         self.optimizer = torch.optim.Adam(
-            [p for p in model.parameters() if p.requires_grad],  # not train.freeze's
+            groups or [p for p in model.parameters() if p.requires_grad],  # not train.freeze's
             lr=learning_rate(1, t, m),
             betas=(t.optimizer_betas[0], t.optimizer_betas[1]),
             eps=t.optimizer_eps,
@@ -80,7 +84,7 @@ class Update:
         t = self.train_cfg
         lr = learning_rate(step, t, self.model_cfg, used)
         for g in self.optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
         ntok = sum(b.tgt_tokens for b in group)
         scale: float | torch.Tensor = 1.0 / ntok
         if self.dist.active:

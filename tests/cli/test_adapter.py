@@ -196,6 +196,7 @@ def test_an_adapter_run_resumes_exactly(tmp_path, mt_cli):
     base = tmp_path / "base"
     assert mt_cli("train", config, "--run-dir", base).rc == 0
     lora = ("--init-from", base / "last.pt", "--set", "finetune.adapter=lora")
+    lora = (*lora, "--set", "finetune.lora_b_lr=4")  # two groups of Adam, both resumed
     more = (
         "--set",
         "train.max_steps=8",
@@ -216,6 +217,10 @@ def test_an_adapter_run_resumes_exactly(tmp_path, mt_cli):
     assert wa["step"] == wb["step"] == 8 and wa["model"].keys() == wb["model"].keys()
     for name, tensor in wa["model"].items():
         torch.testing.assert_close(wb["model"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    groups = wb["train_state"]["optimizer"]["param_groups"]
+    assert [g["lr_scale"] for g in groups] == [1.0, 4.0]
+    assert groups[1]["lr"] == pytest.approx(4 * groups[0]["lr"])
+    assert len(groups[1]["params"]) == sum(k.endswith("lora_b") for k in wb["model"])
     ema_a, ema_b = wa["train_state"]["ema"], wb["train_state"]["ema"]
     assert len(ema_a) == len(ema_b) == len(wa["model"])  # the adapter's tensors only
     for x, y in zip(ema_a, ema_b, strict=True):
