@@ -279,7 +279,7 @@ class FinetuneConfig:
     # The projections wrapped in every attention and feed-forward block (q, k, v, out; ffn:
     # both layers); embed: the embedding tables and output layer (one update where tied).
     lora_targets: list[Literal["q", "k", "v", "out", "ffn", "embed"]] = field(
-        default_factory=lambda: ["q", "k", "v", "out", "ffn"]
+        default_factory=lambda: ["q", "k", "v", "out", "ffn", "embed"]
     )
     # What keeps the fine-tuned model close to its base on what the base knew (mt/adapt/keep.py):
     # "kl" adds keep_weight times the KL divergence from the frozen base's next-token

@@ -45,7 +45,8 @@ PROJECTIONS: dict[type[nn.Module], dict[str, tuple[str, ...]]] = {
     CrossAttention: {"q": ("q",), "kv": ("k", "v"), "out": ("out",)},
     FeedForward: {"fc1": ("ffn",), "fc2": ("ffn",)},
 }
-TARGETS = ("q", "k", "v", "out", "ffn")  # the default: every projection, not the tables
+TARGETS = ("q", "k", "v", "out", "ffn")  # every projection
+DEFAULT_TARGETS = (*TARGETS, "embed")  # and the tables: finetune.lora_targets' default
 PARAMS = ("lora_a", "lora_b")  # the names of an adapter's tensors in a state dict
 
 
@@ -56,7 +57,7 @@ class LoraSpec:
     rank: int = 8
     alpha: float = 16.0
     dropout: float = 0.0
-    targets: tuple[str, ...] = TARGETS
+    targets: tuple[str, ...] = DEFAULT_TARGETS
 
     @property
     def scale(self) -> float:

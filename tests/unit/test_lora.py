@@ -50,7 +50,7 @@ def randomised(net: torch.nn.Module, seed: int = 1) -> torch.nn.Module:
 def test_a_fresh_adapter_changes_no_output():
     base = model()
     adapted = model()
-    wrapped = wrap(adapted, LoraSpec(rank=4))
+    wrapped = wrap(adapted, LoraSpec(rank=4, targets=TARGETS))
     assert len(wrapped) == 2 * 4 + 2 * 7  # encoder: qkv out fc1 fc2; decoder: + q kv out
     with torch.no_grad():
         assert torch.equal(adapted(SRC, TGT), base(SRC, TGT))
@@ -116,7 +116,7 @@ def test_the_table_update_is_b_a_scaled_in_lookups_and_logits():
 
 def test_only_the_adapter_trains():
     net = model().train()
-    n = attach(net, LoraSpec(rank=2, dropout=0.1))
+    n = attach(net, LoraSpec(rank=2, dropout=0.1, targets=TARGETS))
     trainable = {k for k, p in net.named_parameters() if p.requires_grad}
     assert trainable and all(k.endswith(("lora_a", "lora_b")) for k in trainable)
     assert n == sum(p.numel() for p in net.parameters() if p.requires_grad)
