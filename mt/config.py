@@ -1,9 +1,9 @@
 """Typed configuration: the plain dataclasses of a run's settings.
 
-One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune` and `decode`, each a
-dataclass below. The rules a value must meet, and the bounds, live once in mt/config_rules.py
-(`validate`, `decode_checks`); reading YAML and `--set` into these classes is
-mt/config_file.py.
+One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune`, `decode` and
+`distill`, each a dataclass below. The rules a value must meet, and the bounds, live once in
+mt/config_rules.py (`validate`, `decode_checks`); reading YAML and `--set` into these classes
+is mt/config_file.py.
 """
 
 from __future__ import annotations
@@ -404,6 +404,34 @@ class DecodeConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Sequence-level knowledge distillation (`mt distill`, mt/distill.py; Kim and Rush 2016):
+    the teachers translate the training sources of this config with beam search and the model
+    this config describes, the student, trains on their translations.
+
+    The translations are kept in the run directory under a digest of the teachers' weights,
+    these settings and the source lines: a rerun with the same ones translates nothing, a
+    changed teacher or beam translates again. `mt train` on the same config ignores this
+    section and trains on the original pairs (the student's baseline).
+    """
+
+    # The teacher checkpoints (a run directory means its best.pt; an imported model is a
+    # checkpoint like any other); several decode as an ensemble, which must share a vocabulary.
+    teachers: list[str] = field(default_factory=list)
+    beam: int = 5  # the teachers' beam size (one output per source line)
+    alpha: float | None = None  # beam search's length penalty; unset: the first teacher's
+    max_tokens: int = 0  # tokens per translation batch; 0: the first teacher's decode.max_tokens
+    buffer_lines: int = 0  # lines read ahead and sorted by length; 0: the teacher's (2000)
+    # Lines per chunk, the unit written once and skipped when the job starts again (a multiple
+    # of the buffer lines); 0: the buffer lines.
+    chunk_lines: int = 0
+    workers: int = 1  # CPU processes translating shares of each buffer (decode.workers)
+    # The original pairs trained beside the teachers' translations, with this weight (as
+    # data.corpora's: 1 sees each once per epoch); 0: the translations alone.
+    keep_original: float = 0.0
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -411,6 +439,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

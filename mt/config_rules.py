@@ -12,7 +12,15 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from mt.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig, TrainConfig
+from mt.config import (
+    Config,
+    DataConfig,
+    DecodeConfig,
+    DistillConfig,
+    ModelConfig,
+    TokenizerConfig,
+    TrainConfig,
+)
 from mt.errors import MtError
 
 # Upper bounds that keep absurd values from reaching an allocation or a C integer: each sits far
@@ -249,6 +257,43 @@ def terms_checks(d: DataConfig) -> list[tuple[bool, str]]:
     ]
 
 
+def distill_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """`distill`: the teachers' search and how its output is cut and mixed; a student of one
+    direction (the translations are of each corpus's sources into data.tgt_lang)."""
+    d: DistillConfig = cfg.distill
+    chunk_ok = d.chunk_lines == 0 or d.buffer_lines == 0 or d.chunk_lines % d.buffer_lines == 0
+    return [
+        *(
+            (t.strip() != "", f"distill.teachers[{i}] must name a checkpoint")
+            for i, t in enumerate(d.teachers)
+        ),
+        (
+            len(set(d.teachers)) == len(d.teachers),
+            "distill.teachers names a checkpoint twice",
+        ),
+        in_range("distill.beam", d.beam, 1, MAX_BEAM),
+        (
+            d.alpha is None or 0.0 <= d.alpha <= 10.0,
+            f"distill.alpha must be in [0, 10], got {d.alpha}",
+        ),
+        in_range("distill.max_tokens", d.max_tokens, 0, MAX_BATCH_TOKENS),
+        in_range("distill.buffer_lines", d.buffer_lines, 0, 10_000_000),
+        in_range("distill.chunk_lines", d.chunk_lines, 0, 1_000_000_000),
+        (
+            chunk_ok,
+            f"distill.chunk_lines ({d.chunk_lines:,}) must be a multiple of "
+            f"distill.buffer_lines ({d.buffer_lines:,}): a chunk is then batched as one "
+            "process batches it",
+        ),
+        in_range("distill.workers", d.workers, 1, 1024),
+        in_range("distill.keep_original", d.keep_original, 0.0, 1000.0),
+        (
+            not (d.teachers and cfg.data.pairs),
+            "distill is for a student of one direction: it cannot be combined with data.pairs",
+        ),
+    ]
+
+
 def finetune_checks(cfg: Config) -> list[tuple[bool, str]]:
     """An adapter trains alone on a frozen base: what would train the base too is refused."""
     f, t = cfg.finetune, cfg.train
@@ -280,6 +325,7 @@ def validate(cfg: Config) -> None:
     checks += terms_checks(cfg.data)
     checks += watch_checks(cfg)
     checks += keep_checks(cfg)
+    checks += distill_checks(cfg)
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))
