@@ -54,13 +54,9 @@ from mt.train.watch import read_watched, watch_sets
 
 class Trainer:
     def __init__(
-        self,
-        cfg: Config,
-        run_dir: Path,
-        resume: bool = False,
-        origin: dict[str, Any] | None = None,
+        self, cfg: Config, run_dir: Path, resume: bool = False, origin: dict | None = None
     ) -> None:
-        """Set the run up in the phases of `mt.train.setup`, in their order."""
+        """Set the run up in the phases of `mt.train.setup`; `origin` goes in every checkpoint."""
         self.cfg = cfg
         self.run_dir = run_dir
         t = cfg.train
@@ -422,10 +418,8 @@ class Trainer:
 
 
 def train(
-    cfg: Config, run_dir: Path, resume: bool = False, origin: dict[str, Any] | None = None
+    cfg: Config, run_dir: Path, resume: bool = False, origin: dict | None = None
 ) -> TrainState:
-    """Train (or resume) a model as `cfg` says; everything goes to `run_dir`. `origin`: what
-    the training data was made from (a distilled student's teachers), kept in every
-    checkpoint under that key."""
+    """Train (or resume) a model as `cfg` says; everything goes to `run_dir`."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return Trainer(cfg, run_dir, resume, origin).train()

@@ -1,0 +1,206 @@
+"""`mt distill`: the tiny trained model of the fixtures teaches a smaller student on a Multi30k
+slice. The distilled corpus is what `mt translate` writes with the same teacher and settings,
+kept by what made it (a rerun translates nothing, another beam or teacher translates again),
+resumed after a real kill, and the student's checkpoints name their teacher."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from support import REPO
+
+from mt.checkpoint import load
+from mt.config_file import load_config
+from mt.data.corpus import train_sources
+from mt.distill import Teachers, distil, teacher_fingerprint
+
+LINES = 120  # training pairs of the slice: not a multiple of the chunk, the last one is short
+
+
+def student_config(folder: Path, teacher: Path, lines: int = LINES, **distill: object) -> Path:
+    """A student smaller than configs/tiny.yaml (3 encoder layers, 1 decoder layer) that
+    trains 4 steps on the teacher's translations of the first `lines` training pairs."""
+    cfg = {
+        "data": {"max_train_examples": lines, "max_valid_examples": 20},
+        "tokenizer": {"vocab_size": 300},
+        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "encoder_layers": 3,
+                  "decoder_layers": 1},
+        "train": {"run_dir": str(folder / "student"), "max_steps": 4, "eval_every": 4,
+                  "log_every": 2, "threads": 1, "warmup": 2, "eval_bleu": False},
+        "distill": {"teachers": [str(teacher)], "beam": 2, "buffer_lines": 20,
+                    "chunk_lines": 40, **distill},
+    }  # fmt: skip
+    path = folder / "student.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def first_lines(path: Path, n: int) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny_run, multi30k_dir, tmp_path_factory):
+    """One `mt distill` of the tiny teacher into a student, and its stderr."""
+    folder = tmp_path_factory.mktemp("distill")
+    config = student_config(folder, tiny_run / "best.pt")
+    env = {"MT_DATA": str(multi30k_dir)}
+    from support.inprocess import run_mt_here
+
+    result = run_mt_here("distill", config, env=env)
+    assert result.rc == 0, result.err
+    return folder, config, env, result.err
+
+
+def the_corpus(run: Path) -> Path:
+    (folder,) = [p for p in (run / "distill").iterdir() if p.is_dir()]
+    return folder
+
+
+def test_distilled_corpus_is_what_mt_translate_writes(distilled, tiny_run, multi30k_dir, mt_cli):
+    folder, _, env, err = distilled
+    corpus = the_corpus(folder / "student")
+    src = (corpus / "text.de").read_text(encoding="utf-8").splitlines()
+    tgt = (corpus / "text.en").read_text(encoding="utf-8").splitlines()
+    assert src == first_lines(multi30k_dir / "train.de.gz", LINES)
+    assert len(tgt) == LINES and sum(bool(t) for t in tgt) > LINES * 0.9
+    assert f"translating {LINES} of {LINES} lines" in err and "3 chunks written" in err
+    out = folder / "translate.en"
+    args = ["translate", tiny_run / "best.pt", "--input", corpus / "text.de", "--output", out]
+    result = mt_cli(*args, "--beam", "2", "--buffer-lines", "20", "--device", "cpu", env=env)
+    assert result.rc == 0, result.err
+    assert out.read_bytes() == (corpus / "text.en").read_bytes()
+
+
+def test_the_student_trains_on_the_translations_and_names_its_teacher(distilled, tiny_run):
+    folder, _, _, _ = distilled
+    run = folder / "student"
+    corpus = the_corpus(run)
+    best = load(run / "best.pt")
+    teacher = load(tiny_run / "best.pt")
+    record = best["origin"]["distill"]
+    assert record["teachers"] == [
+        {"path": str(tiny_run / "best.pt"), "fingerprint": teacher_fingerprint(teacher)}
+    ]
+    assert record["settings"]["decode"]["beam"] == 2
+    assert record["corpora"][0]["lines"] == LINES
+    assert best["config"]["model"]["decoder_layers"] == 1  # the student's shape, not the teacher's
+    assert best["config"]["data"]["corpora"] == [
+        {"name": "text", "root": str(corpus), "format": "text", "hf_subset": "", "weight": 1.0}
+    ]
+    saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    assert saved["distill"]["teachers"] == [str(tiny_run / "best.pt")]
+    assert saved["data"]["corpora"][0]["root"] == str(corpus)
+    assert best["step"] == 4
+
+
+def test_a_rerun_translates_nothing(distilled, mt_cli):
+    folder, config, env, _ = distilled
+    corpus = the_corpus(folder / "student")
+    before = (corpus / "text.en").stat().st_mtime_ns
+    result = mt_cli("distill", config, "--resume", env=env)
+    assert result.rc == 0, result.err
+    assert f"{LINES} lines translated before, in {corpus}" in result.err
+    assert "translating" not in result.err and "chunks written" not in result.err
+    assert (corpus / "text.en").stat().st_mtime_ns == before
+
+
+def test_another_beam_or_teacher_translates_again(distilled, tiny_run, multi30k_dir, tmp_path):
+    """The key holds the teachers' weights and the search: each change is a new folder."""
+    folder, config, _, _ = distilled
+    best = teacher_fingerprint(load(tiny_run / "best.pt"))
+    other = next(  # a checkpoint of the same run with other weights than best.pt's
+        p
+        for p in [tiny_run / "last.pt", *sorted(tiny_run.glob("checkpoint_*.pt"))]
+        if teacher_fingerprint(load(p)) != best
+    )
+    keys = {}
+    for name, sets in {
+        "same": [],
+        "beam": ["distill.beam=1"],
+        "alpha": ["distill.alpha=1.3"],
+        "teacher": [f"distill.teachers=[{other}]"],
+    }.items():
+        cfg = load_config(config, [*sets, f"data.root={multi30k_dir}"])
+        teachers = Teachers(cfg, [Path(cfg.distill.teachers[0])], "cpu", str(config))
+        (source,) = train_sources(cfg.data)
+        if name == "same":  # the fixture's run directory: found there
+            done = distil(teachers, source, LINES, folder / "student" / "distill")
+        else:  # a dozen lines into a folder of their own
+            done = distil(teachers, source, 12, tmp_path)
+        keys[name] = (done.key, done.cached, done.lines)
+    assert keys["same"] == (the_corpus(folder / "student").name, True, LINES)
+    assert len({key for key, _, _ in keys.values()}) == 4
+    assert [cached for _, cached, _ in keys.values()] == [True, False, False, False]
+
+
+def test_a_killed_translation_resumes_into_the_same_corpus(
+    distilled, tiny_run, multi30k_dir, tmp_path, mt_cli
+):
+    """A real `kill -9` of `mt distill` while it translates; the rerun translates only the
+    missing chunks and ends with the corpus of the uninterrupted run."""
+    lines = 400
+    config = student_config(tmp_path, tiny_run / "best.pt", lines, chunk_lines=20)
+    env = {**os.environ, "MT_DATA": str(multi30k_dir), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mt", "distill", str(config)],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    root = tmp_path / "student" / "distill"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list(root.glob("*/text.en.parts/000000*"))) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    corpus = the_corpus(tmp_path / "student")
+    written = len(list(corpus.glob("text.en.parts/0*")))
+    assert 2 <= written < lines // 20 and not (corpus / "text.en").exists()
+    result = mt_cli("distill", config, env={"MT_DATA": str(multi30k_dir)})
+    assert result.rc == 0, result.err
+    assert f"translating {lines - written * 20} of {lines} lines" in result.err
+    assert f"{lines // 20 - written} chunks written, {written} found done" in result.err
+    out = tmp_path / "one.en"
+    args = ["translate", tiny_run / "best.pt", "--input", corpus / "text.de", "--output", out]
+    result = mt_cli(*args, "--beam", "2", "--buffer-lines", "20", "--device", "cpu")
+    assert result.rc == 0, result.err
+    assert out.read_bytes() == (corpus / "text.en").read_bytes()
+    assert torch.load(tmp_path / "student" / "best.pt", weights_only=True)["origin"]
+
+
+def test_bad_input_is_one_line(tiny_run, multi30k_dir, tmp_path, mt_cli):
+    config = student_config(tmp_path, tiny_run / "best.pt")
+    env = {"MT_DATA": str(multi30k_dir)}
+
+    def error(*sets: str) -> str:
+        args = [a for s in sets for a in ("--set", s)]
+        result = mt_cli("distill", config, *args, env=env)
+        assert result.rc == 2, result.err
+        (line,) = result.err.strip().splitlines()
+        return line
+
+    missing = tmp_path / "nowhere.pt"
+    assert error(f"distill.teachers=[{missing}]") == (
+        f"mt: error: {config}: distill.teachers[0]: {missing}: no such checkpoint"
+    )
+    assert error("distill.teachers=[]").startswith(
+        f"mt: error: {config}: distill.teachers is empty"
+    )
+    assert "the teacher translates de-en, but" in error("data.src_lang=en", "data.tgt_lang=de")
+    assert "did you mean distill.beam?" in error("distill.beem=3")
+    assert "distill.chunk_lines (30) must be a multiple of distill.buffer_lines (20)" in error(
+        "distill.chunk_lines=30"
+    )
+    assert not (tmp_path / "student" / "distill").exists()  # nothing translated before the error
