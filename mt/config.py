@@ -2,9 +2,9 @@
 
 One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune`, `decode` and
 `distill`, each a dataclass below (`decode`'s, with its settings' one description each, in
-mt/config_decode.py). The rules a value must meet, and the bounds, live once in
-mt/config_rules.py (`validate`, `decode_checks`); reading YAML and `--set` into these classes
-is mt/config_file.py.
+mt/config_decode.py). The rules a value must meet live once, in mt/config_rules.py
+(`validate`) and, for the decode settings, mt/config_decode.py (`decode_checks`); reading
+YAML and `--set` into these classes is mt/config_file.py.
 """
 
 from __future__ import annotations

@@ -1,16 +1,29 @@
-"""The `decode` section: the search settings, each defined once with its one description.
+"""The `decode` section: the search settings, each defined once with its one description, and
+their rules.
 
 A decode setting is more than a config key: it is a caller's override of a checkpoint's value
 (mt.translation.options.DecodeOptions), a flag of `mt translate` and of other commands, and an
 option of the server's requests, all made from the fields below; `setting` keeps the one text
 that the config reference and every `--help` show. The section joins the others in
-mt/config.py (`Config.decode`); its rules are in mt/config_rules.py (`decode_checks`).
+mt/config.py (`Config.decode`); its rules (`decode_checks`) are the same for a config file and
+a caller's overrides, named as each caller names a setting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from mt.config_bounds import (
+    MAX_BATCH_TOKENS,
+    MAX_BEAM,
+    MAX_LENGTH,
+    MAX_SEED,
+    MAX_SHORTLIST,
+    in_range,
+    raise_first,
+)
 
 
 def setting(default: Any, text: str, needs: str = "") -> Any:
@@ -126,3 +139,68 @@ class DecodeConfig:
         "those seen in that language's text at a rate >= this times their highest rate in "
         "another language (0: every piece seen). Off with `--no-target-vocab`.",
     )
+
+
+def _key(key: str) -> str:
+    return key
+
+
+def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tuple[bool, str]]:
+    """The rules of decoding settings, for a config file and for a caller's overrides alike;
+    `name` turns a key ("decode.beam") into what the caller calls it ("--beam")."""
+    n = name
+    return [
+        in_range(n("decode.beam"), d.beam, 1, MAX_BEAM),
+        (
+            0 < d.nbest <= d.beam,
+            f"{n('decode.nbest')} must be between 1 and the beam size {n('decode.beam')} "
+            f"({d.beam:,}), got {d.nbest:,}",
+        ),
+        (
+            d.nbest == 1 or not (d.greedy or d.sample),
+            f"{n('decode.nbest')} needs beam search; it cannot be combined with "
+            f"{n('decode.greedy') if d.greedy else n('decode.sample')}",
+        ),
+        (
+            not (d.greedy and d.sample),
+            f"{n('decode.sample')} draws one output per line: it cannot be combined with "
+            f"{n('decode.greedy')}",
+        ),
+        in_range(n("decode.max_tokens"), d.max_tokens, 1, MAX_BATCH_TOKENS),
+        (0.0 <= d.alpha <= 10.0, f"{n('decode.alpha')} must be in [0, 10]"),
+        in_range(n("decode.length_offset"), d.length_offset, 0, 16),
+        (
+            d.penalty in ("gnmt", "power"),
+            f"{n('decode.penalty')} must be gnmt or power, got {d.penalty!r}",
+        ),
+        (
+            not (d.hf_stopping and d.stop_early),
+            f"{n('decode.hf_stopping')} and {n('decode.stop_early')} are two stopping rules: "
+            "choose one",
+        ),
+        in_range(n("decode.buffer_lines"), d.buffer_lines, 1, 10_000_000),
+        in_range(n("decode.workers"), d.workers, 1, 1024),
+        (
+            d.workers == 1 or not d.sample,
+            f"{n('decode.workers')} > 1 cannot be combined with {n('decode.sample')}: the draws "
+            "would depend on which worker took which lines",
+        ),
+        in_range(n("decode.no_repeat_ngram"), d.no_repeat_ngram, 0, MAX_LENGTH),
+        (d.max_len_a >= 0, f"{n('decode.max_len_a')} must be >= 0"),
+        (d.max_len_b >= 0, f"{n('decode.max_len_b')} must be >= 0"),
+        (d.topk >= 0, f"{n('decode.topk')} must be >= 0 (0: no limit), got {d.topk:,}"),
+        (0 < d.topp <= 1, f"{n('decode.topp')} must be in (0, 1], got {d.topp}"),
+        (0 < d.temperature, f"{n('decode.temperature')} must be > 0, got {d.temperature}"),
+        in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
+        in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
+        in_range(n("decode.shortlist"), d.shortlist, 0, MAX_SHORTLIST),
+        (
+            d.dtype in ("auto", "fp32", "bf16", "fp16"),
+            f"{n('decode.dtype')} must be one of auto, fp32, bf16, fp16, got {d.dtype!r}",
+        ),
+    ]
+
+
+def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
+    """Check decoding settings after a caller's overrides (flags, a request's options)."""
+    raise_first(decode_checks(d, name))
