@@ -321,4 +321,11 @@ def test_shipped_configs_load(name, monkeypatch):
         assert cfg.model.encoder_layers == 6 and cfg.model.decoder_layers == 2
         assert cfg.model.d_model < teacher.model.d_model
         assert cfg.distill.teachers == [f"{teacher.train.run_dir}/best.pt"]
-        assert (cfg.data.src_lang, cfg.data.tgt_lang) == (teacher.data.src_lang, teacher.data.tgt_lang)
+        assert (
+            (cfg.data.src_lang, cfg.data.tgt_lang)
+            == ("de", "en")
+            == (
+                teacher.data.src_lang,
+                teacher.data.tgt_lang,
+            )
+        )
