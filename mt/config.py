@@ -304,7 +304,8 @@ class DistillConfig:
     """
 
     # The teacher checkpoints (a run directory means its best.pt; an imported model is a
-    # checkpoint like any other); several decode as an ensemble, which must share a vocabulary.
+    # checkpoint like any other; `${ENV}` is expanded); several decode as an ensemble, which
+    # must share a vocabulary.
     teachers: list[str] = field(default_factory=list)
     beam: int = 5  # the teachers' beam size (one output per source line)
     alpha: float | None = None  # beam search's length penalty; unset: the first teacher's
