@@ -180,6 +180,30 @@ def test_a_killed_translation_resumes_into_the_same_corpus(
     assert torch.load(tmp_path / "student" / "best.pt", weights_only=True)["origin"]
 
 
+def test_array_shares_translate_then_one_run_trains(
+    distilled, tiny_run, multi30k_dir, tmp_path, mt_cli
+):
+    """`--shard K/N` (array jobs): each share translates its chunks and stops, the last one
+    merges; `mt distill` without --shard then finds the corpus whole and trains."""
+    folder, _, env, _ = distilled
+    config = student_config(tmp_path, tiny_run / "best.pt")
+    first = mt_cli("distill", config, "--shard", "1/2", env=env)
+    assert first.rc == 0, first.err
+    assert "translating 40 of 120 lines (share 1/2)" in first.err
+    assert "share 1/2 translated" in first.err and not (tmp_path / "student" / "last.pt").exists()
+    second = mt_cli("distill", config, "--shard", "0/2", env=env)
+    assert second.rc == 0, second.err
+    assert "2 chunks written, 0 found done; merged 3 chunks" in second.err
+    corpus = the_corpus(tmp_path / "student")
+    assert (corpus / "text.en").read_bytes() == (
+        the_corpus(folder / "student") / "text.en"
+    ).read_bytes()  # the one-process corpus of the fixture
+    done = mt_cli("distill", config, env=env)
+    assert done.rc == 0, done.err
+    assert "120 lines translated before" in done.err
+    assert load(tmp_path / "student" / "best.pt")["step"] == 4
+
+
 def test_bad_input_is_one_line(tiny_run, multi30k_dir, tmp_path, mt_cli):
     config = student_config(tmp_path, tiny_run / "best.pt")
     env = {"MT_DATA": str(multi30k_dir)}
