@@ -1,11 +1,12 @@
 """A student distilled from a teacher against the same student trained on the references.
 
     python -m scripts.studies.distillation TEACHER.pt OUT_DIR [--lines 5000] [--steps 300]
-        [--config configs/multi30k_de_en_student.yaml]
+        [--config configs/multi30k_de_en_student.yaml] [--set KEY=VALUE ...]
 
 The student is the model of `--config` (a deep encoder, a shallow decoder), trained for the
 same number of updates (step-bounded, so the figures do not depend on the machine's load) on
-the first `--lines` pairs of Multi30k's train, one thread:
+the first `--lines` pairs of Multi30k's train, one thread, with `--set` items for both students
+(e.g. `train.warmup=150`, the demo model's, for a budget of 300 steps):
 
 - teacher: TEACHER.pt as it is;
 - distilled: `mt distill`, the teacher's beam-5 translations of those sources as the targets
@@ -64,7 +65,7 @@ def sets(args: argparse.Namespace, run: Path) -> list[str]:
         f"data.max_train_examples={args.lines}", "train.max_minutes=0",
         f"train.max_steps={args.steps}", f"train.eval_every={args.steps}", "train.threads=1",
         "train.tune_beam=[]", "train.tune_alpha=[]", "train.tensorboard=false",
-        f"distill.teachers=[{args.teacher.resolve()}]",
+        f"distill.teachers=[{args.teacher.resolve()}]", *args.set,
     ]  # fmt: skip
     return ["--run-dir", str(run), *(a for item in items for a in ("--set", item))]
 
@@ -141,6 +142,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--config", type=Path, default=REPO / "configs/multi30k_de_en_student.yaml")
     p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--set", action="append", default=[], help="KEY=VALUE for both students")
     args = p.parse_args()
     say(describe_machine(machine()))
     results = [run_arm(arm, args) for arm in args.arms.split(",") if arm]
