@@ -10,15 +10,16 @@ from typing import Annotated
 import typer
 
 from mt.cli.app import app
-from mt.cli.options import (
-    ConfigArg,
-    RunDirOption,
-    SetOption,
-    ShardOption,
-    load_run_config,
-    use_threads,
-)
+from mt.cli.options import ConfigArg, RunDirOption, SetOption, load_run_config, use_threads
 from mt.errors import MtError
+
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        help="K/N: translate share K (0..N-1) of N of the chunks and stop (array jobs); the "
+        "last share to finish merges the translations. Under torchrun each rank takes its own."
+    ),
+]
 
 
 @app.command()
