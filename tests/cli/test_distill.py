@@ -22,6 +22,7 @@ from mt.checkpoint import load
 from mt.config_file import load_config
 from mt.data.corpus import train_sources
 from mt.distill import Teachers, distil, teacher_fingerprint
+from mt.errors import MtError
 
 LINES = 120  # training pairs of the slice: not a multiple of the chunk, the last one is short
 
@@ -202,6 +203,28 @@ def test_array_shares_translate_then_one_run_trains(
     assert done.rc == 0, done.err
     assert "120 lines translated before" in done.err
     assert load(tmp_path / "student" / "best.pt")["step"] == 4
+
+
+def test_a_multilingual_teacher_is_asked_for_the_students_direction(
+    multi_run, multi30k_dir, tmp_path, mt_cli
+):
+    """A teacher of several directions (the fixtures' de-en, en-de, en-fr, fr-en model)
+    translates the student's en-fr as `mt translate --from en --to fr` does; a direction
+    outside its languages is one line naming them."""
+    config = student_config(tmp_path, multi_run / "best.pt", lines=30)
+    cfg = load_config(config, [f"data.root={multi30k_dir}", "data.src_lang=en", "data.tgt_lang=fr"])
+    teachers = Teachers(cfg, [multi_run / "best.pt"], "cpu", str(config))
+    (source,) = train_sources(cfg.data)
+    done = distil(teachers, source, 30, tmp_path / "distill")
+    assert done is not None and done.lines == 30
+    out = tmp_path / "translate.fr"
+    args = ["translate", multi_run / "best.pt", "--input", done.folder / "text.en", "-o", out]
+    result = mt_cli(*args, "--from", "en", "--to", "fr", "--beam", "2", "--buffer-lines", "20")
+    assert result.rc == 0, result.err
+    assert out.read_bytes() == (done.folder / "text.fr").read_bytes()
+    cfg = load_config(config, [f"data.root={multi30k_dir}", "data.src_lang=en", "data.tgt_lang=cs"])
+    with pytest.raises(MtError, match=f"^{multi_run / 'best.pt'}: cannot be the teacher of "):
+        Teachers(cfg, [multi_run / "best.pt"], "cpu", str(config))
 
 
 def test_bad_input_is_one_line(tiny_run, multi30k_dir, tmp_path, mt_cli):
