@@ -6,6 +6,7 @@ resumed after a real kill, and the student's checkpoints name their teacher."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import signal
 import subprocess
@@ -203,6 +204,26 @@ def test_array_shares_translate_then_one_run_trains(
     assert done.rc == 0, done.err
     assert "120 lines translated before" in done.err
     assert load(tmp_path / "student" / "best.pt")["step"] == 4
+
+
+def test_an_ensemble_of_teachers_translates_as_mt_translate_does(
+    tiny_run, multi30k_dir, tmp_path, mt_cli
+):
+    members = [tiny_run / "best.pt", tiny_run / "last.pt"]
+    config = student_config(tmp_path, members[0], lines=24)
+    cfg = load_config(config, [f"data.root={multi30k_dir}", f"distill.teachers={members}"])
+    teachers = Teachers(cfg, members, "cpu", str(config))
+    assert teachers.describe().startswith(f"an ensemble of {members[0]}, {members[1]}, beam 2")
+    (source,) = train_sources(cfg.data)
+    done = distil(teachers, source, 24, tmp_path / "distill")
+    assert done is not None and done.lines == 24
+    out = tmp_path / "translate.en"
+    args = ["translate", *members, "--input", done.folder / "text.de", "-o", out]
+    result = mt_cli(*args, "--beam", "2", "--buffer-lines", "20", "--device", "cpu")
+    assert result.rc == 0, result.err
+    assert out.read_bytes() == (done.folder / "text.en").read_bytes()
+    record = json.loads((done.folder / "distill.json").read_text(encoding="utf-8"))
+    assert [t["path"] for t in record["teachers"]] == [str(m) for m in members]
 
 
 def test_a_multilingual_teacher_is_asked_for_the_students_direction(
