@@ -151,7 +151,7 @@ def test_a_killed_translation_resumes_into_the_same_corpus(
 ):
     """A real `kill -9` of `mt distill` while it translates; the rerun translates only the
     missing chunks and ends with the corpus of the uninterrupted run."""
-    lines = 400
+    lines = 600  # 30 chunks: a fast machine is still translating when the kill comes
     config = student_config(tmp_path, tiny_run / "best.pt", lines, chunk_lines=20)
     env = {**os.environ, "MT_DATA": str(multi30k_dir), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
@@ -163,7 +163,7 @@ def test_a_killed_translation_resumes_into_the_same_corpus(
     while time.monotonic() < deadline and proc.poll() is None:
         if len(list(root.glob("*/text.en.parts/000000*"))) >= 2:
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
