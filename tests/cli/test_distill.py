@@ -20,9 +20,10 @@ import yaml
 from support import REPO
 
 from mt.checkpoint import load
+from mt.config import CorpusConfig
 from mt.config_file import load_config
 from mt.data.corpus import train_sources
-from mt.distill import Teachers, distil, teacher_fingerprint
+from mt.distill import Distilled, Teachers, distil, student_data, teacher_fingerprint
 from mt.errors import MtError
 
 LINES = 120  # training pairs of the slice: not a multiple of the chunk, the last one is short
@@ -104,6 +105,28 @@ def test_the_student_trains_on_the_translations_and_names_its_teacher(distilled,
     assert saved["distill"]["teachers"] == [str(tiny_run / "best.pt")]
     assert saved["data"]["corpora"][0]["root"] == str(corpus)
     assert best["step"] == 4
+
+
+def test_keep_original_mixes_the_original_corpora_in_at_their_share(tmp_path):
+    """`distill.keep_original: W`: each original corpus beside its translation, at W times its
+    weight; 0 (the default): the translations alone, each with its corpus's weight."""
+    cfg = load_config(student_config(tmp_path, tmp_path / "teacher.pt"))
+    cfg.data.corpora = [CorpusConfig("a", "/data", weight=2.0), CorpusConfig("b", "/web", "tsv")]
+    sources = train_sources(cfg.data)
+    distilled = [
+        Distilled(s, tmp_path / key, key, 10, cached=True) for s, key in zip(sources, "xy")
+    ]
+    alone = student_data(cfg.data, distilled, 0.0)
+    assert [(c.name, c.root, c.format, c.weight) for c in alone.corpora] == [
+        ("text", str(tmp_path / "x"), "text", 2.0),
+        ("text", str(tmp_path / "y"), "text", 1.0),
+    ]
+    mixed = student_data(cfg.data, distilled, 0.5)
+    assert [(c.name, c.root, c.format, c.weight) for c in mixed.corpora[2:]] == [
+        ("a", "/data", "text", 1.0),
+        ("b", "/web", "tsv", 0.5),
+    ]
+    assert cfg.data.corpora[0].weight == 2.0  # the config's own section is left as it was
 
 
 def test_a_rerun_translates_nothing(distilled, mt_cli):
