@@ -1,9 +1,10 @@
 """Typed configuration: the plain dataclasses of a run's settings.
 
-One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune` and `decode`, each a
-dataclass below. The rules a value must meet, and the bounds, live once in mt/config_rules.py
-(`validate`, `decode_checks`); reading YAML and `--set` into these classes is
-mt/config_file.py.
+One config has the sections `data`, `tokenizer`, `model`, `train`, `finetune`, `decode` and
+`distill`, each a dataclass below (`decode`'s, with its settings' one description each, in
+mt/config_decode.py). The rules a value must meet live once, in mt/config_rules.py
+(`validate`) and, for the decode settings, mt/config_decode.py (`decode_checks`); reading
+YAML and `--set` into these classes is mt/config_file.py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from mt.config_decode import DecodeConfig
 
 
 @dataclass
@@ -289,119 +292,33 @@ class FinetuneConfig:
     keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
 
 
-def setting(default: Any, text: str, needs: str = "") -> Any:
-    """A decode setting: its default and its one description, which the config reference and
-    the `--help` of each command offering it as a flag both show (mt/cli/options.py reads
-    `metadata["help"]`), so a new setting is written once. `needs`: the switch a caller must
-    turn on to override this one (`topk` means nothing without `sample`; mt.translation.session
-    refuses the override alone)."""
-    return field(default=default, metadata={"help": " ".join(text.split()), "needs": needs})
-
-
 @dataclass
-class DecodeConfig:
-    """Search settings used by `mt translate`, `mt eval` and dev BLEU.
+class DistillConfig:
+    """Sequence-level knowledge distillation (`mt distill`, mt/distill.py; Kim and Rush 2016):
+    the teachers translate the training sources of this config with beam search and the model
+    this config describes, the student, trains on their translations.
 
-    Each field is also a caller's override (mt.translation.options.DecodeOptions), a flag of
-    `mt translate` and, where mt.translation.options.OFFERED says so, of other commands and of the
-    server's requests: adding a field here (and its rule in mt/config_rules.py) is all the
-    wiring a new setting needs before its search code.
+    The translations are kept in the run directory under a digest of the teachers' weights,
+    these settings and the source lines: a rerun with the same ones translates nothing, a
+    changed teacher or beam translates again. `mt train` on the same config ignores this
+    section and trains on the original pairs (the student's baseline).
     """
 
-    beam: int = setting(5, "beam size")
-    nbest: int = setting(
-        1, "hypotheses written per input line (at most the beam): 'i ||| text ||| score' lines"
-    )
-    alpha: float = setting(
-        0.6,
-        "length penalty of beam search, GNMT's ((5 + len) / 6) ** alpha (see `penalty`); "
-        "train.tune_alpha stores the value chosen on dev",
-    )
-    penalty: Literal["gnmt", "power"] = setting(
-        "gnmt",
-        'How beam search divides a finished score by its length: "gnmt" ((5 + len) / 6) ** '
-        "alpha, or \"power\" len ** alpha (HF generate's length_penalty, fairseq's lenpen).",
-    )
-    length_offset: int = setting(
-        0, "tokens the penalty counts before the output (M2M's language: 1)"
-    )
-    stop_early: bool = setting(
-        False,
-        "beam search: end a sentence once its best candidate ends (CTranslate2's rule; faster) "
-        "instead of after beam finished hypotheses",
-    )
-    hf_stopping: bool = setting(
-        False,
-        "Beam search ends a sentence as HF generate does by default (early_stopping=False): "
-        "once it has beam finished hypotheses and its best running one, divided by its length "
-        "so far, scores no better than the worst of them; until then a better ending replaces "
-        "the worst. The EOS forced at the length limit then adds 0 to a score, as HF's "
-        "forced_eos_token_id. Off: after beam finished hypotheses (fairseq's rule, HF's "
-        "early_stopping=True).",
-    )
-    no_repeat_ngram: int = setting(
-        0, "> 0: no n-gram of this many tokens occurs twice in an output"
-    )
-    int8: bool = setting(
-        False, "CPU only: Linear layers dynamically quantised to int8 (faster, a small BLEU cost)"
-    )
-    dtype: Literal["auto", "fp32", "bf16", "fp16"] = setting(
-        "auto",
-        "what decoding computes in: auto is bf16 on a GPU with bf16 (else fp16) and on a CPU "
-        "that computes bf16 natively (avx512_bf16 or amx_bf16), fp32 on other CPUs; fp16: CUDA "
-        "only; not with int8. bf16 and fp16 decode a half copy of the weights (the log-softmax "
-        "stays fp32). The checkpoint's value applies on CUDA; a CPU decodes as `--dtype` says "
-        "(default auto).",
-    )
-    gemm: Literal["auto", "torch", "onednn"] = setting(
-        "auto",
-        "the matrix multiply of decoding on a CPU: onednn (oneDNN, the library CTranslate2 "
-        "uses) for the output layer in fp32 (faster on AMD CPUs; logits differ from torch's in "
-        "the last bits) and for every Linear layer in bf16, on weights packed once; torch: "
-        "torch's default (MKL in fp32); auto: onednn where this torch has it and the decode is "
-        "fp32 or bf16 on a CPU, else torch.",
-    )
-    max_len_a: float = setting(1.2, "output length limit a * src_len + b: its a")
-    max_len_b: int = setting(10, "output length limit a * src_len + b: its b, in tokens")
-    max_tokens: int = setting(
-        4096,
-        "Tokens per batch; a row counts its longest known side (the source when translating, "
-        "source or target+EOS when scoring).",
-    )
-    buffer_lines: int = setting(2000, "lines read ahead, sorted by length, then written in order")
-    workers: int = setting(
-        1,
-        "CPU: processes that decode shares of each buffer side by side, one thread each "
-        "(CTranslate2's inter_threads); up to the usable cores is faster than one process's "
-        "threads on files of many lines. 1: one process, --threads threads.",
-    )
-    greedy: bool = setting(
-        False, "greedy search instead of beam search (as is beam 1 with nbest 1)"
-    )
-    sample: bool = setting(False, "draw each token (back-translation) instead of searching")
-    topk: int = setting(0, "sample: among the k most probable tokens (0: all)", "sample")
-    topp: float = setting(
-        1.0, "sample: nucleus, the most probable tokens with mass p (1: all)", "sample"
-    )
-    temperature: float = setting(
-        1.0, "sample: > 1 flattens the distribution, < 1 sharpens it", "sample"
-    )
-    seed: int = setting(
-        1, "sample: the draws are reproducible for the same input and batch settings", "sample"
-    )
-    shortlist: int = setting(
-        0,
-        "> 0: write only each batch's candidates from the checkpoint's lexical shortlist (`mt "
-        "shortlist`): this many best target pieces per source piece (at most the number it "
-        "was built with), the frequent pieces and copies; the output layer then computes only "
-        "those rows (faster on a large vocabulary, a small BLEU cost). 0: the whole vocabulary.",
-    )
-    target_vocab_ratio: float = setting(
-        0.1,
-        "A multilingual model writes only its target language's pieces (mt/languages.py): "
-        "those seen in that language's text at a rate >= this times their highest rate in "
-        "another language (0: every piece seen). Off with `--no-target-vocab`.",
-    )
+    # The teacher checkpoints (a run directory means its best.pt; an imported model is a
+    # checkpoint like any other; `${ENV}` is expanded); several decode as an ensemble, which
+    # must share a vocabulary.
+    teachers: list[str] = field(default_factory=list)
+    beam: int = 5  # the teachers' beam size (one output per source line)
+    alpha: float | None = None  # beam search's length penalty; unset: the first teacher's
+    max_tokens: int = 0  # tokens per translation batch; 0: the first teacher's decode.max_tokens
+    buffer_lines: int = 0  # lines read ahead and sorted by length; 0: the teacher's (2000)
+    # Lines per chunk, the unit written once and skipped when the job starts again (a multiple
+    # of the buffer lines); 0: the buffer lines.
+    chunk_lines: int = 0
+    workers: int = 1  # CPU processes translating shares of each buffer (decode.workers)
+    # The original pairs trained beside the teachers' translations, with this weight (as
+    # data.corpora's: 1 sees each once per epoch); 0: the translations alone.
+    keep_original: float = 0.0
 
 
 @dataclass
@@ -412,6 +329,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -205,6 +205,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     cfg.data.cache_dir = expand_env(cfg.data.cache_dir or "${MT_CACHE:-}")
     for c in cfg.data.corpora:
         c.root = expand_env(c.root)
+    cfg.distill.teachers = [expand_env(t) for t in cfg.distill.teachers]
     return cfg
 
 

@@ -1,111 +1,34 @@
-"""The rules a config value must meet, and the bounds that turn a typo into one error line.
+"""The rules a config value must meet.
 
-Every rule lives here once (`validate`, `decode_checks`), for a YAML file, `--set`, a
-checkpoint's stored config and a caller's decode overrides alike; the dataclasses they check
-are mt/config.py. What a caller may ask of one decode beside them (its overrides applied, the
-searches that take constraints, the steps around search) is ruled in mt/decode_rules.py.
+Every rule lives once: here (`validate`), or, for the decode settings, beside them in
+mt/config_decode.py (`decode_checks`, which a caller's decode overrides meet too); the bounds
+that turn a typo into one error line are mt/config_bounds.py. They hold for a YAML file,
+`--set` and a checkpoint's stored config alike; the dataclasses they check are mt/config.py.
+What a caller may ask of one decode beside them (its overrides applied, the searches that
+take constraints, the steps around search) is ruled in mt/decode_rules.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
-from mt.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig, TrainConfig
-from mt.errors import MtError
-
-# Upper bounds that keep absurd values from reaching an allocation or a C integer: each sits far
-# above any real setting, so what they reject is a typo.
-MAX_LENGTH = 65_535  # token counts are 16-bit in the token store (mt/data/store.py)
-MAX_VOCAB = 1_000_000
-MAX_WIDTH = 65_536  # model.d_model, model.d_ff
-MAX_LAYERS = 256
-MAX_BEAM = 1_024
-MAX_SHORTLIST = 100_000  # decode.shortlist: target pieces per source piece
-MAX_BATCH_TOKENS = 1 << 24  # train.max_tokens, decode.max_tokens, --max-tokens
-MAX_ACCUM = 1_024
-MAX_THREADS = 4_096
-MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit integer
-MAX_TIMEOUT_S = 30 * 24 * 3600  # a collective timeout of a month: longer is a typo
-
-
-def in_range(name: str, value: float, low: float, high: float) -> tuple[bool, str]:
-    """A validate() check: `low <= value <= high`, with a message naming the key and bounds."""
-    return low <= value <= high, f"{name} must be in [{low:,}, {high:,}], got {value:,}"
-
-
-def _key(key: str) -> str:
-    return key
-
-
-def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tuple[bool, str]]:
-    """The rules of decoding settings, for a config file and for a caller's overrides alike;
-    `name` turns a key ("decode.beam") into what the caller calls it ("--beam")."""
-    n = name
-    return [
-        in_range(n("decode.beam"), d.beam, 1, MAX_BEAM),
-        (
-            0 < d.nbest <= d.beam,
-            f"{n('decode.nbest')} must be between 1 and the beam size {n('decode.beam')} "
-            f"({d.beam:,}), got {d.nbest:,}",
-        ),
-        (
-            d.nbest == 1 or not (d.greedy or d.sample),
-            f"{n('decode.nbest')} needs beam search; it cannot be combined with "
-            f"{n('decode.greedy') if d.greedy else n('decode.sample')}",
-        ),
-        (
-            not (d.greedy and d.sample),
-            f"{n('decode.sample')} draws one output per line: it cannot be combined with "
-            f"{n('decode.greedy')}",
-        ),
-        in_range(n("decode.max_tokens"), d.max_tokens, 1, MAX_BATCH_TOKENS),
-        (0.0 <= d.alpha <= 10.0, f"{n('decode.alpha')} must be in [0, 10]"),
-        in_range(n("decode.length_offset"), d.length_offset, 0, 16),
-        (
-            d.penalty in ("gnmt", "power"),
-            f"{n('decode.penalty')} must be gnmt or power, got {d.penalty!r}",
-        ),
-        (
-            not (d.hf_stopping and d.stop_early),
-            f"{n('decode.hf_stopping')} and {n('decode.stop_early')} are two stopping rules: "
-            "choose one",
-        ),
-        in_range(n("decode.buffer_lines"), d.buffer_lines, 1, 10_000_000),
-        in_range(n("decode.workers"), d.workers, 1, 1024),
-        (
-            d.workers == 1 or not d.sample,
-            f"{n('decode.workers')} > 1 cannot be combined with {n('decode.sample')}: the draws "
-            "would depend on which worker took which lines",
-        ),
-        in_range(n("decode.no_repeat_ngram"), d.no_repeat_ngram, 0, MAX_LENGTH),
-        (d.max_len_a >= 0, f"{n('decode.max_len_a')} must be >= 0"),
-        (d.max_len_b >= 0, f"{n('decode.max_len_b')} must be >= 0"),
-        (d.topk >= 0, f"{n('decode.topk')} must be >= 0 (0: no limit), got {d.topk:,}"),
-        (0 < d.topp <= 1, f"{n('decode.topp')} must be in (0, 1], got {d.topp}"),
-        (0 < d.temperature, f"{n('decode.temperature')} must be > 0, got {d.temperature}"),
-        in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
-        in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
-        in_range(n("decode.shortlist"), d.shortlist, 0, MAX_SHORTLIST),
-        (
-            d.dtype in ("auto", "fp32", "bf16", "fp16"),
-            f"{n('decode.dtype')} must be one of auto, fp32, bf16, fp16, got {d.dtype!r}",
-        ),
-    ]
-
-
-def validate_decode(d: DecodeConfig, name: Callable[[str], str] = _key) -> None:
-    """Check decoding settings after a caller's overrides (flags, a request's options)."""
-    raise_first(decode_checks(d, name))
-
-
-def raise_first(checks: list[tuple[bool, str]]) -> None:
-    """The first failed check's message, as the one-line error."""
-    for ok, message in checks:
-        if not ok:
-            raise MtError(message)
-
+from mt.config import Config, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
+from mt.config_bounds import (
+    MAX_ACCUM,
+    MAX_BATCH_TOKENS,
+    MAX_BEAM,
+    MAX_LAYERS,
+    MAX_LENGTH,
+    MAX_SEED,
+    MAX_THREADS,
+    MAX_TIMEOUT_S,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    in_range,
+    raise_first,
+)
+from mt.config_decode import decode_checks
 
 _LANG = re.compile(r"[a-z]{2,3}(_[A-Za-z0-9]{2,4})?")
 
@@ -249,6 +172,29 @@ def terms_checks(d: DataConfig) -> list[tuple[bool, str]]:
     ]
 
 
+def distill_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """`distill`: the teachers' search, how its output is cut and mixed; one direction."""
+    d = cfg.distill
+    return [
+        in_range("distill.beam", d.beam, 1, MAX_BEAM),
+        (d.alpha is None or 0 <= d.alpha <= 10, f"distill.alpha must be in [0, 10], got {d.alpha}"),
+        in_range("distill.max_tokens", d.max_tokens, 0, MAX_BATCH_TOKENS),
+        in_range("distill.buffer_lines", d.buffer_lines, 0, 10_000_000),
+        in_range("distill.chunk_lines", d.chunk_lines, 0, 1_000_000_000),
+        (
+            not (d.chunk_lines and d.buffer_lines) or d.chunk_lines % d.buffer_lines == 0,
+            f"distill.chunk_lines ({d.chunk_lines:,}) must be a multiple of "
+            f"distill.buffer_lines ({d.buffer_lines:,}): a chunk is batched as one process would",
+        ),
+        in_range("distill.workers", d.workers, 1, 1024),
+        in_range("distill.keep_original", d.keep_original, 0.0, 1000.0),
+        (
+            not (d.teachers and cfg.data.pairs),
+            "distill is for a student of one direction: it cannot be combined with data.pairs",
+        ),
+    ]
+
+
 def finetune_checks(cfg: Config) -> list[tuple[bool, str]]:
     """An adapter trains alone on a frozen base: what would train the base too is refused."""
     f, t = cfg.finetune, cfg.train
@@ -281,6 +227,7 @@ def validate(cfg: Config) -> None:
     checks += terms_checks(cfg.data)
     checks += watch_checks(cfg)
     checks += keep_checks(cfg)
+    checks += distill_checks(cfg)
     for i, c in enumerate(cfg.data.corpora):
         checks.append((c.name != "", f"data.corpora[{i}].name must be given"))
         checks.append((0 < c.weight <= 1000, f"data.corpora[{i}].weight must be in (0, 1000]"))

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mt.config import DecodeConfig
-from mt.config_rules import raise_first, validate_decode
+from mt.config_bounds import raise_first
+from mt.config_decode import validate_decode
 from mt.errors import MtError
 from mt.plan import PlanOptions
 from mt.search.dispatch import is_greedy

@@ -118,22 +118,32 @@ class ChunkedJob:
     def chunk_path(self, i: int) -> Path:
         return self.parts / f"{i:08d}"
 
-    def run(self, work: Work, what: str) -> None:
-        """Write this shard's missing chunks with `work`, then merge if every chunk exists."""
+    def pending_lines(self) -> int:
+        """Lines of this shard's chunks not written yet: what `run` will do."""
+        mine = range(self.shard.index, self.chunks, self.shard.count)
+        return sum(self._count(i) for i in mine if not self.chunk_path(i).exists())
+
+    def _count(self, i: int) -> int:
+        return min(self.chunk_lines, self.lines - i * self.chunk_lines)
+
+    def run(self, work: Work, what: str, written: Callable[[int], object] | None = None) -> None:
+        """Write this shard's missing chunks with `work`, then merge if every chunk exists;
+        `written(lines)` hears of each chunk written (a progress line)."""
         made = skipped = 0
         for i in range(self.shard.index, self.chunks, self.shard.count):
             path = self.chunk_path(i)
             if path.exists():
                 skipped += 1
                 continue
-            first = i * self.chunk_lines
-            count = min(self.chunk_lines, self.lines - first)
+            first, count = i * self.chunk_lines, self._count(i)
             lines = [
                 line_range(p, offsets[i], count, first)
                 for p, offsets in zip(self.inputs, self.offsets)
             ]
             write_with(path, f"chunk {i}", lambda out, a=first, b=lines: work(a, b, out), mode="w")
             made += 1
+            if written is not None:
+                written(count)
         merged = self.merge()
         note = f"merged {self.chunks} chunks into {self.output}" if merged else "others not done"
         print(

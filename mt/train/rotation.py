@@ -40,10 +40,13 @@ class Checkpoints:
         model: torch.nn.Module,
         run_id: str,
         adapter: tuple[LoraSpec, BaseRef] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> None:
         self.run_dir, self.cfg, self.tokenizer, self.model = run_dir, cfg, tokenizer, model
         self.run_id = run_id
         self.adapter = adapter  # an adapter run writes the adapter alone (mt.adapt.files)
+        # What the training data was made from (mt.distill: the teachers), in every file.
+        self.origin = {"origin": origin} if origin else {}
 
     def save(
         self,
@@ -60,7 +63,8 @@ class Checkpoints:
                 f"{path}: not written: the model has non-finite weights at step {step}",
                 EXIT_DIVERGED,
             )
-        more = {"step": step, "train_state": train_state, "run_id": self.run_id, **extra}
+        more = {"step": step, "train_state": train_state, "run_id": self.run_id}
+        more |= self.origin | extra
         if self.adapter is not None:
             data = adapter_payload(self.cfg, self.model, *self.adapter, **more)
         else:

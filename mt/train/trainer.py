@@ -54,8 +54,10 @@ from mt.train.watch import read_watched, watch_sets
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
-        """Set the run up in the phases of `mt.train.setup`, in their order."""
+    def __init__(
+        self, cfg: Config, run_dir: Path, resume: bool = False, origin: dict | None = None
+    ) -> None:
+        """Set the run up in the phases of `mt.train.setup`; `origin` goes in every checkpoint."""
         self.cfg = cfg
         self.run_dir = run_dir
         t = cfg.train
@@ -109,7 +111,7 @@ class Trainer:
         init = self.start.init
         adapter = None if init is None or init.adapter is None else (init.adapter, init.base)
         self.checkpoints = Checkpoints(
-            run_dir, cfg, self.tokenizer, self.model, self.state.run_id, adapter
+            run_dir, cfg, self.tokenizer, self.model, self.state.run_id, adapter, origin
         )
         self.log, self.tensorboard = setup.sinks(
             run_dir, self.dist.main, self.start, self.state.step, use_tensorboard, cfg, self.model
@@ -419,7 +421,9 @@ class Trainer:
         return "max_epochs" if t.max_epochs and s.epoch >= t.max_epochs else None
 
 
-def train(cfg: Config, run_dir: Path, resume: bool = False) -> TrainState:
+def train(
+    cfg: Config, run_dir: Path, resume: bool = False, origin: dict | None = None
+) -> TrainState:
     """Train (or resume) a model as `cfg` says; everything goes to `run_dir`."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return Trainer(cfg, run_dir, resume).train()
+    return Trainer(cfg, run_dir, resume, origin).train()

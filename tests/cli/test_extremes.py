@@ -116,6 +116,13 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "finetune.lora_dropout": ("WEE",),
     "finetune.keep_weight": ("EEE",),  # checked whether or not a base is kept
     "train.watch.max_examples": ("WEW",),  # 0: every line of the watched set
+    # `mt train` checks the distill section and trains on the original pairs
+    "distill.beam": ("EEE",),
+    "distill.max_tokens": ("WEE",),  # 0: the teacher's decode.max_tokens
+    "distill.buffer_lines": ("WEE",),  # 0: the teacher's decode.buffer_lines
+    "distill.chunk_lines": ("WEE",),  # 0: the buffer lines
+    "distill.workers": ("EEE",),  # 1 to 1,024 processes
+    "distill.keep_original": ("WEE",),  # 0: the teachers' translations alone
 }
 
 # (command, flag) -> outcomes at (0, -1, huge).

@@ -303,7 +303,9 @@ def test_save_config_round_trips(tmp_path):
     assert not list(tmp_path.glob(".*.tmp-*"))
 
 
-@pytest.mark.parametrize("name", ["tiny", "demo", "multi30k_de_en", "multi30k_en_de"])
+@pytest.mark.parametrize(
+    "name", ["tiny", "demo", "multi30k_de_en", "multi30k_en_de", "multi30k_de_en_student"]
+)
 def test_shipped_configs_load(name, monkeypatch):
     monkeypatch.setenv("MT_DATA", "/data/m30k")
     cfg = load_config(REPO / "configs" / f"{name}.yaml")
@@ -314,3 +316,16 @@ def test_shipped_configs_load(name, monkeypatch):
     elif name != "tiny":
         assert cfg.train.max_minutes == 30 and cfg.decode.beam == 5
         assert {cfg.data.src_lang, cfg.data.tgt_lang} == {"de", "en"}
+    if name == "multi30k_de_en_student":  # a deep encoder, a shallow decoder, the recipe's teacher
+        teacher = load_config(REPO / "configs" / "multi30k_de_en.yaml")
+        assert cfg.model.encoder_layers == 6 and cfg.model.decoder_layers == 2
+        assert cfg.model.d_model < teacher.model.d_model
+        assert cfg.distill.teachers == [f"{teacher.train.run_dir}/best.pt"]
+        assert (
+            (cfg.data.src_lang, cfg.data.tgt_lang)
+            == ("de", "en")
+            == (
+                teacher.data.src_lang,
+                teacher.data.tgt_lang,
+            )
+        )

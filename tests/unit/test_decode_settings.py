@@ -17,7 +17,8 @@ import typer
 from support.inprocess import run_in_process
 from typer.testing import CliRunner
 
-from mt.config import DecodeConfig, setting
+from mt.config import DecodeConfig
+from mt.config_decode import setting
 from mt.errors import MtError
 from mt.translation.options import OFFERED, DecodeOptions, base_type, overrides_of
 
