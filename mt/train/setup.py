@@ -29,6 +29,8 @@ import torch
 from tqdm import tqdm
 
 from mt import checkpoint
+from mt.adapt.keep import Keep
+from mt.adapt.lora import param_groups
 from mt.config import Config, DataConfig, ModelConfig, TrainConfig
 from mt.data.loader import TrainingSet
 from mt.data.prepare import Prepared
@@ -136,6 +138,14 @@ def model(
     net = checkpoint.build_model(m, tokenizer).to(device)
     finetune.init_model(start.init, net, freeze, tokenizer)
     return net
+
+
+def update(cfg: Config, net: Transformer, tokenizer: Tokenizer, p: Process) -> Update:
+    """The optimizer and its steps over `net`: with finetune.keep's frozen base beside it
+    and finetune.lora_b_lr's parameter groups."""
+    keep = Keep.of(cfg, tokenizer, p.device, log=p.dist.main)
+    groups = param_groups(net, cfg.finetune.lora_b_lr)
+    return Update(cfg.train, cfg.model, net, p.dist, p.device, p.precision.name, keep, groups)
 
 
 def evaluator(

@@ -30,8 +30,6 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from mt.adapt.keep import Keep
-from mt.adapt.lora import param_groups
 from mt.batching import Batch, shard
 from mt.config import Config
 from mt.config_file import save_config
@@ -49,7 +47,6 @@ from mt.train.signals import StopSignals
 from mt.train.state import TrainState
 from mt.train.stop import diverged, eta, overfit_note, stop_reason
 from mt.train.tune import tune_decode
-from mt.train.update import Update
 from mt.train.watch import read_watched, watch_sets
 
 
@@ -82,11 +79,7 @@ class Trainer:
         self.tokenizer = prepared.tokenizer
         self.train_set, dev_sets = setup.data(prepared, cfg.data)
         self.model = setup.model(cfg.model, t.freeze, self.tokenizer, self.device, self.start)
-        keep = Keep.of(cfg, self.tokenizer, self.device, log=self.dist.main)  # finetune.keep
-        groups = param_groups(self.model, cfg.finetune.lora_b_lr)  # finetune.lora_b_lr
-        self.update = Update(
-            t, cfg.model, self.model, self.dist, self.device, self.precision, keep, groups
-        )
+        self.update = setup.update(cfg, self.model, self.tokenizer, proc)
         self.optimizer, self.scaler = self.update.optimizer, self.update.scaler
         self.ema = Ema(self.model, t.ema_decay) if t.ema_decay else None  # train.ema_decay
         self.state = setup.continued(
