@@ -201,6 +201,7 @@ class Document:
 
     texts: Texts
     _write: Callable[[], bytes]
+    _close: Callable[[], None] = lambda: None
 
     @property
     def plain(self) -> list[str]:
@@ -216,13 +217,18 @@ class Document:
         self.texts.fill(plain, fragments)
         return self._write()
 
+    def close(self) -> None:
+        """Let go of what reading held (a .docx's parsed parts) now, when the document will
+        not be written (writing lets go by itself); closing twice is harmless."""
+        self._close()
+
 
 def read_document(data: bytes, suffix: str, limits: DocumentLimits | None = None) -> Document:
     """The document `data` (a file ending in `suffix`) read into the texts to translate;
     MtError for a file this cannot read, OverLimit for one over `limits`."""
     texts = Texts(limits)
     if suffix == ".docx":
-        return Document(texts, read_docx(data, texts, texts.limits.zip))
+        return Document(texts, *read_docx(data, texts, texts.limits.zip))
     if suffix not in SUFFIXES:
         raise MtError(f"cannot translate {suffix} files (these: {', '.join(SUFFIXES)})")
     try:
