@@ -4,10 +4,11 @@ back with each run's formatting kept.
 
 python-docx's objects refer to each other (a package and its parts, a document and its body),
 so a document dropped after its request is freed only by Python's cycle collector, and with it
-the parsed XML it holds: about 5 MB for Word's own template, memory the collector does not
-count. A server answering a .docx every few seconds held hundreds of megabytes of them between
-two full collections, and the process kept the heap it grew to. So a read document is taken
-apart as soon as it is written or given up (`release`), and reference counting frees it."""
+the parsed XML it holds: megabytes for Word's own template, memory the collector does not
+count when it decides to run. A busy server piled such documents up between two full
+collections and kept the heap they had grown (docs/studies/serving.md, the soak's memory). So a
+read document is taken apart as soon as it is written or given up (`release`), and reference
+counting frees it."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ def _docx_bytes(paragraphs: list[str]) -> bytes:
 
 def _xml_left_to_the_collector(use) -> list[str]:  # noqa: ANN001
     """The parsed XML elements that `use()` leaves in reference cycles: what only a full
-    collection would free (python-docx's parts hold Word's template, ~5 MB a document)."""
+    collection would free (python-docx's parts hold the parsed template, megabytes of it)."""
     etree = pytest.importorskip("lxml.etree")
     gc.collect()
     gc.disable()
