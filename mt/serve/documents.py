@@ -225,6 +225,7 @@ class Document:
     texts: Texts
     _write: Callable[[], bytes]
     source: str | None = None
+    _close: Callable[[], None] = lambda: None
 
     @property
     def plain(self) -> list[str]:
@@ -246,6 +247,11 @@ class Document:
         self.texts.fill(plain, fragments, units)
         return self._write()
 
+    def close(self) -> None:
+        """Let go of what reading held (a .docx's parsed parts) now, when the document will
+        not be written (writing lets go by itself); closing twice is harmless."""
+        self._close()
+
 
 def read_document(
     data: bytes,
@@ -260,7 +266,8 @@ def read_document(
     file's own)."""
     texts = Texts(limits)
     if suffix == ".docx":
-        return Document(texts, read_docx(data, texts, texts.limits.zip))
+        write, close = read_docx(data, texts, texts.limits.zip)
+        return Document(texts, write, _close=close)
     if suffix in CAT_SUFFIXES:
         from mt.serve.cat_files import read_cat
 

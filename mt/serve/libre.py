@@ -300,18 +300,21 @@ def _add_file_routes(app: FastAPI, libre: _Libre) -> None:
         adapter = libre.adapter_of(obj, request, worker)
         if suffix not in CAT_SUFFIXES:
             doc = await asyncio.to_thread(read_upload, data, suffix, filename, limits)
-        texts = [Item(x, to=target, frm=detected) for x in doc.plain]
-        frags = [Item(x, to=target, frm=detected, where=f"{filename}:{i}")
-                 for i, x in enumerate(doc.html, 1)]  # fmt: skip
-        units = [Item(x, to=target, frm=detected, where=filename) for x in doc.units]
-        work = worker.translate_document(PurePath(filename).name, texts, frags, adapter, units)
-        done_texts, done_frags, done_units = await libre.answer(request, work)
-        translated = await asyncio.to_thread(
-            doc.write,
-            [t.text for t in done_texts],
-            [t.text for t in done_frags],
-            [t.text for t in done_units],
-        )
+        try:
+            texts = [Item(x, to=target, frm=detected) for x in doc.plain]
+            frags = [Item(x, to=target, frm=detected, where=f"{filename}:{i}")
+                     for i, x in enumerate(doc.html, 1)]  # fmt: skip
+            units = [Item(x, to=target, frm=detected, where=filename) for x in doc.units]
+            work = worker.translate_document(PurePath(filename).name, texts, frags, adapter, units)
+            done_texts, done_frags, done_units = await libre.answer(request, work)
+            translated = await asyncio.to_thread(
+                doc.write,
+                [t.text for t in done_texts],
+                [t.text for t in done_frags],
+                [t.text for t in done_units],
+            )
+        finally:  # a client gone, a full queue: what the read holds goes now, not at a collection
+            doc.close()
         name = f"{secrets.token_urlsafe(12)}{suffix}"
         files[name] = (PurePath(filename).name, translated)
         while len(files) > KEPT_FILES:

@@ -15,7 +15,8 @@
    unknown options, over-limit bodies and files, broken .docx, a bomb), connections dropped
    mid-request, requests without their API key. Every translation is compared with the one
    `mt translate` gives (the same Translator and plan, in this process); no answer may be a
-   5xx; the server's RSS after the first tenth and at the end (target: <= 10% growth).
+   5xx; the server's RSS after the first tenth and at the end (target: <= 10% growth), and at
+   each minute.
 
 Prints a Markdown report with the machine's CPU and load.
 """
@@ -361,7 +362,14 @@ async def soak(server: Server, lines: list[str], want: dict[str, str], seconds: 
         "rss_warm": warm,
         "rss_end": rss[-1][1],
         "rss_max": max(m for _, m in rss),
+        "rss_minutes": [m for t, m in _each_minute(rss)],
     }
+
+
+def _each_minute(rss: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The first sample of each minute, and the last: how RSS moved, not just where it ended."""
+    out = [s for i, s in enumerate(rss) if i == 0 or int(s[0] // 60) > int(rss[i - 1][0] // 60)]
+    return out if out[-1] is rss[-1] else [*out, rss[-1]]
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -457,7 +465,8 @@ def main() -> None:
             print(
                 f"\n{len(s['wrong'])} wrong or lost answers, {len(s['5xx'])} 5xx; RSS after "
                 f"the first tenth {s['rss_warm']:.0f} MiB, at the end {s['rss_end']:.0f} MiB "
-                f"({growth:+.1%}, target <= 10%), most {s['rss_max']:.0f} MiB"
+                f"({growth:+.1%}, target <= 10%), most {s['rss_max']:.0f} MiB; by minute: "
+                + ", ".join(f"{m:.0f}" for m in s["rss_minutes"])
             )
             for line in (s["wrong"] + s["5xx"])[:20]:
                 print(f"- {line}")

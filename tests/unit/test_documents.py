@@ -3,14 +3,16 @@ source in capitals, so every kept and changed byte can be checked exactly."""
 
 from __future__ import annotations
 
+import gc
 import io
 import re
 
 import pytest
 
 from mt.errors import MtError
-from mt.serve.documents import translate_document
+from mt.serve.documents import DocumentLimits, read_document, translate_document
 from mt.serve.subtitles import rewrap
+from mt.serve.unzip import OverLimit
 
 TAG = re.compile(r"<[^>]+>")
 
@@ -130,3 +132,52 @@ def test_html_text_without_tags_goes_sentence_by_sentence():
     out = translate_document(doc.encode(), ".html", text, fragments).decode()
     assert out == "<p>EIN HUND. ZWEI KATZEN &amp; EIN BAUM.</p><p>EIN <b>HUND</b>.</p>"
     assert seen == {"text": ["Ein Hund. Zwei Katzen & ein Baum."], "html": ["Ein <b>Hund</b>."]}
+
+
+def _docx_bytes(paragraphs: list[str]) -> bytes:
+    docx = pytest.importorskip("docx")
+    doc = docx.Document()
+    for text in paragraphs:
+        doc.add_paragraph(text)
+    buf = io.BytesIO()
+    doc.save(buf)
+    return buf.getvalue()
+
+
+def _xml_left_to_the_collector(use) -> list[str]:  # noqa: ANN001
+    """The parsed XML elements that `use()` leaves in reference cycles: what only a full
+    collection would free (python-docx's parts hold the parsed template, megabytes of it)."""
+    etree = pytest.importorskip("lxml.etree")
+    gc.collect()
+    gc.disable()
+    try:
+        use()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return [type(o).__name__ for o in gc.garbage if isinstance(o, etree._Element)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        gc.collect()
+
+
+def test_a_docx_read_is_freed_at_once_written_closed_or_over_a_limit():
+    data = _docx_bytes(["Ein Hund rennt.", "Zwei Katzen schlafen."])
+
+    def written() -> None:
+        doc = read_document(data, ".docx")
+        assert doc.plain == ["Ein Hund rennt.", "Zwei Katzen schlafen."]
+        assert doc.write(upper(doc.plain), []).startswith(b"PK")
+
+    def closed() -> None:  # read, then given up (a client gone, a full queue)
+        doc = read_document(data, ".docx")
+        doc.close()
+        doc.close()
+
+    def over_a_limit() -> None:
+        with pytest.raises(OverLimit):
+            read_document(data, ".docx", DocumentLimits(max_file_segments=1))
+
+    for use in (written, closed, over_a_limit):
+        assert _xml_left_to_the_collector(use) == [], use.__name__
