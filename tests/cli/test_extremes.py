@@ -114,6 +114,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "finetune.lora_rank": ("EEE",),  # checked whether or not an adapter is trained
     "finetune.lora_alpha": ("EEW",),
     "finetune.lora_dropout": ("WEE",),
+    "finetune.lora_b_lr": ("EEE",),  # (0, 1000]: a multiple of train.lr
     "finetune.keep_weight": ("EEE",),  # checked whether or not a base is kept
     "train.watch.max_examples": ("WEW",),  # 0: every line of the watched set
     # `mt train` checks the distill section and trains on the original pairs
