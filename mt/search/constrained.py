@@ -160,6 +160,9 @@ def _expand(
         rules = columns.narrow(rules) if rules is not None else None
         wanted = columns.to_columns(wanted)
         glue = glue[columns.ids] if glue is not None else None
+    # The glued tokens' columns, banned in the unglued rows only: a (rows x V) mask built and
+    # applied to every row cost a twentieth of a constrained search on the demo model.
+    glued = glue.nonzero()[None, :, 0] if unglued is not None and glue is not None else None
     hidden, _ = model.step_hidden(prev, state)
     lps, toks, wanted_lps, eos = [], [], [], []
     for start, chunk in zip(range(0, len(hidden), ROWS_PER_CHUNK), hidden.split(ROWS_PER_CHUNK)):
@@ -173,8 +176,10 @@ def _expand(
         eos.append(eos_lp)
         if rules is not None:
             rules.ban(logp, start)
-        if unglued is not None and glue is not None:
-            logp.masked_fill_(unglued[rows, None] & glue[None, :], NEG)
+        if unglued is not None and glued is not None:
+            after_phrase = unglued[rows].nonzero()  # (r, 1)
+            if after_phrase.numel():
+                logp.index_put_((after_phrase, glued), logp.new_tensor(NEG))
         logp[:, PAD] = NEG
         logp[:, BOS] = NEG
         logp[:, EOS] = eos_lp.masked_fill(no_eos[rows], NEG)
