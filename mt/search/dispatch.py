@@ -14,7 +14,8 @@ import torch
 from mt.config import DecodeConfig
 from mt.model import Transformer
 from mt.search.beam import beam_search, greedy_search
-from mt.search.constrained import WordEdges, constrained_beam_search
+from mt.search.constrained import constrained_beam_search
+from mt.search.phrases import WordEdges
 from mt.search.rules import StepRule
 from mt.search.steps import Hypothesis, Sampling
 

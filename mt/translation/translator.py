@@ -28,8 +28,8 @@ from mt.glossary.inline import takes_terms
 from mt.model import Transformer
 from mt.runtime.dtype import decode_model
 from mt.runtime.workers import WorkerPool
-from mt.search.constrained import WordEdges, phrase_ids, word_edges
 from mt.search.dispatch import is_greedy, search
+from mt.search.phrases import WordEdges, phrase_ids, word_edges
 from mt.search.rules import StepRule
 from mt.search.steps import Hypothesis, Sampling
 from mt.shortlist import Shortlist

@@ -27,7 +27,8 @@ from mt.batching import pad, token_batches
 from mt.config import DecodeConfig
 from mt.metrics import score
 from mt.search.beam import beam_search
-from mt.search.constrained import constrained_beam_search, phrase_ids
+from mt.search.constrained import constrained_beam_search
+from mt.search.phrases import phrase_ids
 from mt.search.steps import Hypothesis
 from scripts.common import alternate, describe_machine, load_checkpoint, markdown_table, read_lines
 

@@ -15,14 +15,8 @@ from mt.checkpoint import Loaded, load_model
 from mt.config import DecodeConfig
 from mt.data.corpus import read_lines
 from mt.search.beam import beam_search
-from mt.search.constrained import (
-    advance,
-    banks,
-    constrained_beam_search,
-    phrase_ids,
-    phrase_tensors,
-    word_edges,
-)
+from mt.search.constrained import constrained_beam_search
+from mt.search.phrases import advance, banks, phrase_ids, phrase_tensors, word_edges
 from mt.search.steps import length_penalty, max_lengths
 from mt.tokenizer import BOS, EOS, PAD, Tokenizer
 
