@@ -298,6 +298,7 @@ def test_translate_tmx_in_place_languages_and_errors(mt_cli, tiny_run, test_pair
         assert len(cut.err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # trains the multilingual fixture model a second time on its worker (~19 s)
 def test_translate_tmx_with_a_multilingual_model(mt_cli, multi_run, tmp_path):
     """The file names its source at most: --to says the variant to add, --from (or the
     header's srclang) the variant to translate."""
