@@ -189,3 +189,27 @@ def worktree(commit: str) -> Iterator[Path]:
             timeout=120,
         )
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_mt(*argv: str, log: Path | None = None) -> str:
+    """`python -m mt ARGV` with one thread and MT_DATA set, in the caller's directory (paths
+    the user gave stay valid): its stdout, its stderr into `log` when given; a failure stops
+    the script in one line naming the log."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MT_DATA": str(multi30k_dir().resolve())}
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(log.open("w", encoding="utf-8")) if log else subprocess.DEVNULL
+        done = subprocess.run(
+            [sys.executable, "-m", "mt", *argv], stdout=subprocess.PIPE, stderr=err, env=env,
+            text=True, check=False,
+        )  # fmt: skip
+    if done.returncode:
+        raise SystemExit(f"mt {' '.join(argv)}: exit {done.returncode} (see {log})")
+    return done.stdout
+
+
+def eval_json(
+    checkpoint: Path, src: Path, ref: Path, flags: Sequence[str], log: Path
+) -> dict[str, Any]:
+    """`mt eval CHECKPOINT --src SRC --ref REF FLAGS --json` through `run_mt`: its scores."""
+    argv = ["eval", str(checkpoint), "--src", str(src), "--ref", str(ref), *flags, "--json"]
+    return json.loads(run_mt(*argv, log=log))

@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,28 +33,17 @@ from typing import Any
 from scripts.common import (
     REPO,
     describe_machine,
+    eval_json,
     machine,
     markdown_table,
     multi30k_dir,
+    run_mt,
     say,
     write_text,
 )
 
 ARMS = ("teacher", "distilled", "references")
-BEAM = ["--beam", "5", "--alpha", "0.6", "--threads", "1", "--json"]
-
-
-def mt(*argv: str, log: Path) -> str:
-    """`python -m mt ARGV` with one thread; its stdout, its stderr into `log`."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MT_DATA": str(multi30k_dir().resolve())}
-    with log.open("w", encoding="utf-8") as err:
-        done = subprocess.run(
-            [sys.executable, "-m", "mt", *argv], stdout=subprocess.PIPE, stderr=err, env=env,
-            text=True, check=False, cwd=REPO,
-        )  # fmt: skip
-    if done.returncode:
-        raise SystemExit(f"mt {' '.join(argv)}: exit {done.returncode} (see {log})")
-    return done.stdout
+BEAM = ["--beam", "5", "--alpha", "0.6", "--threads", "1"]
 
 
 def sets(args: argparse.Namespace, run: Path) -> list[str]:
@@ -73,18 +60,7 @@ def sets(args: argparse.Namespace, run: Path) -> list[str]:
 def score(checkpoint: Path, folder: Path) -> dict[str, float]:
     test = multi30k_dir()
     src, ref = test / "test_2016_flickr.de.gz", test / "test_2016_flickr.en.gz"
-    raw = json.loads(
-        mt(
-            "eval",
-            str(checkpoint),
-            "--src",
-            str(src),
-            "--ref",
-            str(ref),
-            *BEAM,
-            log=folder / "eval.log",
-        )  # fmt: skip
-    )
+    raw = eval_json(checkpoint, src, ref, BEAM, folder / "eval.log")
     return {"bleu": round(raw["bleu"], 2), "chrf": round(raw["chrf"], 2)}
 
 
@@ -100,14 +76,14 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     if arm == "distilled":
         say(f"{arm}: the teacher translates {args.lines:,} sources")
         tick = time.perf_counter()
-        mt("distill", str(args.config), *sets(args, run), "--shard", "0/1",
+        run_mt("distill", str(args.config), *sets(args, run), "--shard", "0/1",
            log=folder / "translate.log")  # fmt: skip
         result["translate_seconds"] = round(time.perf_counter() - tick, 1)
     if arm != "teacher":
         say(f"{arm}: training {args.steps} steps")
         command = "distill" if arm == "distilled" else "train"
         tick = time.perf_counter()
-        mt(command, str(args.config), *sets(args, run), log=folder / "train.log")
+        run_mt(command, str(args.config), *sets(args, run), log=folder / "train.log")
         result["train_seconds"] = round(time.perf_counter() - tick, 1)
         model = run / "best.pt"
     say(f"{arm}: scoring {model}")

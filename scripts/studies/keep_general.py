@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,10 +37,19 @@ from typing import Any
 
 import yaml
 
-from scripts.common import describe_machine, machine, markdown_table, multi30k_dir, say, write_text
+from scripts.common import (
+    describe_machine,
+    eval_json,
+    machine,
+    markdown_table,
+    multi30k_dir,
+    run_mt,
+    say,
+    write_text,
+)
 
 ARMS = ("plain", "keep", "replay", "both", "watch")
-GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1", "--json"]
+GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
 
 
 def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
@@ -77,23 +84,6 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
     return cfg
 
 
-def mt(*argv: str, log: Path | None = None) -> str:
-    """`python -m mt ARGV` with one thread; its stdout (its stderr to `log`, when given)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MT_DATA": str(multi30k_dir().resolve())}
-    err = log.open("w", encoding="utf-8") if log else subprocess.DEVNULL
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "mt", *argv], stdout=subprocess.PIPE, stderr=err, env=env,
-            text=True, check=False,
-        )  # fmt: skip
-    finally:
-        if log:
-            err.close()
-    if done.returncode:
-        raise SystemExit(f"mt {' '.join(argv)}: exit {done.returncode} (see {log})")
-    return done.stdout
-
-
 def scores(checkpoint: Path, strings: Path, folder: Path) -> dict[str, Any]:
     """Greedy lowercased BLEU and chrF on both test sets."""
     general = multi30k_dir()
@@ -103,18 +93,7 @@ def scores(checkpoint: Path, strings: Path, folder: Path) -> dict[str, Any]:
     }
     out = {}
     for name, (src, ref) in sets.items():
-        raw = json.loads(
-            mt(
-                "eval",
-                str(checkpoint),
-                "--src",
-                str(src),
-                "--ref",
-                str(ref),
-                *GREEDY,
-                log=folder / f"eval_{name}.log",
-            )  # fmt: skip
-        )
+        raw = eval_json(checkpoint, src, ref, GREEDY, folder / f"eval_{name}.log")
         out[name] = {"bleu_lc": round(raw["bleu_lc"], 2), "chrf": round(raw["chrf"], 2)}
     return out
 
@@ -133,7 +112,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         config = folder / "config.yaml"
         write_text(config, yaml.safe_dump(arm_config(arm, args, folder / "run")), "the config")
         say(f"{arm}: training {args.steps} steps")
-        mt("train", str(config), "--init-from", str(args.base), log=folder / "train.log")
+        run_mt("train", str(config), "--init-from", str(args.base), log=folder / "train.log")
         model = folder / "run" / "best.pt"
     seconds = time.perf_counter() - tick
     say(f"{arm}: scoring {model}")
