@@ -53,6 +53,24 @@ class WatchConfig:
 
 
 @dataclass
+class DropoutByEpochs:
+    """Dropout chosen from the epochs a run's budget reaches (`train.dropout_by_epochs`): the
+    same 30-minute recipe overfits on a machine that trains three times as fast, where more
+    dropout wins, and underfits with it on a slow one (docs/studies/recipe-search.md).
+
+    A step-bounded run knows its epochs from `max_steps` before the first update; a time-bounded
+    one projects them from the pace of its first updates (mt/train/budget.py) and sets the rates
+    then, during warmup. Between two points the rates are interpolated linearly; outside, the
+    nearest point's. The choice is logged, and checkpoints carry it in their model section.
+    """
+
+    epochs: list[float] = field(default_factory=list)  # increasing; empty = off
+    dropout: list[float] = field(default_factory=list)  # model.dropout at each of `epochs`
+    attention_dropout: list[float] = field(default_factory=list)  # empty: the model's own
+    activation_dropout: list[float] = field(default_factory=list)  # empty: the model's own
+
+
+@dataclass
 class TermsConfig:
     """Terms learnt (`data.terms`): a share of the training lines carry, after some of their
     words, the word's translation between markers (`｟term｠ Hunde｟to｠ dog｟/term｠`), so
@@ -210,6 +228,8 @@ class TrainConfig:
     # schedule's midway rate; with max_minutes it follows the clock. 0 = off; e.g. 0.2.
     cooldown: float = 0.0
     label_smoothing: float = 0.1  # probability mass spread over the vocabulary in the loss
+    # Dropout by the epochs the budget reaches (DropoutByEpochs above); off unless `epochs` set.
+    dropout_by_epochs: DropoutByEpochs = field(default_factory=DropoutByEpochs)
     # R-Drop's alpha: each batch goes through the model twice (two dropout masks), and the loss
     # adds alpha/2 times the mean of the two KL divergences between the predictions (the
     # paper's loss, halved). 0 = off; e.g. 5.

@@ -328,7 +328,32 @@ def train_checks(t: TrainConfig) -> list[tuple[bool, str]]:
             "train.freeze and train.init_keep_optimizer cannot be combined (the kept optimizer "
             "state covers every parameter)",
         ),
+        *dropout_rule_checks(t),
     ]
+
+
+def dropout_rule_checks(t: TrainConfig) -> list[tuple[bool, str]]:
+    """`train.dropout_by_epochs`: increasing epochs, one rate per epoch in each list set."""
+    r, key = t.dropout_by_epochs, "train.dropout_by_epochs"
+    checks = [
+        (
+            all(0 <= a < b for a, b in zip(r.epochs, r.epochs[1:], strict=False))
+            and all(e >= 0 for e in r.epochs),
+            f"{key}.epochs must be increasing numbers >= 0, got {r.epochs}",
+        ),
+        (bool(r.epochs) or not r.dropout, f"{key}.dropout needs {key}.epochs"),
+        (not r.epochs or bool(r.dropout), f"{key}.epochs needs {key}.dropout"),
+    ]
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        rates = getattr(r, name)
+        checks += [
+            (
+                not rates or len(rates) == len(r.epochs),
+                f"{key}.{name} needs one rate per epoch count ({len(r.epochs)}), got {rates}",
+            ),
+            (all(0 <= p < 1 for p in rates), f"{key}.{name} must be in [0, 1), got {rates}"),
+        ]
+    return checks
 
 
 def data_checks(d: DataConfig) -> list[tuple[bool, str]]:

@@ -90,6 +90,8 @@ def restore(
     model config must be `m`."""
     if data.get("train_state") is None:
         raise MtError(f"{path}: holds no training state to resume from")
+    for key, rate in data["train_state"]["state"].get("dropout", {}).items():
+        setattr(m, key, rate)  # train.dropout_by_epochs chose them: the checkpoint holds them
     if data["config"]["model"] != asdict(m):
         raise MtError(f"{path}: model config differs from the one being resumed")
     ts = data["train_state"]

@@ -213,3 +213,14 @@ def sinks(
         board = tensorboard.TensorBoardSink(run_dir, step if start.resumed else None, cfg, net)
         log.sinks.append(board)
     return log, board
+
+
+def start_line(net: Transformer, pairs: int, device: torch.device, how: str) -> str:
+    """The start line's first part: the model's size (and the trained share, under
+    train.freeze or an adapter on a frozen base), the data, the device and `how` it runs."""
+    n_params = sum(p.numel() for p in net.parameters())
+    trained = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    shown = f"{n_params / 1e6:.1f}M parameters"
+    if trained < n_params:
+        shown += f" ({trained:,} of them trained, {100 * trained / n_params:.2f}%)"
+    return f"mt train: {shown}, {pairs:,} training pairs, device {device}, {how}"

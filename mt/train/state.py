@@ -39,6 +39,9 @@ class TrainState:
     best_nll_step: int = -1
     nll_bad_evals: int = 0  # evaluations since the NLL last fell
     overfit_noted: bool = False  # said once a run
+    # train.dropout_by_epochs: the rates chosen for the budget (model config keys); empty
+    # until chosen, so a resumed run keeps its choice instead of measuring its pace again
+    dropout: dict[str, float] = field(default_factory=dict)
     # Made when a run starts (fine-tuning too), kept across --resume. A last.pt written before
     # runs had ids gets a new one on resume.
     run_id: str = field(default_factory=new_run_id)

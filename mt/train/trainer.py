@@ -18,6 +18,7 @@ sinks), `rotation` (which checkpoints are kept), `stop` (stop rules, ETA, diverg
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import os
@@ -39,6 +40,7 @@ from mt.progress import stderr_is_terminal
 from mt.train import distributed, finetune, nodes, setup, tensorboard
 from mt.train.averaging import Ema, average_at_end, ema_weights
 from mt.train.best import BestRule, consider
+from mt.train.budget import BudgetDropout, decide, set_rates
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.resume import training_state
 from mt.train.rotation import Checkpoints
@@ -85,6 +87,9 @@ class Trainer:
         self.state = setup.continued(
             self.start, t.seed, cfg.model, proc, self.model, self.update, self.ema
         )
+        self.budget = BudgetDropout(t.dropout_by_epochs, t, self.state.dropout)
+        if self.state.dropout:  # chosen before a --resume: as the checkpoint's model section
+            set_rates(self.model, cfg.model, self.state.dropout)
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
         self.saved_at = time.monotonic()  # when last.pt was last written (train.checkpoint_minutes)
@@ -375,23 +380,20 @@ class Trainer:
     def _announce(self) -> None:
         self.model.train()
         if self.dist.main:
-            n_params = sum(p.numel() for p in self.model.parameters())
-            trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-            shown = f"{n_params / 1e6:.1f}M parameters"
-            if trained < n_params:  # train.freeze, or an adapter on a frozen base
-                shown += f" ({trained:,} of them trained, {100 * trained / n_params:.2f}%)"
-            tqdm.write(
-                f"mt train: {shown}, {len(self.train_set):,} training "
-                f"pairs, device {self.device}, precision {self.precision_choice.describe()}, "
-                f"{self.dist.world} process(es), {self.threads.describe()}, run dir {self.run_dir}",
-                file=sys.stderr,
-            )
+            where = f"{self.dist.world} process(es), {self.threads.describe()}"
+            how = f"precision {self.precision_choice.describe()}, {where}"
+            line = setup.start_line(self.model, len(self.train_set), self.device, how)
+            tqdm.write(f"{line}{self.budget.announce()}, run dir {self.run_dir}", file=sys.stderr)
 
     def _step(self, stream: Iterator[Batch], window: Window) -> None:
         """Take the next batch group and update; its time (data included) is training time."""
         t, s = self.cfg.train, self.state
         tick = time.perf_counter()
         group = list(itertools.islice(stream, t.accum_steps))
+        if self.budget.pending:  # train.dropout_by_epochs
+            rank0 = functools.partial(distributed.from_rank0, self.dist, device=self.device)
+            sink = self.log.write if self.dist.main else None
+            decide(self.budget, s, self._steps_per_epoch, self.model, self.cfg.model, rank0, sink)
         used = budget_used(t, s.step, s.elapsed)  # before this update: the last gets > 0
         if t.cooldown and t.max_minutes and self.dist.active:  # rank 0's clock, as stops use
             used = distributed.from_rank0(self.dist, used, self.device)

@@ -90,6 +90,11 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "train.ema_decay": ("WEE",),  # 0: off; an average's decay is below 1
     "train.rdrop": ("WEE",),  # 0: off; alpha at most 100
     "train.cooldown": ("WEE",),  # 0: off; a share of the budget, below 1
+    # one point of the rule, the others' lists set to match (test_config_value_at_extreme)
+    "train.dropout_by_epochs.epochs": ("WEW",),  # epochs >= 0, any number of them
+    "train.dropout_by_epochs.dropout": ("WEE",),  # rates in [0, 1)
+    "train.dropout_by_epochs.attention_dropout": ("WEE",),
+    "train.dropout_by_epochs.activation_dropout": ("WEE",),
     "train.tune_beam": ("EEE",),  # one beam of the value; the beam's own bounds
     "train.tune_alpha": ("WEE",),  # one length penalty of the value, in [0, 10]
     "decode.beam": ("EEE",),
@@ -290,6 +295,9 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
         sets = [f"{key}=[{value}, {value}]"]
     elif key in ("train.tune_beam", "train.tune_alpha"):
         sets = [f"{key}=[{value}]"]
+    elif key.startswith("train.dropout_by_epochs."):
+        rule = {"epochs": 5, "dropout": 0.1, key.rsplit(".", 1)[1]: value}
+        sets = [f"train.dropout_by_epochs.{k}=[{v}]" for k, v in rule.items()]
     else:
         sets = [f"{key}={value}"]
     if key == "train.max_steps" and which != "huge":
