@@ -290,6 +290,17 @@ class FinetuneConfig:
     # 2018); with the base's own data mixed in (data.corpora: replay) it sees general text too.
     keep: Literal["none", "kl"] = "none"
     keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
+    # General text in the source language (a file, one sentence a line, .gz too) that the base
+    # of train.init_from translates once (mt/adapt/replay.py, with mt distill's machinery: kept
+    # in RUN/replay/ under a digest of the base, the search and the lines; a rerun or a resumed
+    # run translates nothing); its pairs train beside the domain's corpora at replay_weight:
+    # replay of what the base says on general text, for a base whose own data is absent.
+    replay_sources: str = ""
+    # The replayed pairs' weight, as data.corpora's: the share of them each epoch sees
+    # (0.1: a fresh random tenth).
+    replay_weight: float = 0.1
+    replay_beam: int = 1  # the base's search on the replay sources: 1 greedy, more a beam
+    replay_max_lines: int = 0  # the first this many lines of replay_sources (0: all)
 
 
 @dataclass
