@@ -133,8 +133,6 @@ def prepare(cfg: Config, run_dir: Path, where: str, resume: bool) -> dict[str, A
     None without replay sources."""
     if not cfg.finetune.replay_sources:
         return None
-    from mt.atomic import write_text
-    from mt.config_rules import validate
     from mt.runtime.shards import this_shard
     from mt.train.rundir import lock_run_dir, make_run_dir, refuse_finished_run
 
@@ -159,15 +157,24 @@ def prepare(cfg: Config, run_dir: Path, where: str, resume: bool) -> dict[str, A
         record = translate(cfg, run_dir, where)
     if record is None:  # a bug: every chunk was written
         raise MtError(f"{run_dir / FOLDER}: the replay translation is missing after every share")
+    use(cfg, run_dir, where, record, share is None or share.index == 0)
+    import gc
+
+    gc.collect()  # the base's weights, before the training allocates
+    return {"replay": record}
+
+
+def use(cfg: Config, run_dir: Path, where: str, record: dict[str, Any], main: bool) -> None:
+    """`cfg.data` given the replayed corpus of `record`, checked as a config's data is, and
+    the record written to RUN/replay.json (by the `main` process)."""
+    from mt.atomic import write_text
+    from mt.config_rules import validate
+
     cfg.data = with_replay(cfg.data, record)
     try:
         validate(cfg)
     except MtError as err:
         raise MtError(f"{where}: the data with the replay: {err}") from None
-    if share is None or share.index == 0:
+    if main:
         text = json.dumps({"replay": record}, indent=1) + "\n"
         write_text(run_dir / "replay.json", text, "the replay record")
-    import gc
-
-    gc.collect()  # the base's weights, before the training allocates
-    return {"replay": record}

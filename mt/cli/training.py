@@ -74,6 +74,11 @@ def prepare(
         given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer, cfg.finetune)
         init, run = finetune.load_init(given, folder, resume=False)
         finetune.write_tokenizer(init, folder)
+        if cfg.finetune.replay_sources:  # the base's translations are training data too
+            from mt.adapt import replay
+
+            record = replay.translate(cfg, folder, str(config))  # one process: all chunks
+            replay.use(cfg, folder, str(config), record, main=True)  # type: ignore[arg-type]
         run_prepare(cfg.data, run.tokenizer, run.train.seed, folder)
     finally:
         lock.release()

@@ -103,6 +103,26 @@ def test_a_resumed_run_translates_nothing(replayed, mt_cli):
     assert len(saved["data"]["corpora"]) == 2  # the replayed corpus once, not again
 
 
+def test_mt_prepare_translates_and_mt_train_finds_it(replayed, tiny_run, tmp_path, mt_cli):
+    """`mt prepare` does all that comes before training, the base's translation included: the
+    stores it builds hold the replayed corpus, and `mt train` then translates nothing."""
+    _, _, env, _, lines = replayed
+    sources = tmp_path / "general.de"
+    sources.write_text("".join(line + "\n" for line in lines[:30]), encoding="utf-8")
+    config = finetune_config(tmp_path, replay_sources=str(sources), replay_weight=0.5)
+    init = ("--init-from", str(tiny_run / "best.pt"))
+    prepared = mt_cli("prepare", config, "--set", f"train.init_from={init[1]}", env=env)
+    assert prepared.rc == 0, prepared.err
+    corpus = the_corpus(tmp_path / "run")
+    assert "translating 30 of 30 lines" in prepared.err
+    assert f"{corpus}/text.de: 30 pairs read" in prepared.err
+    trained = mt_cli("train", config, *init, env=env)
+    assert trained.rc == 0, trained.err
+    assert f"30 lines translated before, in {corpus}" in trained.err
+    assert "translating 30" not in trained.err
+    assert f"ready: {corpus}/text.de: 30 pairs read" in trained.err  # the store prepare built
+
+
 def test_bad_settings_are_one_line_before_any_translation(tiny_run, multi30k_dir, tmp_path, mt_cli):
     config = finetune_config(tmp_path, replay_sources=str(tmp_path / "nowhere.de"))
     env = {"MT_DATA": str(multi30k_dir)}
