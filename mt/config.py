@@ -296,10 +296,13 @@ class FinetuneConfig:
     # run translates nothing); its pairs train beside the domain's corpora at replay_weight:
     # replay of what the base says on general text, for a base whose own data is absent.
     replay_sources: str = ""
-    # The replayed pairs' weight, as data.corpora's: the share of them each epoch sees
-    # (0.1: a fresh random tenth).
-    replay_weight: float = 0.1
-    replay_beam: int = 1  # the base's search on the replay sources: 1 greedy, more a beam
+    # The replayed pairs' weight, as data.corpora's: the share of them each epoch sees (0.25: a
+    # fresh random quarter). More keeps more of the general domain and less of the domain's
+    # gain (docs/fine-tuning.md measures the trade).
+    replay_weight: float = 0.25
+    # The base's beam on the replay sources (1: greedy, 2.3x faster here, and its repetitions
+    # cost the general domain more: docs/fine-tuning.md).
+    replay_beam: int = 5
     replay_max_lines: int = 0  # the first this many lines of replay_sources (0: all)
 
 

@@ -4,7 +4,7 @@ Fine-tuning on a domain forgets what the base knew; mixing the base's own traini
 (replay, `data.corpora`) keeps it best of what docs/fine-tuning.md measured, but an imported
 model's data is not at hand. General text in the *source* language is (any monolingual text a
 user has). `finetune.replay_sources` names such a file: before the run trains, the base of
-`train.init_from` translates it once (greedy, or a beam with `finetune.replay_beam`) and the
+`train.init_from` translates it once (with a beam of `finetune.replay_beam`) and the
 pairs become one more corpus of `data.corpora`, at `finetune.replay_weight`, beside the domain's.
 The model thus keeps being shown what the base says on general text: sequence-level
 distillation from the base (Kim and Rush 2016) confined to general text, where the KL term of

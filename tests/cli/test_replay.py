@@ -1,7 +1,7 @@
 """`finetune.replay_sources`: the base of `--init-from` (the tiny trained model of the fixtures)
 translates general source text once, with `mt distill`'s machinery, and the pairs train beside
 the domain's corpus at `finetune.replay_weight`. The replayed corpus is what `mt translate`
-writes with the base greedily, it is in the run's data and checkpoints, a resumed run
+writes with the base and the same beam, it is in the run's data and checkpoints, a resumed run
 translates nothing, and bad settings are one line before anything is translated."""
 
 from __future__ import annotations
@@ -55,16 +55,17 @@ def the_corpus(run: Path) -> Path:
     return folder
 
 
-def test_the_replayed_corpus_is_what_the_base_translates_greedily(replayed, tiny_run, mt_cli):
+def test_the_replayed_corpus_is_what_the_base_translates(replayed, tiny_run, mt_cli):
+    """By default with a beam of 5, as `mt translate --beam 5` writes it."""
     folder, _, env, err, lines = replayed
     corpus = the_corpus(folder / "run")
     assert (corpus / "text.de").read_text(encoding="utf-8").splitlines() == lines
     tgt = (corpus / "text.en").read_text(encoding="utf-8").splitlines()
     assert len(tgt) == LINES and sum(bool(t) for t in tgt) > LINES * 0.9
-    assert f"translating {LINES} of {LINES} lines" in err and "beam 1" in err
+    assert f"translating {LINES} of {LINES} lines" in err and "beam 5" in err
     out = folder / "translate.en"
     args = ["translate", tiny_run / "best.pt", "--input", corpus / "text.de", "-o", out]
-    result = mt_cli(*args, "--greedy", "--device", "cpu", env=env)
+    result = mt_cli(*args, "--beam", "5", "--device", "cpu", env=env)
     assert result.rc == 0, result.err
     assert out.read_bytes() == (corpus / "text.en").read_bytes()
 
@@ -81,7 +82,7 @@ def test_the_pairs_train_beside_the_domain_at_the_weight(replayed, tiny_run, mul
         {"name": "text", "root": str(corpus), "format": "text", "hf_subset": "", "weight": 0.5},
     ]
     record = best["origin"]["replay"]
-    assert record["lines"] == LINES and record["weight"] == 0.5 and record["beam"] == 1
+    assert record["lines"] == LINES and record["weight"] == 0.5 and record["beam"] == 5
     assert record == json.loads((run / "replay.json").read_text(encoding="utf-8"))["replay"]
     from mt.distill import teacher_fingerprint
 
