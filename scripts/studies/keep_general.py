@@ -2,7 +2,7 @@
 self-replay.
 
     python -m scripts.studies.keep_general BASE.pt STRINGS_DIR OUT_DIR [--steps 280]
-        [--keep-weight 1.0] [--replay-weight 0.25] [--replay-beam 1]
+        [--keep-weight 1.0] [--replay-weight 0.25] [--replay-beam 1] [--seed 1]
         [--arms plain,keep,replay,both] [--jobs 2]
 
 From BASE.pt (the demo model), each arm fine-tunes on the software strings that
@@ -76,7 +76,7 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
         "run_dir": str(run_dir), "schedule": "inverse_sqrt", "lr": 0.0005, "warmup": 50,
         "max_steps": args.steps, "threads": 1, "loader_workers": 0, "max_tokens": 2048,
         "eval_bleu": False, "eval_every": args.steps, "log_every": 20, "keep_last": 0,
-        "tensorboard": False, "seed": 1,
+        "tensorboard": False, "seed": args.seed,
     }  # fmt: skip
     if arm == "watch":  # plain, with Multi30k's val watched and best.pt bounded by it
         general = multi30k_dir().resolve()
@@ -149,6 +149,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "train_seconds": round(seconds, 1),
         "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
         "steps": 0 if arm == "base" else args.steps,
+        "seed": args.seed,
         "keep_weight": args.keep_weight if arm in ("keep", "both") else 0.0,
         "replay_weight": args.replay_weight if arm in ("replay", "both", "self_replay") else 0.0,
     }
@@ -165,6 +166,7 @@ def label(r: dict[str, Any]) -> str:
     parts = [f"kl {r['keep_weight']:g}"] if r["keep_weight"] else []
     parts += [f"replay {r['replay_weight']:g}"] if r["replay_weight"] else []
     parts += [f"beam {r['replay_beam']}"] if r.get("replay_beam", 1) > 1 else []
+    parts += [f"seed {r['seed']}"] if r.get("seed", 1) != 1 and r["steps"] else []
     return f"{r['arm']} ({', '.join(parts)})" if parts else r["arm"]
 
 
@@ -199,6 +201,7 @@ def main() -> None:
     p.add_argument("--keep-weight", type=float, default=1.0)
     p.add_argument("--replay-weight", type=float, default=0.25)
     p.add_argument("--replay-beam", type=int, default=1, help="self_replay: the base's search")
+    p.add_argument("--seed", type=int, default=1, help="train.seed of every arm")
     p.add_argument("--arms", default=",".join(ARMS[:4]))
     p.add_argument("--jobs", type=int, default=1, help="arms trained side by side")
     p.add_argument(
