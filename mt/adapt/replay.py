@@ -79,7 +79,7 @@ def translate(cfg: Config, run_dir: Path, where: str, shard: Any = None) -> dict
     limit = cfg.finetune.replay_max_lines
     langs = (cfg.data.src_lang, cfg.data.tgt_lang)
     found = translate_lines(
-        teachers, _first(line_chunks(path), limit), langs, str(path), run_dir / FOLDER, shard,
+        teachers, _first(line_chunks(path), limit, path), langs, str(path), run_dir / FOLDER, shard,
         limit,
     )  # fmt: skip
     if found is None:
@@ -97,8 +97,9 @@ def translate(cfg: Config, run_dir: Path, where: str, shard: Any = None) -> dict
     }
 
 
-def _first(chunks: Any, limit: int) -> Any:
-    """The chunks' lines up to `limit` (0: all)."""
+def _first(chunks: Any, limit: int, path: Path) -> Any:
+    """The chunks' lines up to `limit` (0: all); an empty file is an error (a wrong file,
+    never an intended input)."""
     seen = 0
     for chunk in chunks:
         if limit and seen + len(chunk) >= limit:
@@ -106,6 +107,8 @@ def _first(chunks: Any, limit: int) -> Any:
             return
         seen += len(chunk)
         yield chunk
+    if not seen:
+        raise MtError(f"{path}: finetune.replay_sources is empty")
 
 
 def with_replay(d: DataConfig, record: dict[str, Any]) -> DataConfig:

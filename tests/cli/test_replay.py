@@ -145,4 +145,9 @@ def test_bad_settings_are_one_line_before_any_translation(tiny_run, multi30k_dir
     assert "finetune.replay_beam must be >= 1, got 0" in error(
         *base, "--set", "finetune.replay_beam=0"
     )
-    assert not (tmp_path / "run" / "replay").exists()
+    assert not (tmp_path / "run" / "replay").exists()  # nothing translated before those
+    empty = tmp_path / "empty.de"
+    empty.write_text("", encoding="utf-8")
+    assert error(*base, "--set", f"finetune.replay_sources={empty}") == (
+        f"mt: error: {empty}: finetune.replay_sources is empty"
+    )
