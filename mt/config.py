@@ -310,6 +310,20 @@ class FinetuneConfig:
     # 2018); with the base's own data mixed in (data.corpora: replay) it sees general text too.
     keep: Literal["none", "kl"] = "none"
     keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
+    # General text in the source language (a file, one sentence a line, .gz too) that the base
+    # of train.init_from translates once (mt/adapt/replay.py, with mt distill's machinery: kept
+    # in RUN/replay/ under a digest of the base, the search and the lines; a rerun or a resumed
+    # run translates nothing); its pairs train beside the domain's corpora at replay_weight:
+    # replay of what the base says on general text, for a base whose own data is absent.
+    replay_sources: str = ""
+    # The replayed pairs' weight, as data.corpora's: the share of them each epoch sees (0.25: a
+    # fresh random quarter). More keeps more of the general domain and less of the domain's
+    # gain (docs/fine-tuning.md measures the trade).
+    replay_weight: float = 0.25
+    # The base's beam on the replay sources (1: greedy, 2.3x faster here, and its repetitions
+    # cost the general domain more: docs/fine-tuning.md).
+    replay_beam: int = 5
+    replay_max_lines: int = 0  # the first this many lines of replay_sources (0: all)
 
 
 @dataclass

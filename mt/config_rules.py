@@ -125,6 +125,20 @@ def keep_checks(cfg: Config) -> list[tuple[bool, str]]:
             "finetune.keep: kl compares the model with its base over the base's vocabulary: it "
             "cannot be combined with train.init_vocab: new",
         ),
+        (
+            0 < f.replay_weight <= 1000,
+            f"finetune.replay_weight must be in (0, 1000], got {f.replay_weight}",
+        ),
+        (f.replay_beam >= 1, f"finetune.replay_beam must be >= 1, got {f.replay_beam}"),
+        (
+            f.replay_max_lines >= 0,
+            f"finetune.replay_max_lines must be >= 0, got {f.replay_max_lines}",
+        ),
+        (
+            not f.replay_sources or not cfg.data.pairs,
+            "finetune.replay_sources translates data.src_lang -> data.tgt_lang: it cannot be "
+            "combined with data.pairs",
+        ),
     ]
 
 

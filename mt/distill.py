@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -85,12 +86,15 @@ class Teachers:
     """The teachers of one student loaded as one model (an ensemble when several), with the
     translator that distils and the settings that decide its output (the cache key's part)."""
 
-    def __init__(self, cfg: Config, paths: list[Path], device: str, where: str) -> None:
+    def __init__(
+        self, cfg: Config, paths: list[Path], device: str, where: str, who: str = "mt distill"
+    ) -> None:
         from mt.plan import PlanOptions
         from mt.translation.options import DecodeOptions
         from mt.translation.session import Session
 
         d, data = cfg.distill, cfg.data
+        self.who = who  # what the progress lines start with
         self.session = Session(paths, device, name=lambda key: "distill." + key.split(".")[-1])
         check_direction(self.session, data, where)
         options = DecodeOptions(
@@ -165,8 +169,8 @@ class Distilled:
         return {"corpus": self.source.where, "folder": str(self.folder), "lines": self.lines}
 
 
-def say(text: str) -> None:
-    print(f"mt distill: {text}", file=sys.stderr, flush=True)
+def say(text: str, who: str = "mt distill") -> None:
+    print(f"{who}: {text}", file=sys.stderr, flush=True)
 
 
 def one_line(text: str) -> str:
@@ -174,14 +178,14 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
-def copy_sources(source: Source, limit: int, into: Path) -> tuple[Path, str, int]:
-    """The source side of `source` (its first `limit` pairs when > 0) written to a temp file
-    in `into`: the file, the digest of its bytes and its number of lines."""
-    tmp = temp_path(into / f"source.{source.src_lang}")
+def copy_sources(chunks: Iterable[list[str]], src_lang: str, into: Path) -> tuple[Path, str, int]:
+    """The source lines of `chunks` written to a temp file in `into`: the file, the digest of
+    its bytes and its number of lines."""
+    tmp = temp_path(into / f"source.{src_lang}")
     h, n = hashlib.sha256(), 0
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            for src, _ in pair_chunks(source, limit=limit):
+            for src in chunks:
                 text = "".join(one_line(s) + "\n" for s in src)
                 f.write(text)
                 h.update(text.encode("utf-8"))
@@ -209,16 +213,37 @@ def distil(
     """The teachers' translation of `source` under `root` (RUN/distill): found whole, or
     this process's chunks translated (`shard`: its share; None: all). None when other
     processes' chunks are still missing."""
+    sources = (src for src, _ in pair_chunks(source, limit=limit))
+    langs = (source.src_lang, source.tgt_lang)
+    found = translate_lines(teachers, sources, langs, source.where, root, shard, limit)
+    return None if found is None else Distilled(source, *found)
+
+
+def translate_lines(
+    teachers: Teachers,
+    chunks: Iterable[list[str]],
+    langs: tuple[str, str],
+    where: str,
+    root: Path,
+    shard: Any = None,
+    limit: int = 0,
+) -> tuple[Path, str, int, bool] | None:
+    """The teachers' translation of the source lines of `chunks` (named `where`, in the
+    languages `langs`) kept under `root`: its folder (holding `text.SRC` and `text.TGT`), key,
+    number of lines and whether it was found whole. None when other processes' chunks are
+    still missing. The corpora of `mt distill` and the replay sources of a fine-tuning run
+    (mt.adapt.replay) are translated and kept alike."""
     from mt.runtime.shards import ChunkedJob, Shard
 
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise MtError(f"{root}: cannot create ({err.strerror or err})") from None
-    tmp, digest, lines = copy_sources(source, limit, root)
+    src_lang, tgt_lang = langs
+    tmp, digest, lines = copy_sources(chunks, src_lang, root)
     key = corpus_key(teachers.settings, digest, lines)
     folder = root / key
-    src_file, tgt_file = folder / f"text.{source.src_lang}", folder / f"text.{source.tgt_lang}"
+    src_file, tgt_file = folder / f"text.{src_lang}", folder / f"text.{tgt_lang}"
     with open(root / ".lock", "a") as lock:  # processes of one job place the sources once
         fcntl.lockf(lock.fileno(), fcntl.LOCK_EX)
         folder.mkdir(exist_ok=True)
@@ -227,12 +252,12 @@ def distil(
         else:
             os.replace(tmp, src_file)
     if (folder / RECORD).exists():
-        say(f"{source.where}: {lines:,} lines translated before, in {folder}")
-        return Distilled(source, folder, key, lines, cached=True)
+        say(f"{where}: {lines:,} lines translated before, in {folder}", teachers.who)
+        return folder, key, lines, True
     if not tgt_file.exists():
         job = ChunkedJob([src_file], tgt_file, teachers.chunk_lines, teachers.settings,
                          shard or Shard(0, 1))  # fmt: skip
-        _translate(teachers, job, source, lines)
+        _translate(teachers, job, where, lines)
         if not tgt_file.exists():
             return None  # merged by the process that writes the last chunk
     written = chunk_offsets(tgt_file, teachers.chunk_lines)[1]
@@ -243,13 +268,13 @@ def distil(
         "key": key,
         "teachers": [asdict(t) for t in teachers.teachers],
         "settings": teachers.settings,
-        "source": {"corpus": source.where, "sha256": digest, "lines": lines, "limit": limit},
+        "source": {"corpus": where, "sha256": digest, "lines": lines, "limit": limit},
     }
     write_text(folder / RECORD, json.dumps(record, indent=1) + "\n", "the distillation record")
-    return Distilled(source, folder, key, lines, cached=False)
+    return folder, key, lines, False
 
 
-def _translate(teachers: Teachers, job: Any, source: Source, lines: int) -> None:
+def _translate(teachers: Teachers, job: Any, where: str, lines: int) -> None:
     """This process's missing chunks of `job`, with a progress line as they are written.
     What is loaded by now stays out of the collector's full passes meanwhile (as in `mt
     translate`: mt.cli.options.settled_heap)."""
@@ -258,15 +283,13 @@ def _translate(teachers: Teachers, job: Any, source: Source, lines: int) -> None
 
     pending = job.pending_lines()
     share = f" (share {job.shard.index}/{job.shard.count})" if job.shard.count > 1 else ""
-    say(
-        f"{source.where}: translating {pending:,} of {lines:,} lines{share} with "
-        f"{teachers.describe()}"
-    )
-    progress = Progress(f"mt distill: {source.where}", "lines")
+    say(f"{where}: translating {pending:,} of {lines:,} lines{share} with {teachers.describe()}",
+        teachers.who)  # fmt: skip
+    progress = Progress(f"{teachers.who}: {where}", "lines")
     gc.freeze()
     try:
         with spread(teachers.translator) as decoder:
-            job.run(work(teachers, decoder, str(job.inputs[0])), "mt distill", progress.update)
+            job.run(work(teachers, decoder, str(job.inputs[0])), teachers.who, progress.update)
     finally:
         gc.unfreeze()
     progress.close()
@@ -307,7 +330,7 @@ def work(teachers: Teachers, decoder: Any, name: str) -> Any:
     plan = Plan.of(teachers.plan, teachers.session.source_language())
 
     def failed(line: int, error: str) -> None:
-        say(f"{name}:{line}: could not translate this line ({error}); written empty")
+        say(f"{name}:{line}: could not translate this line ({error}); written empty", teachers.who)
 
     def chunk(first: int, ins: list[list[str]], out: TextIO) -> None:
         requests = read_requests(ins[0], "text", name, first, plan, None)

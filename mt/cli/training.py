@@ -38,9 +38,13 @@ def train(
     # A model too big for this machine, refused before the data is prepared (the vocabulary
     # is the configured size here; build_model checks again with the trained one).
     check_model_fits(cfg.model, cfg.tokenizer.vocab_size, cfg.tokenizer.vocab_size)
+    from mt.adapt.replay import prepare as prepare_replay
+
+    folder = Path(cfg.train.run_dir)
+    origin = prepare_replay(cfg, folder, str(config), resume)  # finetune.replay_sources
     from mt.train.trainer import train as run_training
 
-    state = run_training(cfg, Path(cfg.train.run_dir), resume)
+    state = run_training(cfg, folder, resume, origin=origin)
     from mt.translation.session import keep_learned
 
     keep_learned()  # what the dev translations taught the span ban: `mt translate` starts there
@@ -70,6 +74,11 @@ def prepare(
         given = finetune.Sections(cfg.train, cfg.model, cfg.tokenizer, cfg.finetune)
         init, run = finetune.load_init(given, folder, resume=False)
         finetune.write_tokenizer(init, folder)
+        if cfg.finetune.replay_sources:  # the base's translations are training data too
+            from mt.adapt import replay
+
+            record = replay.translate(cfg, folder, str(config))  # one process: all chunks
+            replay.use(cfg, folder, str(config), record, main=True)  # type: ignore[arg-type]
         run_prepare(cfg.data, run.tokenizer, run.train.seed, folder)
     finally:
         lock.release()

@@ -99,7 +99,7 @@ def _load(path: Path) -> dict[str, Any]:
         raise MtError(f"train.init_from: {err}") from None
 
 
-def _recorded_init_from(run_dir: Path) -> str:
+def recorded_init_from(run_dir: Path) -> str:
     """`train.init_from` as the run directory's `config.yaml` records it ("" when none)."""
     try:
         raw = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
@@ -186,7 +186,7 @@ def load_init(
     last = run_dir / "last.pt"
     lora = s.finetune.adapter == "lora"
     if resume and last.exists():
-        if t.init_from or t.freeze or lora or _recorded_init_from(run_dir):
+        if t.init_from or t.freeze or lora or recorded_init_from(run_dir):
             s = _resume_as_recorded(s, last)
             return (_base_again(s, last, log) if s.finetune.adapter == "lora" else None), s
         return None, s

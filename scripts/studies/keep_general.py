@@ -1,7 +1,9 @@
-"""Fine-tuning that keeps the general domain: plain, a KL term toward the base, replay, both.
+"""Fine-tuning that keeps the general domain: plain, a KL term toward the base, replay, both,
+self-replay.
 
     python -m scripts.studies.keep_general BASE.pt STRINGS_DIR OUT_DIR [--steps 280]
-        [--keep-weight 1.0] [--replay-weight 0.25] [--arms plain,keep,replay,both] [--jobs 2]
+        [--keep-weight 1.0] [--replay-weight 0.25] [--replay-beam 1] [--seed 1]
+        [--arms plain,keep,replay,both] [--jobs 2]
 
 From BASE.pt (the demo model), each arm fine-tunes on the software strings that
 scripts/tools/software_strings.py writes to STRINGS_DIR ({train,val,test}.{de,en}) for the same
@@ -13,6 +15,11 @@ thread):
 - keep: `finetune.keep: kl`, a KL term toward the frozen base on every batch;
 - replay: Multi30k's train mixed in as a second corpus (`data.corpora`, `--replay-weight`);
 - both: replay and the KL term;
+- self_replay (on request): the German side of Multi30k's train alone, translated by the base
+  (`finetune.replay_sources`, greedy or `--replay-beam`), mixed in at `--replay-weight`: replay
+  for a base whose own data is absent (its English side is not read). The base's translation is
+  made once: a later self_replay arm (another weight) finds it in an earlier arm's run
+  directory, in OUT_DIR or `--also`, and starts from a copy;
 - watch (on request): plain, with the first 300 pairs of Multi30k's val watched
   (`train.watch`, `keep_within: 1.0`) and evaluated 7 times: best.pt is the strings' best
   among the evaluations within 1 BLEU of the base on them.
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,7 +56,7 @@ from scripts.common import (
     write_text,
 )
 
-ARMS = ("plain", "keep", "replay", "both", "watch")
+ARMS = ("plain", "keep", "replay", "both", "watch", "self_replay")
 GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
 
 
@@ -68,7 +76,7 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
         "run_dir": str(run_dir), "schedule": "inverse_sqrt", "lr": 0.0005, "warmup": 50,
         "max_steps": args.steps, "threads": 1, "loader_workers": 0, "max_tokens": 2048,
         "eval_bleu": False, "eval_every": args.steps, "log_every": 20, "keep_last": 0,
-        "tensorboard": False, "seed": 1,
+        "tensorboard": False, "seed": args.seed,
     }  # fmt: skip
     if arm == "watch":  # plain, with Multi30k's val watched and best.pt bounded by it
         general = multi30k_dir().resolve()
@@ -81,7 +89,24 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
     cfg: dict[str, Any] = {"data": data, "train": train}
     if arm in ("keep", "both"):
         cfg["finetune"] = {"keep": "kl", "keep_weight": args.keep_weight}
+    if arm == "self_replay":
+        cfg["finetune"] = {
+            "replay_sources": str((multi30k_dir() / "train.de.gz").resolve()),
+            "replay_weight": args.replay_weight, "replay_beam": args.replay_beam,
+        }  # fmt: skip
     return cfg
+
+
+def reuse_replay(args: argparse.Namespace, run_dir: Path) -> None:
+    """An earlier self_replay arm's translations (RUN/replay: kept by a digest of the base,
+    the search and the lines, so `mt train` uses them only if they match) copied into
+    `run_dir`, so that each weight does not translate Multi30k's train again."""
+    for out in [args.out, *args.also]:
+        for found in sorted(out.glob("self_replay*/run/replay")):
+            if found.parent != run_dir and any(found.glob("*/distill.json")):
+                say(f"self_replay: starting from the translations in {found}")
+                shutil.copytree(found, run_dir / "replay", dirs_exist_ok=True)
+                return
 
 
 def scores(checkpoint: Path, strings: Path, folder: Path) -> dict[str, Any]:
@@ -111,6 +136,8 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         config = folder / "config.yaml"
         write_text(config, yaml.safe_dump(arm_config(arm, args, folder / "run")), "the config")
+        if arm == "self_replay":
+            reuse_replay(args, folder / "run")
         say(f"{arm}: training {args.steps} steps")
         run_mt("train", str(config), "--init-from", str(args.base), log=folder / "train.log")
         model = folder / "run" / "best.pt"
@@ -122,9 +149,13 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "train_seconds": round(seconds, 1),
         "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
         "steps": 0 if arm == "base" else args.steps,
+        "seed": args.seed,
         "keep_weight": args.keep_weight if arm in ("keep", "both") else 0.0,
-        "replay_weight": args.replay_weight if arm in ("replay", "both") else 0.0,
+        "replay_weight": args.replay_weight if arm in ("replay", "both", "self_replay") else 0.0,
     }
+    if arm == "self_replay":
+        result["replay_beam"] = args.replay_beam
+        result["replay"] = json.loads((folder / "run" / "replay.json").read_text())["replay"]
     write_text(done, json.dumps(result, indent=1) + "\n")
     say(f"{arm}: {result['scores']}")
     return result
@@ -134,6 +165,8 @@ def label(r: dict[str, Any]) -> str:
     """An arm with its settings: `keep (kl 1)`, `both (kl 1, replay 0.25)`."""
     parts = [f"kl {r['keep_weight']:g}"] if r["keep_weight"] else []
     parts += [f"replay {r['replay_weight']:g}"] if r["replay_weight"] else []
+    parts += [f"beam {r['replay_beam']}"] if r.get("replay_beam", 1) > 1 else []
+    parts += [f"seed {r['seed']}"] if r.get("seed", 1) != 1 and r["steps"] else []
     return f"{r['arm']} ({', '.join(parts)})" if parts else r["arm"]
 
 
@@ -167,6 +200,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=280)
     p.add_argument("--keep-weight", type=float, default=1.0)
     p.add_argument("--replay-weight", type=float, default=0.25)
+    p.add_argument("--replay-beam", type=int, default=1, help="self_replay: the base's search")
+    p.add_argument("--seed", type=int, default=1, help="train.seed of every arm")
     p.add_argument("--arms", default=",".join(ARMS[:4]))
     p.add_argument("--jobs", type=int, default=1, help="arms trained side by side")
     p.add_argument(

@@ -176,3 +176,42 @@ def test_ddp_fine_tuning_with_keep_matches_single_process(tmp_path, mt_cli):
         torch.testing.assert_close(wb[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
     evals = [json.loads(x) for x in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in evals if "watch_loss/general" in r] == [0, K]
+
+
+@pytest.mark.slow
+def test_ddp_fine_tuning_with_replay_translates_once_and_matches_single_process(tmp_path, mt_cli):
+    """`finetune.replay_sources` under torchrun: each rank translates its share of the chunks,
+    all wait for the whole, and the two-process run trains on the same replayed corpus as the
+    one-process run with the same global batch (same translations, same losses)."""
+    if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
+        pytest.skip("torchrun not installed")
+    config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=64)
+    no_dropout = ("--set", "model.dropout=0.0")
+    base = mt_cli("train", config, "--run-dir", tmp_path / "base", *no_dropout)
+    assert base.rc == 0, base.err
+    sources = tmp_path / "data" / "train.src"
+    replay = [
+        *("--set", f"finetune.replay_sources={sources}", "--set", "finetune.replay_beam=2"),
+        *("--set", "finetune.replay_weight=0.5", "--set", "train.lr_scale=4"),
+        *("--init-from", str(tmp_path / "base" / "best.pt"), *no_dropout),
+    ]
+    single = mt_cli(
+        "train", config, "--run-dir", tmp_path / "single", "--set", "train.accum_steps=2", *replay
+    )
+    assert single.rc == 0, single.err
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    ddp = subprocess.run(
+        [torchrun, "--nproc_per_node=2", "--master_port=29535", "-m", "mt", "train",
+         str(config), "--run-dir", str(tmp_path / "ddp"), *replay],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    (one,) = [p for p in (tmp_path / "single" / "replay").iterdir() if p.is_dir()]
+    (two,) = [p for p in (tmp_path / "ddp" / "replay").iterdir() if p.is_dir()]
+    assert one.name == two.name  # the same base, search and lines: the same key
+    assert (two / "text.tgt").read_bytes() == (one / "text.tgt").read_bytes()
+    assert "(share 0/2)" in ddp.stderr or "(share 1/2)" in ddp.stderr
+    a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
+    assert sorted(a) == sorted(b) and a
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4), step
