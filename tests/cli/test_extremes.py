@@ -121,6 +121,9 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "finetune.lora_dropout": ("WEE",),
     "finetune.lora_b_lr": ("EEE",),  # (0, 1000]: a multiple of train.lr
     "finetune.keep_weight": ("EEE",),  # checked whether or not a base is kept
+    "finetune.replay_weight": ("EEE",),  # (0, 1000], checked without replay_sources too
+    "finetune.replay_beam": ("EEW",),  # >= 1
+    "finetune.replay_max_lines": ("WEW",),  # 0: every line
     "train.watch.max_examples": ("WEW",),  # 0: every line of the watched set
     # `mt train` checks the distill section and trains on the original pairs
     "distill.beam": ("EEE",),
