@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.processes import free_port
 from support.tasks import reverse_task_config
 
 K = 12
@@ -51,7 +52,7 @@ def test_two_process_ddp_matches_single_process(tmp_path, mt_cli):
         [
             torchrun,
             "--nproc_per_node=2",
-            "--master_port=29533",
+            f"--master_port={free_port()}",
             "-m",
             "mt",
             "train",
@@ -67,6 +68,7 @@ def test_two_process_ddp_matches_single_process(tmp_path, mt_cli):
         timeout=600,
     )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
+    return ddp.stderr
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert sorted(a) == sorted(b) == list(range(4, K + 1, 4))
     for step in a:
@@ -105,7 +107,7 @@ def test_two_process_ddp_trains_an_adapter_as_one_process_does(tmp_path, mt_cli)
     assert single.rc == 0, single.err
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     ddp = subprocess.run(
-        [torchrun, "--nproc_per_node=2", "--master_port=29534", "-m", "mt", "train",
+        [torchrun, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "mt", "train",
          str(config), "--run-dir", str(tmp_path / "ddp"), *lora, *nodrop],
         capture_output=True,
         text=True,
@@ -113,6 +115,7 @@ def test_two_process_ddp_trains_an_adapter_as_one_process_does(tmp_path, mt_cli)
         timeout=600,
     )  # fmt: skip
     assert ddp.returncode == 0, ddp.stderr[-3000:]
+    return ddp.stderr
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert sorted(a) == sorted(b) == list(range(4, K + 1, 4))
     for step in a:
@@ -143,27 +146,13 @@ def test_ddp_fine_tuning_with_keep_matches_single_process(tmp_path, mt_cli):
     if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
         pytest.skip("torchrun not installed")
     config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=64)
-    no_dropout = ("--set", "model.dropout=0.0")
-    base = mt_cli("train", config, "--run-dir", tmp_path / "base", *no_dropout)
-    assert base.rc == 0, base.err
     data = tmp_path / "data"
     watch = f"[{{name: general, src: {data / 'val.src'}, ref: {data / 'val.tgt'}}}]"
     keep = [
         *("--set", "finetune.keep=kl", "--set", "finetune.keep_weight=3"),
         *("--set", f"train.watch={watch}", "--set", "train.lr_scale=4"),
-        *("--init-from", str(tmp_path / "base" / "best.pt"), *no_dropout),
     ]
-    single = mt_cli(
-        "train", config, "--run-dir", tmp_path / "single", "--set", "train.accum_steps=2", *keep
-    )
-    assert single.rc == 0, single.err
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    ddp = subprocess.run(
-        [torchrun, "--nproc_per_node=2", "--master_port=29534", "-m", "mt", "train",
-         str(config), "--run-dir", str(tmp_path / "ddp"), *keep],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
-    )  # fmt: skip
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    fine_tune_both_ways(tmp_path, config, mt_cli, keep)
     a, b = records(tmp_path / "single"), records(tmp_path / "ddp")
     assert sorted(a) == sorted(b) == list(range(4, K + 1, 4))
     for step in a:
@@ -186,32 +175,40 @@ def test_ddp_fine_tuning_with_replay_translates_once_and_matches_single_process(
     if shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists():
         pytest.skip("torchrun not installed")
     config = reverse_task_config(tmp_path, max_steps=K, eval_every=K, max_tokens=64)
-    no_dropout = ("--set", "model.dropout=0.0")
-    base = mt_cli("train", config, "--run-dir", tmp_path / "base", *no_dropout)
-    assert base.rc == 0, base.err
     sources = tmp_path / "data" / "train.src"
     replay = [
         *("--set", f"finetune.replay_sources={sources}", "--set", "finetune.replay_beam=2"),
         *("--set", "finetune.replay_weight=0.5", "--set", "train.lr_scale=4"),
-        *("--init-from", str(tmp_path / "base" / "best.pt"), *no_dropout),
     ]
-    single = mt_cli(
-        "train", config, "--run-dir", tmp_path / "single", "--set", "train.accum_steps=2", *replay
-    )
-    assert single.rc == 0, single.err
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    ddp = subprocess.run(
-        [torchrun, "--nproc_per_node=2", "--master_port=29535", "-m", "mt", "train",
-         str(config), "--run-dir", str(tmp_path / "ddp"), *replay],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
-    )  # fmt: skip
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    stderr = fine_tune_both_ways(tmp_path, config, mt_cli, replay)
     (one,) = [p for p in (tmp_path / "single" / "replay").iterdir() if p.is_dir()]
     (two,) = [p for p in (tmp_path / "ddp" / "replay").iterdir() if p.is_dir()]
     assert one.name == two.name  # the same base, search and lines: the same key
     assert (two / "text.tgt").read_bytes() == (one / "text.tgt").read_bytes()
-    assert "(share 0/2)" in ddp.stderr or "(share 1/2)" in ddp.stderr
+    assert "(share 0/2)" in stderr or "(share 1/2)" in stderr
     a, b = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert sorted(a) == sorted(b) and a
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-4), step
+
+
+def fine_tune_both_ways(tmp_path: Path, config: Path, mt_cli, extra: list[str]) -> str:
+    """Fine-tune the reverse task's base (trained here, no dropout) with `extra`: in one process
+    with two accumulated batches (run dir `single`) and under torchrun with two (`ddp`); returns
+    torchrun's stderr."""
+    no_dropout = ("--set", "model.dropout=0.0")
+    base = mt_cli("train", config, "--run-dir", tmp_path / "base", *no_dropout)
+    assert base.rc == 0, base.err
+    args = [*extra, "--init-from", str(tmp_path / "base" / "best.pt"), *no_dropout]
+    single = mt_cli(
+        "train", config, "--run-dir", tmp_path / "single", "--set", "train.accum_steps=2", *args
+    )
+    assert single.rc == 0, single.err
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    ddp = subprocess.run(
+        [torchrun, "--nproc_per_node=2", f"--master_port={free_port()}", "-m", "mt", "train",
+         str(config), "--run-dir", str(tmp_path / "ddp"), *args],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600,
+    )  # fmt: skip
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    return ddp.stderr
