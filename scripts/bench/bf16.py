@@ -155,12 +155,13 @@ def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict
 def engine_keys(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, int]]:
     """(spec, beam) of every engine to time: each dtype spec per beam, mt int8, CTranslate2.
 
-    A spec is `DTYPE[/GEMM][+early][:wN]` ("bf16/torch": bf16 without oneDNN's packed
-    weights; "+early": CTranslate2's stopping rule, `--stop-early`, beam search only; ":w2":
-    two worker processes of one thread each, `--workers 2`), `int8[+early][:wN]` (`--int8`),
-    `ct2-int8` (one translator, its threads inside each op) or `ct2-int8:replicas` (one
-    replica per thread, `inter_threads`, each on its own batches: CTranslate2's faster mode
-    on a 2-core Zen 5)."""
+    A spec is `DTYPE[/GEMM][+early][+slK][:wN]` ("bf16/torch": bf16 without oneDNN's packed
+    weights; "+early": CTranslate2's stopping rule, `--stop-early`, beam search only; "+sl50":
+    the checkpoint's lexical shortlist, `--shortlist 50`; ":w2": two worker processes of one
+    thread each, `--workers 2`), `int8[+early][+slK][:wN]` (`--int8`), `ct2-int8[+vmap]` (one
+    translator, its threads inside each op; "+vmap": with the shortlist exported as its
+    vocabulary map, `use_vmap`) or `ct2-int8[+vmap]:replicas` (one replica per thread,
+    `inter_threads`, each on its own batches: CTranslate2's faster mode on a 2-core Zen 5)."""
     keys = []
     for beam in args.beams:
         specs = [*dtypes, *(["int8"] if args.int8 and "int8" not in dtypes else [])]
@@ -172,7 +173,9 @@ def engine_keys(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, 
 def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]):
     """A function that translates `lines` with engine `spec` and returns the texts."""
     if spec.startswith("ct2-int8"):
-        return ctranslate2_engine(args, lines, beam, spec.endswith(":replicas"))
+        return ctranslate2_engine(
+            args, lines, beam, spec.endswith(":replicas"), vmap="+vmap" in spec
+        )
     from mt.runtime.workers import WorkerPool
     from mt.translation.requests import Plan, Request
     from mt.translation.session import DecodeOptions, Session
@@ -181,10 +184,16 @@ def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]
         Request(x, plan=Plan(protect=False, recase=False, keep_numbers=False)) for x in lines
     ]  # search alone
     spec, _, workers = spec.partition(":w")
-    name, early = spec.removesuffix("+early"), spec.endswith("+early")
+    name, *marks = spec.split("+")
+    early = "early" in marks
+    shortlist = next((int(m[2:]) for m in marks if m.startswith("sl")), None)
     dtype, _, gemm = name.partition("/")
     options = DecodeOptions(
-        beam=beam, nbest=1, greedy=beam == 1 or None, stop_early=True if early else None
+        beam=beam,
+        nbest=1,
+        greedy=beam == 1 or None,
+        stop_early=True if early else None,
+        shortlist=shortlist,
     )  # None: the checkpoint's own setting
     if dtype == "int8":
         dtype, options = "fp32", dataclasses.replace(options, int8=True)
@@ -317,19 +326,25 @@ def child(args: argparse.Namespace) -> None:
     args.out.write_text(json.dumps(got))
 
 
-def ctranslate2_engine(args: argparse.Namespace, lines: list[str], beam: int, replicas: bool):
+def ctranslate2_engine(
+    args: argparse.Namespace, lines: list[str], beam: int, replicas: bool, vmap: bool = False
+):
     """CTranslate2 int8 (its fastest CPU compute type) on the same checkpoint: one translator
     whose ops use every thread, or with `replicas` one replica per thread (`inter_threads`),
-    each translating its own batches of 2,048 tokens (its best of 2,048 and 4,096 measured).
-    The timed call takes the lines as text and returns texts, as mt's engines do."""
+    each translating its own batches of 2,048 tokens (its best of 2,048 and 4,096 measured);
+    with `vmap`, the checkpoint's shortlist as its vocabulary map (`mt export` writes
+    `vmap.txt` for a checkpoint that has one). The timed call takes the lines as text and
+    returns texts, as mt's engines do."""
     import ctranslate2
 
-    from mt.export import to_ctranslate2
+    from mt.export import write_ctranslate2
     from scripts.common import load_checkpoint
 
     loaded = load_checkpoint(args.checkpoint, 0)
     folder = Path(tempfile.mkdtemp(prefix="bench-bf16-ct2-"))
-    to_ctranslate2(loaded, folder, None)
+    write_ctranslate2(loaded, folder, None)  # as `mt export --to ctranslate2` writes it
+    if vmap and not (folder / "vmap.txt").exists():
+        raise SystemExit(f"{args.checkpoint} has no shortlist: run `mt shortlist` on it first")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     tok, d = loaded.tokenizer, loaded.cfg.decode
     threads = args.threads or os.cpu_count() or 1
@@ -345,7 +360,7 @@ def ctranslate2_engine(args: argparse.Namespace, lines: list[str], beam: int, re
         longest = max(len(p) for p in pieces) + 1
         results = translator.translate_batch(
             pieces, beam_size=beam, max_batch_size=batch, batch_type="tokens",
-            max_decoding_length=int(d.max_len_a * longest + d.max_len_b),
+            max_decoding_length=int(d.max_len_a * longest + d.max_len_b), use_vmap=vmap,
         )  # fmt: skip
         return [tok.tgt.decode_pieces(r.hypotheses[0]) for r in results]
 

@@ -1,0 +1,180 @@
+"""A distilled student through `mt` against its teacher's CTranslate2 int8 export, and against
+CTranslate2 int8 on the student itself: the decoding targets of a student recipe.
+
+The question a user asks of a student is whether it replaces the exported teacher: as fast as
+what they would deploy otherwise (the teacher in CTranslate2 int8, its best mode) several
+times over, at the teacher's quality. And whether `mt` is the fastest way to run the student,
+so the comparison is made again with CTranslate2 running the same student, the shortlist on
+both (`--shortlist K` in mt; its export as `vmap.txt`, `use_vmap`, in CTranslate2).
+
+Every engine runs in a fresh process per round, the engines taking turns over `--rounds`
+rounds (the child mode of `scripts.bench.bf16`, whose engine specs this takes:
+`auto+early:w2` is mt at the dtype `auto` picks with CTranslate2's stopping rule and two
+workers of one thread; `ct2-int8:replicas` is CTranslate2 int8 with one replica per core;
+`+sl50` and `+vmap` are the shortlist). Each engine is reported by its best pass, its BLEU on
+the references, and the ratios the targets name:
+
+- the fastest student engine of mt / the faster of the teacher's two CTranslate2 int8 modes,
+  and the student's BLEU minus the teacher's (the teacher as mt decodes it at the same beam);
+- the fastest student engine of mt with the shortlist / the faster of CTranslate2's modes
+  with the vocabulary map on the student.
+
+    mt shortlist runs/student/best.pt --source train.de.gz --target train.en.gz -o student_sl.pt
+    MT_DATA=../shared/data/multi30k python -m scripts.bench.student \\
+        --teacher runs/multi30k_de_en/best.pt --student student_sl.pt --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from scripts.common import REPO, machine, read_lines, say
+
+TEACHER_SPECS = "auto,ct2-int8,ct2-int8:replicas"
+STUDENT_SPECS = "auto+early,int8+early,auto+early:w2,int8+early:w2,ct2-int8,ct2-int8:replicas"
+SHORTLIST_SPECS = "auto+early+sl{k}:w2,int8+early+sl{k}:w2,ct2-int8+vmap,ct2-int8+vmap:replicas"
+
+
+def child(args: argparse.Namespace, checkpoint: Path, spec: str, out: Path) -> dict:
+    """One engine in a fresh process (scripts.bench.bf16's child mode): its outputs, its first
+    pass's seconds and its timed passes' seconds."""
+    cmd = [
+        sys.executable, "-m", "scripts.bench.bf16", "--child", spec,
+        "--child-beam", str(args.beam), "--checkpoint", str(checkpoint), "--src", str(args.src),
+        "--limit", str(args.limit), "--threads", str(args.threads), "--passes",
+        str(args.passes), "--out", str(out),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, cwd=REPO)
+    return json.loads(out.read_text())
+
+
+def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str]]) -> list[dict]:
+    """Every (who, checkpoint, spec) in turn, `--rounds` times; a row per engine."""
+    from mt.metrics import bleu
+
+    lines = read_lines(args.src)[: args.limit or None]
+    refs = read_lines(args.ref)[: len(lines)]
+    seconds: dict[str, list[float]] = {}
+    outputs: dict[str, list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-student-") as tmp:
+        for r in range(args.rounds):
+            for who, checkpoint, spec in engines:
+                name = f"{who} {spec}"
+                got = child(args, checkpoint, spec, Path(tmp) / "child.json")
+                seconds.setdefault(name, []).extend(got["seconds"])
+                outputs[name] = got["outputs"]
+                say(f"round {r + 1}: {name}: first {got['first']:.2f} s, then {got['seconds']}")
+    rows = []
+    for who, _, spec in engines:
+        name = f"{who} {spec}"
+        best = min(seconds[name])
+        rows.append(
+            {
+                "who": who,
+                "engine": spec,
+                "beam": args.beam,
+                "sentences": len(lines),
+                "sent_s_best": round(len(lines) / best, 2),
+                "sent_s_slowest": round(len(lines) / max(seconds[name]), 2),
+                "bleu": round(bleu(outputs[name], refs), 2),
+            }
+        )
+    return rows
+
+
+def fastest(rows: list[dict], who: str, engine: str = "", shortlist: bool | None = None):
+    """The fastest row of `who` whose engine starts with `engine` (mt: not "ct2"), with or
+    without the shortlist where `shortlist` says; None if there is none."""
+    picked = [
+        r
+        for r in rows
+        if r["who"] == who
+        and (r["engine"].startswith(engine) if engine else not r["engine"].startswith("ct2"))
+        and (shortlist is None or (("+sl" in r["engine"]) or ("+vmap" in r["engine"])) == shortlist)
+    ]
+    return max(picked, key=lambda r: r["sent_s_best"], default=None)
+
+
+def verdict(rows: list[dict]) -> list[str]:
+    """The targets' ratios, each from the rows measured in this run."""
+    said = []
+    teacher_ct2 = fastest(rows, "teacher", "ct2-int8")
+    teacher_mt = fastest(rows, "teacher")
+    student = fastest(rows, "student")
+    if teacher_ct2 and student:
+        gap = f", BLEU {student['bleu'] - teacher_mt['bleu']:+.2f}" if teacher_mt else ""
+        said.append(
+            f"student mt ({student['engine']}) / teacher CTranslate2 ({teacher_ct2['engine']}): "
+            f"{student['sent_s_best'] / teacher_ct2['sent_s_best']:.2f}x{gap} against the "
+            f"teacher through mt ({teacher_mt['bleu'] if teacher_mt else 'not run'})"
+        )
+    for shortlist in (False, True):
+        ours = fastest(rows, "student", shortlist=shortlist)
+        peer = fastest(rows, "student", "ct2-int8", shortlist=shortlist)
+        if ours and peer and ours["engine"] != peer["engine"]:
+            said.append(
+                f"student, shortlist {'on' if shortlist else 'off'}: mt ({ours['engine']}) / "
+                f"CTranslate2 ({peer['engine']}): {ours['sent_s_best'] / peer['sent_s_best']:.2f}x"
+            )
+    return said
+
+
+def main() -> None:
+    data = os.environ.get("MT_DATA") or str(REPO.parent / "shared" / "data" / "multi30k")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--teacher", type=Path, required=True)
+    p.add_argument("--student", type=Path, required=True)
+    p.add_argument("--src", type=Path, default=Path(data) / "test_2016_flickr.de.gz")
+    p.add_argument("--ref", type=Path, default=Path(data) / "test_2016_flickr.en.gz")
+    p.add_argument("--limit", type=int, default=0, help="sentences decoded (0: all)")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="0: every usable core")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best counts")
+    p.add_argument("--passes", type=int, default=1, help="timed passes per child and round")
+    p.add_argument("--teacher-specs", default=TEACHER_SPECS)
+    p.add_argument("--student-specs", default=STUDENT_SPECS)
+    p.add_argument(
+        "--shortlist", type=int, default=0, help="K: the student's shortlist engines too"
+    )
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args()
+    from mt.device import choose_threads, usable_cores
+
+    args.threads = choose_threads(usable_cores(), args.threads or None).count
+    specs = args.student_specs.split(",")
+    if args.shortlist:
+        specs += SHORTLIST_SPECS.format(k=args.shortlist).split(",")
+    engines = [("teacher", args.teacher, s) for s in args.teacher_specs.split(",") if s]
+    engines += [("student", args.student, s) for s in specs if s]
+    info = machine()
+    print(json.dumps({"machine": info}), flush=True)
+    rows = measure(args, engines)
+    for r in rows:
+        print(json.dumps(r), flush=True)
+    print()
+    for r in rows:
+        print(
+            f"{r['who']:8} {r['engine']:28} beam {r['beam']} {r['sent_s_best']:8.1f} sent/s "
+            f"(slowest {r['sent_s_slowest']:.1f})  BLEU {r['bleu']:.2f}"
+        )
+    said = verdict(rows)
+    print("\n".join(["", *said]))
+    print(
+        f"machine: {info['cpu']}, {args.threads} threads, load {info['loadavg']}; "
+        f"best of {args.rounds} rounds x {args.passes} passes"
+    )
+    if args.json:
+        from scripts.common import write_text
+
+        report = {"machine": info, "rows": rows, "verdict": said}
+        write_text(args.json, json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
