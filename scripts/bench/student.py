@@ -15,7 +15,8 @@ workers of one thread; `ct2-int8:replicas` is CTranslate2 int8 with one replica 
 the references, and the ratios the targets name:
 
 - the fastest student engine of mt / the faster of the teacher's two CTranslate2 int8 modes,
-  and the student's BLEU minus the teacher's (the teacher as mt decodes it at the same beam);
+  and the student's BLEU there against the teacher's in that mode (and through mt at `auto`,
+  the teacher's first spec);
 - the fastest student engine of mt with the shortlist / the faster of CTranslate2's modes
   with the vocabulary map on the student.
 
@@ -105,14 +106,15 @@ def verdict(rows: list[dict]) -> list[str]:
     """The targets' ratios, each from the rows measured in this run."""
     said = []
     teacher_ct2 = fastest(rows, "teacher", "ct2-int8")
-    teacher_mt = fastest(rows, "teacher")
+    teacher_mt = next((r for r in rows if r["who"] == "teacher" and r["engine"] == "auto"), None)
     student = fastest(rows, "student")
     if teacher_ct2 and student:
-        gap = f", BLEU {student['bleu'] - teacher_mt['bleu']:+.2f}" if teacher_mt else ""
+        own = f", {teacher_mt['bleu']:.2f} through mt at `auto`" if teacher_mt else ""
         said.append(
             f"student mt ({student['engine']}) / teacher CTranslate2 ({teacher_ct2['engine']}): "
-            f"{student['sent_s_best'] / teacher_ct2['sent_s_best']:.2f}x{gap} against the "
-            f"teacher through mt ({teacher_mt['bleu'] if teacher_mt else 'not run'})"
+            f"{student['sent_s_best'] / teacher_ct2['sent_s_best']:.2f}x, BLEU "
+            f"{student['bleu']:.2f} against the teacher's {teacher_ct2['bleu']:.2f} there "
+            f"({student['bleu'] - teacher_ct2['bleu']:+.2f}{own})"
         )
     for shortlist in (False, True):
         ours = fastest(rows, "student", shortlist=shortlist)
