@@ -280,8 +280,6 @@ def isolated(
     Each child times its first pass and `--passes` more; returns outputs, the later passes'
     seconds, the first passes' seconds and the precision each mt engine resolved to, per
     engine."""
-    import subprocess
-    import sys
 
     outputs: dict[str, list[str]] = {}
     seconds: dict[str, list[float]] = {names[k]: [] for k in keys}
@@ -290,15 +288,7 @@ def isolated(
     with tempfile.TemporaryDirectory(prefix="bench-bf16-") as tmp:
         for r in range(args.rounds):
             for spec, beam in keys:
-                out = Path(tmp) / "child.json"
-                cmd = [
-                    sys.executable, "-m", "scripts.bench.bf16", "--child", spec,
-                    "--child-beam", str(beam), "--checkpoint", str(args.checkpoint),
-                    "--src", str(args.src), "--limit", str(args.limit), "--threads",
-                    str(args.threads), "--passes", str(args.passes), "--out", str(out),
-                ]  # fmt: skip
-                subprocess.run(cmd, check=True, cwd=REPO)
-                got = json.loads(out.read_text())
+                got = run_child(args, args.checkpoint, spec, beam, Path(tmp) / "child.json")
                 name = names[(spec, beam)]
                 outputs[name] = got["outputs"]
                 seconds[name] += got["seconds"]
@@ -307,6 +297,21 @@ def isolated(
                     resolved[name] = got["precision"]
                 say(f"round {r + 1}: {name}: first {got['first']:.2f} s, then {got['seconds']}")
     return outputs, seconds, first, resolved
+
+
+def run_child(args: argparse.Namespace, checkpoint: Path, spec: str, beam: int, out: Path) -> dict:
+    """Engine `spec` on `checkpoint` in a fresh process (`child`, below): its outputs, its
+    first pass's seconds, its timed passes' seconds and the precision it resolved to."""
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable, "-m", "scripts.bench.bf16", "--child", spec, "--child-beam", str(beam),
+        "--checkpoint", str(checkpoint), "--src", str(args.src), "--limit", str(args.limit),
+        "--threads", str(args.threads), "--passes", str(args.passes), "--out", str(out),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, cwd=REPO)
+    return json.loads(out.read_text())
 
 
 def child(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ so the comparison is made again with CTranslate2 running the same student, the s
 both (`--shortlist K` in mt; its export as `vmap.txt`, `use_vmap`, in CTranslate2).
 
 Every engine runs in a fresh process per round, the engines taking turns over `--rounds`
-rounds (the child mode of `scripts.bench.bf16`, whose engine specs this takes:
+rounds (`scripts.bench.bf16.run_child`, whose engine specs this takes:
 `auto+early:w2` is mt at the dtype `auto` picks with CTranslate2's stopping rule and two
 workers of one thread; `ct2-int8:replicas` is CTranslate2 int8 with one replica per core;
 `+sl50` and `+vmap` are the shortlist). Each engine is reported by its best pass, its BLEU on
@@ -30,29 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from scripts.bench.bf16 import run_child
 from scripts.common import REPO, machine, read_lines, say
 
 TEACHER_SPECS = "auto,ct2-int8,ct2-int8:replicas"
 STUDENT_SPECS = "auto+early,int8+early,auto+early:w2,int8+early:w2,ct2-int8,ct2-int8:replicas"
 SHORTLIST_SPECS = "auto+early+sl{k}:w2,int8+early+sl{k}:w2,ct2-int8+vmap,ct2-int8+vmap:replicas"
-
-
-def child(args: argparse.Namespace, checkpoint: Path, spec: str, out: Path) -> dict:
-    """One engine in a fresh process (scripts.bench.bf16's child mode): its outputs, its first
-    pass's seconds and its timed passes' seconds."""
-    cmd = [
-        sys.executable, "-m", "scripts.bench.bf16", "--child", spec,
-        "--child-beam", str(args.beam), "--checkpoint", str(checkpoint), "--src", str(args.src),
-        "--limit", str(args.limit), "--threads", str(args.threads), "--passes",
-        str(args.passes), "--out", str(out),
-    ]  # fmt: skip
-    subprocess.run(cmd, check=True, cwd=REPO)
-    return json.loads(out.read_text())
 
 
 def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str]]) -> list[dict]:
@@ -67,7 +53,7 @@ def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str]]) -> l
         for r in range(args.rounds):
             for who, checkpoint, spec in engines:
                 name = f"{who} {spec}"
-                got = child(args, checkpoint, spec, Path(tmp) / "child.json")
+                got = run_child(args, checkpoint, spec, args.beam, Path(tmp) / "child.json")
                 seconds.setdefault(name, []).extend(got["seconds"])
                 outputs[name] = got["outputs"]
                 say(f"round {r + 1}: {name}: first {got['first']:.2f} s, then {got['seconds']}")
