@@ -16,6 +16,7 @@ from support.copier import FIRST, V, make_model, random_sentences
 from mt.batching import pad
 from mt.config import DecodeConfig
 from mt.errors import MtError
+from mt.runtime.int8 import quantize_linears
 from mt.search.beam import beam_search, greedy_search
 from mt.search.constrained import constrained_beam_search
 from mt.search.ensemble import Ensemble
@@ -23,7 +24,7 @@ from mt.search.rules import Columns, OutputColumns, Restriction, Step
 from mt.search.steps import Sampling
 from mt.shortlist import PairCounts, Shortlist
 from mt.tokenizer import EOS
-from mt.translation.shortlist import OutputRows, Shortlisted
+from mt.translation.shortlist import Int8Rows, OutputRows, Shortlisted
 
 CFG = DecodeConfig(beam=3, alpha=0.6, max_len_a=1.5, max_len_b=4, nbest=3)
 
@@ -233,6 +234,47 @@ def test_prefixes_and_constraints_through_a_shortlist(model) -> None:
     for hyps in constrained_beam_search(view, src, phrases, one):
         assert FIRST + 7 in hyps[0].tokens
         assert set(hyps[0].tokens) <= set(keep + [FIRST + 7])
+
+
+def test_an_int8_decode_narrows_its_int8_layer(model) -> None:
+    """Under int8 the candidates' logits are the int8 layer's own on those columns (not an fp32
+    product's), and a search through every column is the int8 model's free search."""
+    q = quantize_linears(model)
+    rows = OutputRows.of(model, q)
+    assert rows.int8[0] is not None and rows.int8[0].values.dtype == torch.int8
+    hidden = torch.randn(5, model.cfg.d_model)
+    full = q.project(hidden)
+    ids = torch.tensor([0, 1, 2, 3, FIRST + 1, FIRST + 4, V - 1])
+    part = Shortlisted(q, rows, ids).project(hidden)
+    assert torch.equal(part, full[:, ids])
+    fp32 = Shortlisted(model, OutputRows.of(model, model), ids).project(hidden)
+    assert not torch.equal(part, fp32)  # the int8 product, not the float one
+    src = src_batch()
+    free = flat(beam_search(q, src, CFG))
+    short = flat(beam_search(Shortlisted(q, rows, torch.arange(V)), src, CFG))
+    assert [h.tokens for h in short] == [h.tokens for h in free]
+
+
+def test_int8_rows_per_row_scales() -> None:
+    """A matrix quantised per output row keeps each row's scale when cut."""
+    layer = torch.nn.Linear(8, 6, bias=False)
+    weight = torch.quantize_per_channel(
+        layer.weight.detach(),
+        torch.rand(6) / 50 + 0.01,
+        torch.zeros(6, dtype=torch.long),
+        0,
+        torch.qint8,
+    )
+    dyn = torch.ao.nn.quantized.dynamic.Linear(8, 6, bias_=False)
+    dyn.set_weight_bias(weight, None)
+    rows = Int8Rows.of(dyn)
+    assert rows is not None and rows.per_row is not None
+    x = torch.randn(3, 8)
+    ids = torch.tensor([1, 4, 5])
+    packed = rows.packed(ids)
+    got = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=rows.reduce_range)
+    assert torch.equal(got, dyn(x)[:, ids])
+    assert Int8Rows.of(layer) is None  # a float layer: the fp32 rows instead
 
 
 def test_output_columns_need_the_specials_first() -> None:
