@@ -9,10 +9,9 @@ get `watch_loss/NAME`, `watch_bleu/NAME` and `watch_chrf/NAME`, outside every me
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -188,25 +187,37 @@ class Evaluator:
     def bleu(self, options: DecodeOptions) -> float:
         """Dev BLEU with these overrides of the run's decode settings (the mean over
         directions), as `mt eval` with those flags would score the model: for choosing decode
-        settings on dev (mt/train/tune.py)."""
-        scores = [d.scores(self.translate(d.sources, d.to, options))[0] for d in self.sets]
+        settings on dev (mt/train/tune.py). It decodes in the dtype `mt eval` decodes the
+        checkpoint in (on a CPU `auto`: fp32), not under the training's autocast: a grid's
+        settings lie within a tenth of a BLEU of each other, and bf16's rounding reordered
+        them (docs/studies/recipe-search.md, "Choosing the decode settings")."""
+        dtype = "auto" if self.device.type == "cpu" else self.session.cfg.decode.dtype
+        options = replace(options, dtype=dtype)
+        scores = [
+            d.scores(self.translate(d.sources, d.to, options, precision="fp32"))[0]
+            for d in self.sets
+        ]
         return float(np.mean(scores))
 
     @torch.no_grad()
     def translate(
-        self, lines: list[str], to: str | None = None, options: DecodeOptions | None = None
+        self,
+        lines: list[str],
+        to: str | None = None,
+        options: DecodeOptions | None = None,
+        precision: str | None = None,
     ) -> list[str]:
         """Translations (into `to`, for a multilingual model): greedy (`dev_options`), or as
         `options` override the run's decode settings; through the session's translator and
         the translator's one path with `mt eval`'s default steps (spans kept and restored,
         capitals), so dev BLEU is what `mt eval` measures on the same checkpoint with the same
         settings."""
-        # The session decodes in fp32 under the training's autocast (its precision decides),
-        # so no copy of the model per evaluation.
+        # The session decodes in fp32 under the training's autocast (its precision decides,
+        # unless `precision` names another), so no copy of the model per evaluation.
         was_training = self.model.training
         self.model.eval()
         translator = self.session.translator(options or dev_options())
-        with autocast(self.device, self.precision):
+        with autocast(self.device, precision or self.precision):
             done = translate_stream(translator, [Request(x, to=to) for x in lines])
             hyps = [t.text for t in done]
         self.model.train(was_training)
@@ -223,7 +234,7 @@ class Evaluator:
         """The title and the encoder-decoder attention (top layer) behind the greedy
         translation of `sentence` (the one the examples show), for `attention_picture`. This
         part runs the model, so it is done before training goes on."""
-        greedy = dataclasses.replace(self.session.cfg.decode, beam=1, nbest=1)
+        greedy = replace(self.session.cfg.decode, beam=1, nbest=1)
         to = self.sets[0].to
         target = self.session.targets().of(to) if to else None
         text, views = sentence_attention(self.model, self.tokenizer, sentence, greedy, -1, target)

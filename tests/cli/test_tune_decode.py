@@ -18,9 +18,12 @@ BEAMS, ALPHAS = [1, 3], [0.0, 2.0]
 @pytest.fixture(scope="module")
 def tuned_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tune")
+    # Trained in bf16: the tuning still decodes as `mt eval` does (fp32 on a CPU), not under
+    # the training's autocast, so the dev BLEU it stores is the one `mt eval` measures.
     config = reverse_task_config(
-        folder, eval_bleu=True, tune_beam=BEAMS, tune_alpha=ALPHAS, max_steps=40, eval_every=20
-    )
+        folder, eval_bleu=True, tune_beam=BEAMS, tune_alpha=ALPHAS, max_steps=40, eval_every=20,
+        precision="bf16",
+    )  # fmt: skip
     # 3-best output as configured: the stored settings keep it, within the chosen beam.
     result = run_mt_here("train", config, "--run-dir", folder / "run", "--set", "decode.nbest=3")
     assert result.rc == 0, result.err
@@ -91,3 +94,38 @@ def test_translate_uses_the_checkpoints_decode_settings_unless_a_flag_overrides(
     assert [x.split(" ||| ")[2] for x in stretched] != [x.split(" ||| ")[2] for x in lines]
     assert nbest_lines(mt_cli, long, "--alpha", "0") == lines
     assert nbest_lines(mt_cli, flat, "--alpha", "2") == stretched
+
+
+def test_tuning_scores_dev_as_mt_eval_does_not_under_the_training_autocast(tiny_run, multi30k_dir):
+    """A run trained in bf16 evaluates under bf16 autocast; choosing its decode settings must
+    score them as `mt eval` will decode the checkpoint (fp32 on a CPU), or bf16's rounding
+    picks among near-ties a setting that is not the best there. Scored against `mt eval`'s
+    own output as the references, the tuning's decode scores 100 exactly."""
+    from mt.train.evaluation import DevSet, EvalSettings, Evaluator
+    from mt.translation.options import DecodeOptions
+    from mt.translation.requests import Request
+    from mt.translation.session import Session
+    from mt.translation.translator import translate_stream
+
+    src = first_lines(multi30k_dir / "val.de.gz", 150)
+    loaded = Session([tiny_run / "best.pt"], "cpu")  # as `mt eval` loads it
+    in_memory = Session.from_model(
+        loaded.model, loaded.tokenizer, loaded.cfg, loaded.device, dtype="fp32"
+    )  # as training holds it
+    options = DecodeOptions(beam=3, alpha=1.0, nbest=1, greedy=False, sample=False)
+    as_eval = [
+        t.text for t in translate_stream(loaded.translator(options), [Request(x) for x in src])
+    ]
+    settings = EvalSettings(bleu=True, max_tokens=1024, label_smoothing=0.1, lang_token="source")
+    dev = DevSet(None, src, as_eval)  # type: ignore[arg-type]  # BLEU only: no token store
+    evaluator = Evaluator(in_memory, settings, [dev], precision="bf16")
+    assert evaluator.bleu(options) == pytest.approx(100.0)
+    # The premise: under the training's bf16 autocast the same decode writes other lines.
+    assert evaluator.translate(src, None, options) != as_eval
+
+
+def first_lines(path: Path, n: int) -> list[str]:
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for _, line in zip(range(n), f)]
