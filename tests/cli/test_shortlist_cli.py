@@ -65,19 +65,20 @@ def test_stored_beside_the_same_model(shortlisted, tiny_run) -> None:
     assert a in row[:5].tolist()
 
 
-def _alone(session: Session, k: int, lines: list[str], beam: bool = False):
-    """Each line translated in a batch of its own (free and with the shortlist), and the
-    candidates of that batch."""
+def _alone(session: Session, ks: list[int], lines: list[str], beam: bool = False):
+    """Each line translated in a batch of its own, free and with the shortlist at each K of
+    `ks`: per K, (free tokens, shortlisted tokens, that batch's candidates) per line."""
     opts = dict(greedy=not beam, beam=1 if not beam else 4)
     free = session.translator(DecodeOptions(**opts))
-    short = session.translator(DecodeOptions(shortlist=k, **opts))
-    out = []
+    short = {k: session.translator(DecodeOptions(shortlist=k, **opts)) for k in ks}
+    out: dict[int, list] = {k: [] for k in ks}
     for line in lines:
         src = torch.tensor([session.tokenizer.encode_src([line])[0]])
-        cands = set(session.shortlist.candidates(src, k).tolist())
         a = free.translate([Request(line)])[0].hypotheses[0].tokens
-        b = short.translate([Request(line)])[0].hypotheses[0].tokens
-        out.append((a, b, cands))
+        for k in ks:
+            cands = set(session.shortlist.candidates(src, k).tolist())
+            b = short[k].translate([Request(line)])[0].hypotheses[0].tokens
+            out[k].append((a, b, cands))
     return out
 
 
@@ -85,20 +86,20 @@ def test_greedy_writes_only_candidates_and_the_free_output_where_they_hold_it(
     shortlisted, flickr
 ) -> None:
     session = Session([shortlisted], "cpu")
+    found = _alone(session, [3, 20], flickr[:20])
     held = 0
-    for free, short, cands in _alone(session, 3, flickr[:20]):
+    for free, short, cands in found[3]:
         assert set(short) <= cands
         if set(free) <= cands:
             held += 1
             assert short == free
     assert 0 < held < 20  # both cases met: a narrow shortlist misses some words
-    wide = _alone(session, 20, flickr[:20])
-    assert sum(free == short for free, short, _ in wide) >= 15
+    assert sum(free == short for free, short, _ in found[20]) >= 15
 
 
 def test_beam_writes_only_candidates(shortlisted, flickr) -> None:
     session = Session([shortlisted], "cpu")
-    for _, short, cands in _alone(session, 3, flickr[:8], beam=True):
+    for _, short, cands in _alone(session, [3], flickr[:8], beam=True)[3]:
         assert set(short) <= cands
 
 
