@@ -22,6 +22,11 @@ from mt.device import read_cpu_flags
 
 # Tiny models gain nothing from many threads, and the test machines run other jobs.
 torch.set_num_threads(1)
+# ... nor does an `mt` command run inside a test process (run_mt_here), which sizes its own
+# pool from OMP_NUM_THREADS (mt.device.choose_threads): without it each takes every usable
+# core, and beside the other xdist worker its threads wait on each other. Tests of the thread
+# choice pass their own environment.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The machine's own CPU flags, read before the stand-in below hides them (`own_cpu`).
 OWN_CPU_FLAGS = " ".join(sorted(read_cpu_flags()))
 # `auto` precision chooses as on a CPU without native bf16 (mt/device.py), here and in every
