@@ -63,7 +63,7 @@ class Int8Rows:
             return Int8Rows(weight.int_repr(), 0.0, 0, (scales, points), reduce_range)
         return None
 
-    def packed(self, ids: torch.Tensor):
+    def packed(self, ids: torch.Tensor) -> torch.ScriptObject:
         """The rows `ids` (C,) packed for torch's int8 product, their values and scales as the
         full matrix has them."""
         values = self.values.index_select(0, ids)
@@ -112,7 +112,7 @@ class Shortlisted:
         self._norms, self._widths = rows.norms, rows.widths
         # Per member: its int8 rows packed (with the rows' int8 product's `reduce_range`), or
         # its fp32 rows (C, D).
-        self._layers = [
+        self._layers: list[torch.Tensor | tuple[torch.ScriptObject, bool]] = [
             (q.packed(ids), q.reduce_range) if q is not None else w.index_select(0, ids)
             for w, q in zip(rows.weights, rows.int8)
         ]
