@@ -4,6 +4,7 @@ unless a flag overrides them."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 import torch
 from support.inprocess import run_mt_here
 from support.tasks import reverse_task_config
+
+from mt.train.evaluation import DevSet, EvalSettings, Evaluator
+from mt.translation.options import DecodeOptions
+from mt.translation.requests import Request
+from mt.translation.session import Session
+from mt.translation.translator import translate_stream
 
 BEAMS, ALPHAS = [1, 3], [0.0, 2.0]
 
@@ -101,12 +108,6 @@ def test_tuning_scores_dev_as_mt_eval_does_not_under_the_training_autocast(tiny_
     score them as `mt eval` will decode the checkpoint (fp32 on a CPU), or bf16's rounding
     picks among near-ties a setting that is not the best there. Scored against `mt eval`'s
     own output as the references, the tuning's decode scores 100 exactly."""
-    from mt.train.evaluation import DevSet, EvalSettings, Evaluator
-    from mt.translation.options import DecodeOptions
-    from mt.translation.requests import Request
-    from mt.translation.session import Session
-    from mt.translation.translator import translate_stream
-
     src = first_lines(multi30k_dir / "val.de.gz", 150)
     loaded = Session([tiny_run / "best.pt"], "cpu")  # as `mt eval` loads it
     in_memory = Session.from_model(
@@ -125,7 +126,5 @@ def test_tuning_scores_dev_as_mt_eval_does_not_under_the_training_autocast(tiny_
 
 
 def first_lines(path: Path, n: int) -> list[str]:
-    import gzip
-
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for _, line in zip(range(n), f)]
