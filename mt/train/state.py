@@ -42,6 +42,7 @@ class TrainState:
     # train.dropout_by_epochs: the rates chosen for the budget (model config keys); empty
     # until chosen, so a resumed run keeps its choice instead of measuring its pace again
     dropout: dict[str, float] = field(default_factory=dict)
+    dropout_final: bool = False  # the time budget's review made (mt/train/budget.py)
     # Made when a run starts (fine-tuning too), kept across --resume. A last.pt written before
     # runs had ids gets a new one on resume.
     run_id: str = field(default_factory=new_run_id)

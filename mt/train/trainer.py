@@ -87,7 +87,8 @@ class Trainer:
         self.state = setup.continued(
             self.start, t.seed, cfg.model, proc, self.model, self.update, self.ema
         )
-        self.budget = BudgetDropout(t.dropout_by_epochs, t, self.state.dropout)
+        s = self.state
+        self.budget = BudgetDropout(t.dropout_by_epochs, t, s.dropout, s.dropout_final)
         if self.state.dropout:  # chosen before a --resume: as the checkpoint's model section
             set_rates(self.model, cfg.model, self.state.dropout)
         self._steps_per_epoch = 0

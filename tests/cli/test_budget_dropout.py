@@ -10,7 +10,7 @@ import pytest
 import torch
 from support.tasks import reverse_task_config
 
-from mt.train.budget import PROBE, SKIP, interpolate
+from mt.train.budget import PROBE, SKIP, WINDOW, interpolate
 
 RULE = {"epochs": [1, 20], "dropout": [0.0, 0.38], "attention_dropout": [0.05, 0.24]}
 
@@ -72,9 +72,13 @@ def test_a_time_bounded_run_decides_after_its_probe(tmp_path, mt_cli):
     )
     result = mt_cli("train", config, "--run-dir", tmp_path / "run")
     assert result.rc == 0, result.err
-    (record,) = decisions(tmp_path / "run")
-    assert record["step"] == SKIP + PROBE
-    assert "updates/s over updates" in result.err
+    (record,) = decisions(tmp_path / "run")  # the review, at 12 minutes, never came
+    assert record["step"] == SKIP + PROBE and "review" not in record
+    assert "dropout by budget after 120 updates, reviewed at 12 minutes" in result.err
+    assert f"the median of {PROBE // WINDOW} windows of {WINDOW} updates" in result.err
+    state = torch.load(tmp_path / "run" / "last.pt", weights_only=False)["train_state"]["state"]
+    assert state["dropout"] == {k: record[k] for k in RULE if k != "epochs"}
+    assert state["dropout_final"] is False  # a resume would still review
     # an hour at this pace reaches far beyond max_steps, which bounds it
     per_epoch = steps / record["budget_epochs"]
     assert 2 <= per_epoch <= 20

@@ -10,7 +10,16 @@ from mt.config import DropoutByEpochs, ModelConfig, TrainConfig
 from mt.config_rules import dropout_rule_checks
 from mt.dropout import Dropout
 from mt.model import CrossAttention, FeedForward, SelfAttention, Transformer
-from mt.train.budget import PROBE, SKIP, BudgetDropout, interpolate, rates_at, set_rates
+from mt.train.budget import (
+    PROBE,
+    REVIEW,
+    SKIP,
+    WINDOW,
+    BudgetDropout,
+    interpolate,
+    rates_at,
+    set_rates,
+)
 
 RULE = DropoutByEpochs(
     epochs=[15, 25], dropout=[0.1, 0.2], attention_dropout=[0.0, 0.1], activation_dropout=[]
@@ -64,6 +73,37 @@ def test_a_time_bounded_run_projects_its_epochs_from_the_pace_after_the_probe():
     for step in range(SKIP + PROBE + 1):
         decided = other.after(step, step * 100.0, 50, lambda v: 30.0)
     assert decided[0] == 30.0 and other.chosen == {"dropout": 0.2, "attention_dropout": 0.1}
+
+
+def test_a_burst_of_load_in_the_probe_is_undone_at_the_review():
+    """30 minutes, 50 updates an epoch: a busy machine takes updates 21-80 at 0.5/s, then
+    the run goes at 2/s. The probe's median window is a slow one; the review at a fifth of
+    the budget takes the median of every window so far, the fast pace, and is final."""
+    train = TrainConfig(max_minutes=30, max_steps=100_000)
+    budget = BudgetDropout(RULE, train)
+    assert "reviewed at 6 minutes" in budget.announce()
+    elapsed, decisions = 0.0, []
+    for step in range(2000):
+        decided = budget.after(step, elapsed, 50, lambda v: v)
+        if decided is not None:
+            decisions.append((step, elapsed, *decided, dict(budget.chosen), budget.final))
+        if not budget.pending:
+            break
+        elapsed += 3.0 if step < SKIP else 2.0 if step < 80 else 0.5
+    (first, review) = decisions
+    assert first[0] == SKIP + PROBE and not first[5]
+    assert "0.50 updates/s" in first[3] and f"{PROBE // WINDOW} windows" in first[3]
+    assert first[2] == pytest.approx((first[0] + 0.5 * (1800 - first[1])) / 50)
+    assert first[4] == rates_at(RULE, first[2])  # 0.5/s: about 18 epochs
+    step, at, epochs, how, rates, final = review
+    assert final and "review: 2.00 updates/s" in how
+    assert at >= REVIEW * 1800 > at - 0.5  # the first update past a fifth of the budget
+    assert epochs == pytest.approx((step + 2.0 * (1800 - at)) / 50)
+    assert rates == rates_at(RULE, epochs) and rates["dropout"] > first[4]["dropout"]
+    assert "kept" in budget.announce() and budget.after(step + 1, at + 1, 50, lambda v: v) is None
+    # resumed between the two: the choice stands until this process's own review
+    resumed = BudgetDropout(RULE, train, dict(first[4]))
+    assert resumed.pending and "until its review" in resumed.announce()
 
 
 def test_a_resumed_choice_is_kept_and_an_empty_rule_is_off():
