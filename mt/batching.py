@@ -24,6 +24,9 @@ class Batch:
     tgt_out: torch.Tensor  # (B, T) target ids + EOS; PAD where there is no token
     src_tokens: int  # real (non-pad) source tokens
     tgt_tokens: int  # real target tokens, the loss normaliser
+    # (B,) bool on the host: the rows of corpora marked `general` (finetune.keep_on: general);
+    # None where no corpus is marked. Bookkeeping, not model input: `to` leaves it on the host.
+    general: torch.Tensor | None = None
 
     @property
     def src_pad_mask(self) -> torch.Tensor:
@@ -38,6 +41,7 @@ class Batch:
             self.tgt_out.pin_memory(),
             self.src_tokens,
             self.tgt_tokens,
+            self.general,
         )
 
     def to(self, device: torch.device) -> Batch:
@@ -47,6 +51,7 @@ class Batch:
             self.tgt_out.to(device, non_blocking=True),
             self.src_tokens,
             self.tgt_tokens,
+            self.general,
         )
 
 

@@ -30,6 +30,9 @@ class CorpusConfig:
     format: Literal["", "text", "tsv", "jsonl", "hf", "tmx", "xliff"] = ""  # empty: `data.format`
     hf_subset: str = ""  # format hf: the dataset's configuration; empty: `data.hf_subset`
     weight: float = 1.0  # times each pair is seen per epoch on average (0.3: a random 30%)
+    # Text of the general domain the base knew (its own data, or finetune.replay_sources' pairs,
+    # which are marked so): with finetune.keep_on: general the KL term sees these pairs only.
+    general: bool = False
 
 
 @dataclass
@@ -310,6 +313,10 @@ class FinetuneConfig:
     # 2018); with the base's own data mixed in (data.corpora: replay) it sees general text too.
     keep: Literal["none", "kl"] = "none"
     keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
+    # The pairs the KL term sees: "all", or "general": those of the corpora marked `general`
+    # (and the replayed ones): the domain's pairs learn the domain unhindered, the general
+    # ones learn the base's whole distribution rather than its one translation.
+    keep_on: Literal["all", "general"] = "all"
     # General text in the source language (a file, one sentence a line, .gz too) that the base
     # of train.init_from translates once (mt/adapt/replay.py, with mt distill's machinery: kept
     # in RUN/replay/ under a digest of the base, the search and the lines; a rerun or a resumed

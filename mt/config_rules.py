@@ -126,6 +126,18 @@ def keep_checks(cfg: Config) -> list[tuple[bool, str]]:
             "cannot be combined with train.init_vocab: new",
         ),
         (
+            f.keep_on == "all" or f.keep == "kl",
+            "finetune.keep_on: general chooses the pairs of finetune.keep: kl's term: it needs "
+            "finetune.keep: kl",
+        ),
+        (
+            f.keep_on == "all"
+            or bool(f.replay_sources)
+            or any(c.general for c in cfg.data.corpora),
+            "finetune.keep_on: general needs general pairs: finetune.replay_sources, or a corpus "
+            "of data.corpora marked general: true",
+        ),
+        (
             0 < f.replay_weight <= 1000,
             f"finetune.replay_weight must be in (0, 1000], got {f.replay_weight}",
         ),

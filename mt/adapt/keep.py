@@ -8,6 +8,11 @@ model's, per target token (word-level distillation toward the original model, Kh
 2018, "Regularized Training Objective for Continued Training for Domain Adaptation"). On the
 domain's batches it keeps the model's distributions from drifting further than the domain needs;
 on batches of general text mixed in (`data.corpora`, replay) it keeps what the base did there.
+With `finetune.keep_on: general` the term sees only the pairs of corpora marked `general` (the
+replayed ones are): the domain's pairs then pull toward the domain unhindered, which a term on
+every pair resists as much as forgetting (docs/fine-tuning.md measures both), and the general
+pairs teach the base's whole next-token distribution rather than its one translation. Only
+those rows go through the base, so the term costs what they hold.
 
 The base is read from `train.init_from` when the run starts and again when it resumes (the
 run's `last.pt` holds the trained model only), so a resumed run computes the same term. Under
@@ -33,10 +38,22 @@ from mt.tokenizer import Tokenizer
 class Keep:
     """The frozen base and the weight of the term that keeps the model close to it."""
 
-    def __init__(self, base: Transformer, weight: float, path: Path | None = None) -> None:
+    def __init__(
+        self, base: Transformer, weight: float, path: Path | None = None, on: str = "all"
+    ) -> None:
         self.base = base.eval().requires_grad_(False)
         self.weight = weight
         self.path = path
+        self.on = on  # finetune.keep_on: "all" pairs, or the "general" corpora's
+
+    def rows(self, batch_general: torch.Tensor | None, n: int) -> torch.Tensor | None:
+        """The rows of an `n`-row batch the term sees: None for all of them, else their
+        indices (empty where the batch holds no general pair; `batch_general`: Batch.general)."""
+        if self.on == "all":
+            return None
+        if batch_general is None:
+            return torch.zeros(0, dtype=torch.long)
+        return torch.nonzero(batch_general[:n]).flatten()
 
     @classmethod
     def of(
@@ -71,12 +88,13 @@ class Keep:
                 f"finetune.keep: {path}: its weights do not match the run's model config"
             ) from None
         if log:
+            on = ", on the general corpora's pairs" if f.keep_on == "general" else ""
             print(
-                f"finetune.keep: kl (weight {f.keep_weight:g}) toward the frozen base {path}",
+                f"finetune.keep: kl (weight {f.keep_weight:g}{on}) toward the frozen base {path}",
                 file=sys.stderr,
                 flush=True,
             )
-        return cls(base.to(device), f.keep_weight, path)
+        return cls(base.to(device), f.keep_weight, path, f.keep_on)
 
     def reference(self, src: torch.Tensor, tgt_in: torch.Tensor, precision: str) -> torch.Tensor:
         """The base's next-token log-probabilities (B, T, V) in fp32 for the batch `src`,

@@ -118,12 +118,15 @@ def with_replay(d: DataConfig, record: dict[str, Any]) -> DataConfig:
     from mt.data.corpus import train_sources
 
     corpora = [
-        CorpusConfig(s.name, s.root, s.format, s.hf_subset, s.weight) for s in train_sources(d)
+        CorpusConfig(s.name, s.root, s.format, s.hf_subset, s.weight, s.general)
+        for s in train_sources(d)
     ]
     if any(Path(c.root) == Path(record["folder"]) for c in corpora):
         return d  # the run's own config.yaml, which holds the replayed corpus already
     corpora.append(
-        CorpusConfig(name="text", root=record["folder"], format="text", weight=record["weight"])
+        CorpusConfig(
+            name="text", root=record["folder"], format="text", weight=record["weight"], general=True
+        )
     )
     return dataclasses.replace(d, corpora=corpora)
 

@@ -38,6 +38,7 @@ class Source:
     tgt_lang: str
     hf_subset: str = ""
     weight: float = 1.0
+    general: bool = False  # the general domain's text (finetune.keep_on: general)
 
     @property
     def where(self) -> str:
@@ -95,6 +96,7 @@ def train_sources(cfg: DataConfig) -> list[Source]:
             cfg.tgt_lang,
             c.hf_subset or cfg.hf_subset,
             c.weight,
+            c.general,
         )
         for c in cfg.corpora
     ]

@@ -75,7 +75,9 @@ class TrainingSet(torch.utils.data.Dataset):
     `langs` gives each store's language token (a multilingual model: the id of `<2tgt>` of its
     direction), placed as `placement` says; a batch then mixes directions freely. `copies`:
     the corpora segmented by sampling (`tokenizer.sample_alpha`), one list of stores per copy;
-    `use_copy(epoch)` makes an epoch read one of them."""
+    `use_copy(epoch)` makes an epoch read one of them. `general`: per store, whether its
+    pairs are the general domain's (`data.corpora[].general`); where any is, every batch marks
+    its rows (`Batch.general`)."""
 
     def __init__(
         self,
@@ -84,8 +86,10 @@ class TrainingSet(torch.utils.data.Dataset):
         langs: list[int] | None = None,
         placement: str = "source",
         copies: list[list[TokenStore]] | None = None,
+        general: list[bool] | None = None,
     ) -> None:
         self.weights, self.langs, self.placement = weights, langs, placement
+        self.general = general if general and any(general) else None
         self.copies = copies or []
         self._use(stores)
 
@@ -133,16 +137,26 @@ class TrainingSet(torch.utils.data.Dataset):
 
     def __getitem__(self, idx: np.ndarray) -> Batch:
         if len(self.stores) == 1:
-            return collate_store(self.stores[0], idx, self._lang(0), self.placement)
+            batch = collate_store(self.stores[0], idx, self._lang(0), self.placement)
+            return self._marked(batch, 0)
         # Pairs of several corpora in one batch: collate per corpus, then pad to one width.
         corpus = np.searchsorted(self.starts, idx, side="right") - 1
         parts = [
-            collate_store(
-                self.stores[k], idx[corpus == k] - self.starts[k], self._lang(k), self.placement
+            self._marked(
+                collate_store(
+                    self.stores[k], idx[corpus == k] - self.starts[k], self._lang(k), self.placement
+                ),
+                int(k),
             )
             for k in np.unique(corpus)
         ]
         return concat_batches(parts)
+
+    def _marked(self, batch: Batch, k: int) -> Batch:
+        """`batch` of store `k` with its rows marked general or not (where any store is)."""
+        if self.general is not None:
+            batch.general = torch.full((batch.src.size(0),), self.general[k], dtype=torch.bool)
+        return batch
 
 
 def concat_batches(parts: list[Batch]) -> Batch:
@@ -161,6 +175,7 @@ def concat_batches(parts: list[Batch]) -> Batch:
         tgt_out=cat([p.tgt_out for p in parts]),
         src_tokens=sum(p.src_tokens for p in parts),
         tgt_tokens=sum(p.tgt_tokens for p in parts),
+        general=None if parts[0].general is None else torch.cat([p.general for p in parts]),
     )
 
 

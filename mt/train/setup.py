@@ -126,6 +126,7 @@ def data(prepared: Prepared, d: DataConfig) -> tuple[TrainingSet, list[DevSet]]:
         [tok.lang_id(s.tgt_lang) for s in prepared.sources] if tok.languages else None,
         d.lang_token,
         prepared.sampled,  # tokenizer.sample_alpha: one sampled copy per epoch
+        [s.general for s in prepared.sources],  # finetune.keep_on: general
     )
     return train_set, dev_sets_of(prepared, d.max_valid_examples)
 

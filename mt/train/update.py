@@ -143,9 +143,34 @@ class Update:
             kl = symmetric_kl(*logp.chunk(2), b.tgt_out, PAD)
             objective = loss + t.rdrop * kl / 2
         if self.keep is not None:  # finetune.keep: toward the frozen base (mt/adapt/keep.py)
-            reference = self.keep.reference(src, tgt_in, self.precision)
-            term = kl_to_reference(reference, logp, tgt_out, PAD)
-            term = term / 2 if t.rdrop else term  # per target token, as the loss
-            self.kl_sum += term.detach()
-            objective = objective + self.keep.weight * term
+            term = self._kept(b, src, tgt_in, tgt_out, logp)
+            if term is not None:
+                term = term / 2 if t.rdrop else term  # per target token, as the loss
+                self.kl_sum += term.detach()
+                objective = objective + self.keep.weight * term
         return loss, nll, objective
+
+    def _kept(
+        self,
+        b: Batch,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_out: torch.Tensor,
+        logp: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """finetune.keep's summed KL on the rows it sees (finetune.keep_on), None where the
+        batch holds none of them; with train.rdrop the rows stand twice (both copies)."""
+        assert self.keep is not None
+        n = b.src.size(0)
+        rows = self.keep.rows(b.general, n)
+        if rows is not None:
+            if not rows.numel():
+                return None
+            if src.size(0) != n:  # train.rdrop's stacked copies
+                rows = torch.cat([rows, rows + n])
+            rows = rows.to(self.device)
+            src, tgt_in, tgt_out, logp = (
+                x.index_select(0, rows) for x in (src, tgt_in, tgt_out, logp)
+            )
+        reference = self.keep.reference(src, tgt_in, self.precision)
+        return kl_to_reference(reference, logp, tgt_out, PAD)

@@ -20,6 +20,8 @@ thread):
   for a base whose own data is absent (its English side is not read). The base's translation is
   made once: a later self_replay arm (another weight) finds it in an earlier arm's run
   directory, in OUT_DIR or `--also`, and starts from a copy;
+- self_replay_kl (on request): self_replay with the KL term toward the base on the replayed
+  pairs alone (`finetune.keep: kl`, `keep_on: general`, `--keep-weight`);
 - watch (on request): plain, with the first 300 pairs of Multi30k's val watched
   (`train.watch`, `keep_within: 1.0`) and evaluated 7 times: best.pt is the strings' best
   among the evaluations within 1 BLEU of the base on them.
@@ -56,7 +58,7 @@ from scripts.common import (
     write_text,
 )
 
-ARMS = ("plain", "keep", "replay", "both", "watch", "self_replay")
+ARMS = ("plain", "keep", "replay", "both", "watch", "self_replay", "self_replay_kl")
 GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
 
 
@@ -89,11 +91,13 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
     cfg: dict[str, Any] = {"data": data, "train": train}
     if arm in ("keep", "both"):
         cfg["finetune"] = {"keep": "kl", "keep_weight": args.keep_weight}
-    if arm == "self_replay":
+    if arm in ("self_replay", "self_replay_kl"):
         cfg["finetune"] = {
             "replay_sources": str((multi30k_dir() / "train.de.gz").resolve()),
             "replay_weight": args.replay_weight, "replay_beam": args.replay_beam,
         }  # fmt: skip
+    if arm == "self_replay_kl":
+        cfg["finetune"].update(keep="kl", keep_weight=args.keep_weight, keep_on="general")
     return cfg
 
 
@@ -102,7 +106,7 @@ def reuse_replay(args: argparse.Namespace, run_dir: Path) -> None:
     the search and the lines, so `mt train` uses them only if they match) copied into
     `run_dir`, so that each weight does not translate Multi30k's train again."""
     for out in [args.out, *args.also]:
-        for found in sorted(out.glob("self_replay*/run/replay")):
+        for found in sorted(out.glob("self_replay*/run/replay")):  # self_replay_kl's too
             if found.parent != run_dir and any(found.glob("*/distill.json")):
                 say(f"self_replay: starting from the translations in {found}")
                 shutil.copytree(found, run_dir / "replay", dirs_exist_ok=True)
@@ -136,7 +140,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         config = folder / "config.yaml"
         write_text(config, yaml.safe_dump(arm_config(arm, args, folder / "run")), "the config")
-        if arm == "self_replay":
+        if arm.startswith("self_replay"):
             reuse_replay(args, folder / "run")
         say(f"{arm}: training {args.steps} steps")
         run_mt("train", str(config), "--init-from", str(args.base), log=folder / "train.log")
@@ -150,10 +154,12 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "load": [round(start_load, 2), round(os.getloadavg()[0], 2)],
         "steps": 0 if arm == "base" else args.steps,
         "seed": args.seed,
-        "keep_weight": args.keep_weight if arm in ("keep", "both") else 0.0,
-        "replay_weight": args.replay_weight if arm in ("replay", "both", "self_replay") else 0.0,
+        "keep_weight": args.keep_weight if arm in ("keep", "both", "self_replay_kl") else 0.0,
+        "replay_weight": args.replay_weight
+        if arm in ("replay", "both", "self_replay", "self_replay_kl")
+        else 0.0,
     }
-    if arm == "self_replay":
+    if arm.startswith("self_replay"):
         result["replay_beam"] = args.replay_beam
         result["replay"] = json.loads((folder / "run" / "replay.json").read_text())["replay"]
     write_text(done, json.dumps(result, indent=1) + "\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,9 +79,12 @@ def test_the_pairs_train_beside_the_domain_at_the_weight(replayed, tiny_run, mul
     best = load(run / "best.pt")
     domain = {"name": "train", "root": str(multi30k_dir), "format": "text", "hf_subset": ""}
     assert best["config"]["data"]["corpora"] == [
-        {**domain, "weight": 1.0},
-        {"name": "text", "root": str(corpus), "format": "text", "hf_subset": "", "weight": 0.5},
-    ]
+        {**domain, "weight": 1.0, "general": False},
+        {
+            "name": "text", "root": str(corpus), "format": "text", "hf_subset": "", "weight": 0.5,
+            "general": True,  # what finetune.keep_on: general applies the KL term to
+        },
+    ]  # fmt: skip
     record = best["origin"]["replay"]
     assert record["lines"] == LINES and record["weight"] == 0.5 and record["beam"] == 5
     assert record == json.loads((run / "replay.json").read_text(encoding="utf-8"))["replay"]
@@ -102,6 +106,30 @@ def test_a_resumed_run_translates_nothing(replayed, mt_cli):
     assert load(folder / "run" / "last.pt")["step"] == 6
     saved = yaml.safe_load((folder / "run" / "config.yaml").read_text(encoding="utf-8"))
     assert len(saved["data"]["corpora"]) == 2  # the replayed corpus once, not again
+
+
+def test_the_kl_term_on_the_replayed_pairs_alone(replayed, tiny_run, tmp_path, mt_cli):
+    """`finetune.keep: kl` with `keep_on: general`: the term is logged where batches hold
+    replayed pairs, and it is smaller than the same term on every pair."""
+    folder, _, env, _, _ = replayed
+    kl = {}
+    for on in ("general", "all"):
+        sources = str(folder / "general.de.gz")
+        (tmp_path / on).mkdir()
+        config = finetune_config(
+            tmp_path / on, replay_sources=sources, replay_weight=0.5, keep="kl", keep_on=on
+        )
+        shutil.copytree(folder / "run" / "replay", tmp_path / on / "run" / "replay")
+        result = mt_cli("train", config, "--init-from", tiny_run / "best.pt", env=env)
+        assert result.rc == 0, result.err
+        assert "translating" not in result.err  # the copied translation serves
+        said = "finetune.keep: kl (weight 1, on the general corpora's pairs)"
+        assert (said in result.err) == (on == "general"), result.err
+        records = (tmp_path / on / "run" / "metrics.jsonl").read_text(encoding="utf-8")
+        kl[on] = [r["keep_kl"] for r in map(json.loads, records.splitlines()) if "keep_kl" in r]
+    assert len(kl["general"]) == len(kl["all"]) == 2  # a record each 2 of the 4 updates
+    assert all(v >= 0 for v in kl["general"]) and sum(kl["general"]) > 0
+    assert sum(kl["general"]) < sum(kl["all"])
 
 
 def test_mt_prepare_translates_and_mt_train_finds_it(replayed, tiny_run, tmp_path, mt_cli):

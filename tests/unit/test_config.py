@@ -181,6 +181,10 @@ def test_wrong_type_names_key_and_file(tmp_path, text, key):
         ("finetune:\n  keep: always\n", "finetune.keep"),
         ("finetune:\n  keeps: kl\n", "finetune.keeps"),
         ("finetune:\n  keep: kl\ntrain:\n  init_vocab: new\n", "finetune.keep"),
+        ("finetune:\n  keep_on: general\n  replay_sources: a.de\n", "finetune.keep_on"),
+        ("finetune:\n  keep: kl\n  keep_on: general\n", "finetune.keep_on"),
+        ("finetune:\n  keep: kl\n  keep_on: some\n", "finetune.keep_on"),
+        ("data:\n  corpora: [{name: a, general: maybe}]\n", "data.corpora[0].general"),
     ],
 )
 def test_impossible_value_names_key_and_file(tmp_path, text, key):

@@ -2,7 +2,8 @@
 
 The term is KL(base || model) per target token: 0 when the model is the base, positive once
 they differ, equal to torch's own KL on the real targets; an update with it moves the trained
-model alone, the base keeping its weights and taking no gradient.
+model alone, the base keeping its weights and taking no gradient. With `keep_on: general` it
+covers the rows of general corpora alone (`Batch.general`), the base seeing only those.
 """
 
 from __future__ import annotations
@@ -115,3 +116,60 @@ def test_the_objective_adds_the_weighted_term():
         loss, _, objective = update._losses(a_batch())
         want = loss + weight * term(Keep(base, 1.0), model, a_batch())
         assert objective.item() == pytest.approx(want.item(), rel=1e-5)
+
+
+def test_on_general_rows_the_term_is_theirs_alone():
+    cfg, model = small()
+    model.eval()
+    base = copy.deepcopy(model)
+    with torch.no_grad():
+        base.output.weight.add_(0.1)
+    keep = Keep(base, 2.0, on="general")
+    update = Update(cfg.train, cfg.model, model, Dist(), torch.device("cpu"), "fp32", keep)
+    plain = Update(cfg.train, cfg.model, model, Dist(), torch.device("cpu"), "fp32")
+    b = a_batch()
+    loss, _, plain_objective = plain._losses(b)
+    # no row general (or no corpus marked): the objective is the plain one, the base unused
+    for general in (torch.tensor([False, False]), None):
+        b.general = general
+        _, _, objective = update._losses(b)
+        assert objective.item() == pytest.approx(plain_objective.item(), rel=1e-6)
+    # the second row alone: its KL, computed on that row as a batch of its own
+    b.general = torch.tensor([False, True])
+    _, _, objective = update._losses(b)
+    row = Batch(b.src[1:], b.tgt_in[1:], b.tgt_out[1:], src_tokens=3, tgt_tokens=2)
+    want = plain_objective + 2.0 * term(Keep(base, 1.0), model, row)
+    assert objective.item() == pytest.approx(want.item(), rel=1e-5)
+    both = a_batch()
+    both.general = torch.tensor([True, True])
+    _, _, objective = update._losses(both)
+    whole = plain_objective + 2.0 * term(Keep(base, 1.0), model, a_batch())
+    assert objective.item() == pytest.approx(whole.item(), rel=1e-5)
+    assert whole.item() > want.item() > plain_objective.item()
+
+
+def test_on_general_rows_with_rdrop_both_copies_count():
+    cfg, model = small()
+    model.eval()  # the same distribution for both copies: each copy's KL is the row's
+    base = copy.deepcopy(model)
+    with torch.no_grad():
+        base.output.weight.add_(0.1)
+    cfg.train.rdrop = 1.0
+    update = Update(
+        cfg.train,
+        cfg.model,
+        model,
+        Dist(),
+        torch.device("cpu"),
+        "fp32",
+        Keep(base, 1.0, on="general"),
+    )
+    b = a_batch()
+    b.general = torch.tensor([True, False])
+    before = update.kl_sum.item()
+    update._losses(b)
+    row = Batch(b.src[:1], b.tgt_in[:1], b.tgt_out[:1], src_tokens=4, tgt_tokens=3)
+    # two copies of the row, halved as the loss is
+    assert update.kl_sum.item() - before == pytest.approx(
+        term(Keep(base, 1.0), model, row).item(), rel=1e-5
+    )

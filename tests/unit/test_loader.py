@@ -115,6 +115,26 @@ def test_mixed_corpora_in_one_batch(two_stores):
     assert (batch.src_tokens, batch.tgt_tokens) == (expected.src_tokens, expected.tgt_tokens)
 
 
+def test_rows_of_general_corpora_are_marked(two_stores):
+    stores, pairs = two_stores
+    idx = np.array([5, 310, 0, 419, 300, 5, 299])
+    data = TrainingSet(stores, [1.0, 1.0], general=[False, True])
+    batch = data[idx]
+    second = {(tuple(s + [EOS]), tuple(t + [EOS])) for s, t in pairs[1]}
+    first = {(tuple(s + [EOS]), tuple(t + [EOS])) for s, t in pairs[0]}
+    assert batch.general is not None and batch.general.dtype == torch.bool
+    assert batch.general.shape == (len(idx),)
+    for s, to, mark in zip(batch.src.tolist(), batch.tgt_out.tolist(), batch.general.tolist()):
+        pair = (tuple(i for i in s if i != PAD), tuple(i for i in to if i != PAD))
+        assert pair in (second if mark else first), pair
+    assert int(batch.general.sum()) == 3  # 310, 419, 300
+    alone = TrainingSet(stores[1:], [1.0], general=[True])[np.array([0, 3])]
+    assert alone.general.tolist() == [True, True]
+    # no corpus marked: no mask at all, as before the option
+    assert TrainingSet(stores, [1.0, 1.0], general=[False, False])[idx].general is None
+    assert TrainingSet(stores, [1.0, 1.0])[idx].general is None
+
+
 # --- epoch plans --------------------------------------------------------------------------------
 
 
