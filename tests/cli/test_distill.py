@@ -99,8 +99,11 @@ def test_the_student_trains_on_the_translations_and_names_its_teacher(distilled,
     assert record["corpora"][0]["lines"] == LINES
     assert best["config"]["model"]["decoder_layers"] == 1  # the student's shape, not the teacher's
     assert best["config"]["data"]["corpora"] == [
-        {"name": "text", "root": str(corpus), "format": "text", "hf_subset": "", "weight": 1.0}
-    ]
+        {
+            "name": "text", "root": str(corpus), "format": "text", "hf_subset": "", "weight": 1.0,
+            "general": False,  # a student's corpus: no base to keep close to
+        }
+    ]  # fmt: skip
     saved = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     assert saved["distill"]["teachers"] == [str(tiny_run / "best.pt")]
     assert saved["data"]["corpora"][0]["root"] == str(corpus)
