@@ -166,7 +166,7 @@ class Update:
         if rows is not None:
             if not rows.numel():
                 return None
-            if src.size(0) != n:  # train.rdrop's stacked copies
+            if self.train_cfg.rdrop:  # the batch stands twice, stacked
                 rows = torch.cat([rows, rows + n])
             rows = rows.to(self.device)
             src, tgt_in, tgt_out, logp = (

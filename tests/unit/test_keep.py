@@ -39,6 +39,17 @@ def small() -> tuple[Config, Transformer]:
     return cfg, Transformer(cfg.model, 12, 12)
 
 
+def with_moved_base() -> tuple[Config, Transformer, Transformer]:
+    """The small model in eval mode (dropout off: its distributions are fixed) and a copy of
+    it whose output layer moved, as the base: the term between them is positive."""
+    cfg, model = small()
+    model.eval()
+    base = copy.deepcopy(model)
+    with torch.no_grad():
+        base.output.weight.add_(0.1)
+    return cfg, model, base
+
+
 def term(keep: Keep, model: Transformer, b: Batch) -> torch.Tensor:
     logp = log_probs(model(b.src, b.tgt_in))
     return kl_to_reference(keep.reference(b.src, b.tgt_in, "fp32"), logp, b.tgt_out, PAD)
@@ -104,11 +115,7 @@ def test_an_update_with_the_term_trains_the_model_alone():
 
 
 def test_the_objective_adds_the_weighted_term():
-    cfg, model = small()
-    model.eval()
-    base = copy.deepcopy(model)
-    with torch.no_grad():
-        base.output.weight.add_(0.1)
+    cfg, model, base = with_moved_base()
     for weight in (0.5, 3.0):
         update = Update(
             cfg.train, cfg.model, model, Dist(), torch.device("cpu"), "fp32", Keep(base, weight)
@@ -119,11 +126,7 @@ def test_the_objective_adds_the_weighted_term():
 
 
 def test_on_general_rows_the_term_is_theirs_alone():
-    cfg, model = small()
-    model.eval()
-    base = copy.deepcopy(model)
-    with torch.no_grad():
-        base.output.weight.add_(0.1)
+    cfg, model, base = with_moved_base()
     keep = Keep(base, 2.0, on="general")
     update = Update(cfg.train, cfg.model, model, Dist(), torch.device("cpu"), "fp32", keep)
     plain = Update(cfg.train, cfg.model, model, Dist(), torch.device("cpu"), "fp32")
@@ -149,11 +152,7 @@ def test_on_general_rows_the_term_is_theirs_alone():
 
 
 def test_on_general_rows_with_rdrop_both_copies_count():
-    cfg, model = small()
-    model.eval()  # the same distribution for both copies: each copy's KL is the row's
-    base = copy.deepcopy(model)
-    with torch.no_grad():
-        base.output.weight.add_(0.1)
+    cfg, model, base = with_moved_base()  # eval: both copies' KL is the row's
     cfg.train.rdrop = 1.0
     update = Update(
         cfg.train,
