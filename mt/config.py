@@ -309,13 +309,15 @@ class FinetuneConfig:
     )
     # What keeps the fine-tuned model close to its base on what the base knew (mt/adapt/keep.py):
     # "kl" adds keep_weight times the KL divergence from the frozen base's next-token
-    # distribution to the model's, per target token of every training batch (Khayrallah et al.
-    # 2018); with the base's own data mixed in (data.corpora: replay) it sees general text too.
-    keep: Literal["none", "kl"] = "none"
-    keep_weight: float = 1.0  # finetune.keep: kl: the KL term's weight beside the loss
-    # The pairs the KL term sees: "all", or "general": those of the corpora marked `general`
-    # (and the replayed ones): the domain's pairs learn the domain unhindered, the general
-    # ones learn the base's whole distribution rather than its one translation.
+    # distribution to the model's, per target token of the pairs of keep_on (Khayrallah et al.
+    # 2018); "auto": the measured default (mt/adapt/defaults.py): the term on the replayed
+    # pairs alone where a full fine-tune self-replays (replay_sources), none otherwise.
+    keep: Literal["auto", "none", "kl"] = "auto"
+    # The KL term's weight beside the loss; unset: 2 on the general pairs, 1 on every pair.
+    keep_weight: float | None = None
+    # The pairs keep: kl's term sees: "all", or "general": those of the corpora marked
+    # `general` (and the replayed ones): the domain's pairs learn the domain unhindered, the
+    # general ones learn the base's whole distribution rather than its one translation.
     keep_on: Literal["all", "general"] = "all"
     # General text in the source language (a file, one sentence a line, .gz too) that the base
     # of train.init_from translates once (mt/adapt/replay.py, with mt distill's machinery: kept
@@ -325,8 +327,9 @@ class FinetuneConfig:
     replay_sources: str = ""
     # The replayed pairs' weight, as data.corpora's: the share of them each epoch sees (0.25: a
     # fresh random quarter). More keeps more of the general domain and less of the domain's
-    # gain (docs/fine-tuning.md measures the trade).
-    replay_weight: float = 0.25
+    # gain (docs/fine-tuning.md measures the trade). Unset: 0.1 beside the KL term on the
+    # replayed pairs (keep: auto's), 0.25 without it.
+    replay_weight: float | None = None
     # The base's beam on the replay sources (1: greedy, 2.3x faster here, and its repetitions
     # cost the general domain more: docs/fine-tuning.md).
     replay_beam: int = 5

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mt.adapt.defaults import keeping
 from mt.config import Config, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
 from mt.config_bounds import (
     MAX_ACCUM,
@@ -115,15 +116,17 @@ def keep_checks(cfg: Config) -> list[tuple[bool, str]]:
     """`finetune.keep`: a weight that means something, and the base's own vocabulary (the KL
     compares distributions over the same pieces)."""
     f = cfg.finetune
+    kept = keeping(f)
     return [
         (
-            0 < f.keep_weight <= 1000,
+            f.keep_weight is None or 0 < f.keep_weight <= 1000,
             f"finetune.keep_weight must be in (0, 1000], got {f.keep_weight}",
         ),
         (
-            f.keep == "none" or cfg.train.init_vocab == "keep",
-            "finetune.keep: kl compares the model with its base over the base's vocabulary: it "
-            "cannot be combined with train.init_vocab: new",
+            not kept.term or cfg.train.init_vocab == "keep",
+            f"finetune.keep: {f.keep} compares the model with its base over the base's "
+            "vocabulary: it cannot be combined with train.init_vocab: new"
+            + (" (finetune.keep: none turns it off)" if kept.auto else ""),
         ),
         (
             f.keep_on == "all" or f.keep == "kl",
@@ -138,7 +141,7 @@ def keep_checks(cfg: Config) -> list[tuple[bool, str]]:
             "of data.corpora marked general: true",
         ),
         (
-            0 < f.replay_weight <= 1000,
+            f.replay_weight is None or 0 < f.replay_weight <= 1000,
             f"finetune.replay_weight must be in (0, 1000], got {f.replay_weight}",
         ),
         (f.replay_beam >= 1, f"finetune.replay_beam must be >= 1, got {f.replay_beam}"),

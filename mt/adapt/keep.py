@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from mt import checkpoint
+from mt.adapt.defaults import keeping
 from mt.config import Config
 from mt.device import autocast
 from mt.errors import MtError
@@ -59,13 +60,17 @@ class Keep:
     def of(
         cls, cfg: Config, tokenizer: Tokenizer, device: torch.device, log: bool = True
     ) -> Keep | None:
-        """The run's Keep (None with `finetune.keep: none`): the base of `train.init_from`,
-        built as the run's model is (its model section, the run's tokenizer) and on `device`."""
+        """The run's Keep (None without the term: `finetune.keep: none`, or `auto` where the
+        run does not self-replay): the base of `train.init_from`, built as the run's model is
+        (its model section, the run's tokenizer) and on `device`."""
         f = cfg.finetune
-        if f.keep == "none":
+        kept = keeping(f)
+        if not kept.term:
             return None
         if not cfg.train.init_from:
-            raise MtError("finetune.keep: kl needs train.init_from (the base to stay close to)")
+            raise MtError(
+                f"finetune.keep: {f.keep} needs train.init_from (the base to stay close to)"
+            )
         path = Path(cfg.train.init_from)
         try:
             data = checkpoint.load(path)
@@ -88,13 +93,14 @@ class Keep:
                 f"finetune.keep: {path}: its weights do not match the run's model config"
             ) from None
         if log:
-            on = ", on the general corpora's pairs" if f.keep_on == "general" else ""
+            on = ", on the general corpora's pairs" if kept.on == "general" else ""
+            how = "auto: kl" if kept.auto else "kl"
             print(
-                f"finetune.keep: kl (weight {f.keep_weight:g}{on}) toward the frozen base {path}",
+                f"finetune.keep: {how} (weight {kept.weight:g}{on}) toward the frozen base {path}",
                 file=sys.stderr,
                 flush=True,
             )
-        return cls(base.to(device), f.keep_weight, path, f.keep_on)
+        return cls(base.to(device), kept.weight, path, kept.on)
 
     def reference(self, src: torch.Tensor, tgt_in: torch.Tensor, precision: str) -> torch.Tensor:
         """The base's next-token log-probabilities (B, T, V) in fp32 for the batch `src`,

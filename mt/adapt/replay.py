@@ -30,6 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mt.adapt.defaults import keeping
 from mt.config import Config, CorpusConfig, DataConfig, DistillConfig
 from mt.errors import MtError
 
@@ -93,7 +94,7 @@ def translate(cfg: Config, run_dir: Path, where: str, shard: Any = None) -> dict
         "cached": cached,
         "base": teachers.teachers[0].fingerprint,
         "beam": cfg.finetune.replay_beam,
-        "weight": cfg.finetune.replay_weight,
+        "weight": keeping(cfg.finetune).replay_weight,
     }
 
 

@@ -16,8 +16,9 @@ thread):
 - replay: Multi30k's train mixed in as a second corpus (`data.corpora`, `--replay-weight`);
 - both: replay and the KL term;
 - self_replay (on request): the German side of Multi30k's train alone, translated by the base
-  (`finetune.replay_sources`, greedy or `--replay-beam`), mixed in at `--replay-weight`: replay
-  for a base whose own data is absent (its English side is not read). The base's translation is
+  (`finetune.replay_sources`, greedy or `--replay-beam`), mixed in at `--replay-weight`
+  without a term (`finetune.keep: none`): replay for a base whose own data is absent (its
+  English side is not read). The base's translation is
   made once: a later self_replay arm (another weight) finds it in an earlier arm's run
   directory, in OUT_DIR or `--also`, and starts from a copy;
 - self_replay_kl (on request): self_replay with the KL term toward the base on the replayed
@@ -95,6 +96,7 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
         cfg["finetune"] = {
             "replay_sources": str((multi30k_dir() / "train.de.gz").resolve()),
             "replay_weight": args.replay_weight, "replay_beam": args.replay_beam,
+            "keep": "none",  # self-replay alone, not keep: auto's term beside it
         }  # fmt: skip
     if arm == "self_replay_kl":
         cfg["finetune"].update(keep="kl", keep_weight=args.keep_weight, keep_on="general")

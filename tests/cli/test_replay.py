@@ -88,6 +88,12 @@ def test_the_pairs_train_beside_the_domain_at_the_weight(replayed, tiny_run, mul
     record = best["origin"]["replay"]
     assert record["lines"] == LINES and record["weight"] == 0.5 and record["beam"] == 5
     assert record == json.loads((run / "replay.json").read_text(encoding="utf-8"))["replay"]
+    # finetune.keep: auto, the default: a full fine-tune that self-replays adds the KL term
+    # toward the base on the replayed pairs, at the measured weight
+    said = "finetune.keep: auto: kl (weight 2, on the general corpora's pairs) toward the frozen"
+    assert said in err
+    records = [json.loads(r) for r in (run / "metrics.jsonl").read_text("utf-8").splitlines()]
+    assert [r["keep_kl"] >= 0 for r in records if "loss" in r] == [True, True]
     from mt.distill import teacher_fingerprint
 
     assert record["base"] == teacher_fingerprint(load(tiny_run / "best.pt"))
@@ -123,7 +129,7 @@ def test_the_kl_term_on_the_replayed_pairs_alone(replayed, tiny_run, tmp_path, m
         result = mt_cli("train", config, "--init-from", tiny_run / "best.pt", env=env)
         assert result.rc == 0, result.err
         assert "translating" not in result.err  # the copied translation serves
-        said = "finetune.keep: kl (weight 1, on the general corpora's pairs)"
+        said = "finetune.keep: kl (weight 2, on the general corpora's pairs)"  # its default
         assert (said in result.err) == (on == "general"), result.err
         records = (tmp_path / on / "run" / "metrics.jsonl").read_text(encoding="utf-8")
         kl[on] = [r["keep_kl"] for r in map(json.loads, records.splitlines()) if "keep_kl" in r]
@@ -138,7 +144,7 @@ def test_mt_prepare_translates_and_mt_train_finds_it(replayed, tiny_run, tmp_pat
     _, _, env, _, lines = replayed
     sources = tmp_path / "general.de"
     sources.write_text("".join(line + "\n" for line in lines[:30]), encoding="utf-8")
-    config = finetune_config(tmp_path, replay_sources=str(sources), replay_weight=0.5)
+    config = finetune_config(tmp_path, replay_sources=str(sources))  # the default weight
     init = ("--init-from", str(tiny_run / "best.pt"))
     prepared = mt_cli("prepare", config, "--set", f"train.init_from={init[1]}", env=env)
     assert prepared.rc == 0, prepared.err
@@ -150,6 +156,22 @@ def test_mt_prepare_translates_and_mt_train_finds_it(replayed, tiny_run, tmp_pat
     assert f"30 lines translated before, in {corpus}" in trained.err
     assert "translating 30" not in trained.err
     assert f"ready: {corpus}/text.de: 30 pairs read" in trained.err  # the store prepare built
+    # replayed at 0.1, the measured weight beside keep: auto's term on the replayed pairs
+    record = json.loads((tmp_path / "run" / "replay.json").read_text(encoding="utf-8"))
+    assert record["replay"]["weight"] == 0.1
+    corpora = load(tmp_path / "run" / "last.pt")["config"]["data"]["corpora"]
+    assert [(c["weight"], c["general"]) for c in corpora] == [(1.0, False), (0.1, True)]
+
+
+def test_a_plain_fine_tune_adds_no_term(tiny_run, multi30k_dir, tmp_path, mt_cli):
+    """keep: auto without self-replay: no frozen base, no KL in the metrics."""
+    config = finetune_config(tmp_path)
+    env = {"MT_DATA": str(multi30k_dir)}
+    result = mt_cli("train", config, "--init-from", tiny_run / "best.pt", env=env)
+    assert result.rc == 0, result.err
+    assert "finetune.keep" not in result.err
+    records = (tmp_path / "run" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    assert records and not any("keep_kl" in r for r in records)
 
 
 def test_bad_settings_are_one_line_before_any_translation(tiny_run, multi30k_dir, tmp_path, mt_cli):

@@ -181,6 +181,9 @@ def test_wrong_type_names_key_and_file(tmp_path, text, key):
         ("finetune:\n  keep: always\n", "finetune.keep"),
         ("finetune:\n  keeps: kl\n", "finetune.keeps"),
         ("finetune:\n  keep: kl\ntrain:\n  init_vocab: new\n", "finetune.keep"),
+        # keep: auto's term on self-replayed pairs needs the base's vocabulary too
+        ("finetune:\n  replay_sources: a.de\ntrain:\n  init_vocab: new\n", "finetune.keep: auto"),
+        ("finetune:\n  replay_sources: a.de\n  replay_weight: 0\n", "finetune.replay_weight"),
         ("finetune:\n  keep_on: general\n  replay_sources: a.de\n", "finetune.keep_on"),
         ("finetune:\n  keep: kl\n  keep_on: general\n", "finetune.keep_on"),
         ("finetune:\n  keep: kl\n  keep_on: some\n", "finetune.keep_on"),
