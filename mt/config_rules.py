@@ -189,6 +189,7 @@ def terms_checks(d: DataConfig) -> list[tuple[bool, str]]:
     t = d.terms
     return [
         in_range("data.terms.share", t.share, 0.0, 1.0),
+        in_range("data.terms.mask", t.mask, 0.0, 1.0),
         in_range("data.terms.max_terms", t.max_terms, 1, 16),
         (0 < t.min_dice <= 1, f"data.terms.min_dice must be in (0, 1], got {t.min_dice}"),
         in_range("data.terms.min_count", t.min_count, 1, 1_000_000),

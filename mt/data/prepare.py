@@ -117,7 +117,7 @@ def prepare_terms(d: DataConfig, seed: int, run_dir: Path, build: bool, log: boo
         return None
     path = run_dir / LEXICON_FILE
     if path.is_file():
-        return Terms(Lexicon.load(path), t.share, t.max_terms, seed)
+        return Terms(Lexicon.load(path), t.share, t.max_terms, seed, t.mask)
     if not build:
         raise MtError(f"{path}: no term lexicon (the preparing process did not write it)")
     start = time.perf_counter()
@@ -137,7 +137,7 @@ def prepare_terms(d: DataConfig, seed: int, run_dir: Path, build: bool, log: boo
             file=sys.stderr,
             flush=True,
         )
-    return Terms(lexicon, t.share, t.max_terms, seed)
+    return Terms(lexicon, t.share, t.max_terms, seed, t.mask)
 
 
 def sample_languages(d: DataConfig, n: int, seed: int) -> tuple[list[str], list[str]]:

@@ -41,9 +41,11 @@ class Terms:
     share: float
     max_terms: int
     seed: int = 1
+    mask: float = 0.0  # share of the annotated terms whose source words are left out
 
     def __str__(self) -> str:  # the store cache's key
-        return f"terms={self.share}:{self.max_terms}:{self.lexicon.digest}@{self.seed}"
+        masked = f":mask{self.mask}" if self.mask else ""
+        return f"terms={self.share}:{self.max_terms}{masked}:{self.lexicon.digest}@{self.seed}"
 
     def apply(self, src: list[str], tgt: list[str], first: int) -> list[str]:
         """The source lines with their drawn annotations; `first` is the position of the
@@ -62,7 +64,9 @@ class Terms:
                 keys = [rng.random() ** max(x.lines, 1) for x in links]
                 drawn = sorted(range(len(links)), key=lambda i: -keys[i])[:n]
                 chosen = sorted((links[i] for i in drawn), key=lambda x: x.start)
-                out[k] = annotate(s, [(x.start, x.end, x.target) for x in chosen])
+                # drawn only where asked for, so that stores without masking stay as they were
+                masked = [rng.random() < self.mask for _ in chosen] if self.mask else []
+                out[k] = annotate(s, [(x.start, x.end, x.target) for x in chosen], masked)
         return out
 
 

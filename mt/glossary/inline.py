@@ -30,19 +30,25 @@ END = "｟/term｠"  # closes the target term
 MARKERS = (TERM, TO, END)
 
 
-def annotate(text: str, terms: Sequence[tuple[int, int, str]]) -> str:
+def annotate(text: str, terms: Sequence[tuple[int, int, str]], masked: Sequence[bool] = ()) -> str:
     """`text` with each `(start, end, target)` (character offsets of a source term, in order,
-    none overlapping) written as `｟term｠ source｟to｠ target｟/term｠`.
+    none overlapping) written as `｟term｠ source｟to｠ target｟/term｠`, or, where `masked`
+    says so (one flag per term; none: no term), as `｟term｠｟to｠ target｟/term｠`: the source
+    term left out, so that its target can only be copied (source term masking, Ailem et al.
+    2021).
 
     The markers are glued to the text around them, so the words keep the pieces they have
     unannotated: the term and its target each start a word (`▁Hund`, `▁dog`), and no marker
     costs a piece for a space of its own; the rest of the line is left as written."""
     out: list[str] = []
     pos = 0
-    for start, end, target in terms:
+    for k, (start, end, target) in enumerate(terms):
         if start < pos or end <= start:
             raise ValueError(f"term spans must be in order and not overlap: {terms!r}")
-        out += [text[pos:start].rstrip(), TERM, " ", text[start:end], TO, " "]
+        if k < len(masked) and masked[k]:
+            out += [text[pos:start].rstrip(), TERM, TO, " "]
+        else:
+            out += [text[pos:start].rstrip(), TERM, " ", text[start:end], TO, " "]
         out += [" ".join(target.split()), END]
         pos = end
     out.append(text[pos:])

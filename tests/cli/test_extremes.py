@@ -44,6 +44,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "data.corpora.weight": ("EEE",),
     "data.sampling_temperature": ("EEE",),  # (0, 100]: a typo otherwise
     "data.terms.share": ("WEE",),  # 0: off; a share is at most 1
+    "data.terms.mask": ("WEE",),  # 0: none masked; a share is at most 1
     "data.terms.max_terms": ("EEE",),  # 1 to 16 terms a line
     "data.terms.min_dice": ("EEE",),  # (0, 1]
     "data.terms.min_count": ("EEE",),

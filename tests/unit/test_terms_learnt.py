@@ -50,6 +50,13 @@ def test_annotate_glues_the_markers_to_the_words_around_them():
     assert annotate("Hund", [(0, 4, "big  dog")]) == f"{TERM} Hund{TO} big dog{END}"
 
 
+def test_a_masked_term_leaves_its_source_words_out():
+    text = "Ein Hund läuft über die Wiese."
+    got = annotate(text, [(4, 8, "dog"), (24, 29, "meadow")], [True, False])
+    assert got == f"Ein{TERM}{TO} dog{END} läuft über die{TERM} Wiese{TO} meadow{END}."
+    assert annotate(text, [(4, 8, "dog")], [False]) == annotate(text, [(4, 8, "dog")])
+
+
 @pytest.mark.parametrize(
     "spans", [[(4, 8, "a"), (6, 10, "b")], [(5, 5, "a")], [(9, 12, "a"), (0, 3, "b")]]
 )
@@ -199,6 +206,22 @@ def test_annotation_is_deterministic_and_depends_on_the_position_only(slice_1000
     assert str(terms) != str(Terms(lex, 0.3, 2, seed=2))
 
 
+def test_a_share_of_the_annotated_terms_is_masked(slice_1000):
+    """`mask`: the drawn terms and lines are those without it; a share of the terms lose their
+    source words (about half at 0.5, all at 1), and the store's key tells them apart."""
+    src, tgt, lex = slice_1000
+    plain = Terms(lex, 0.3, 3, seed=1).apply(src, tgt, 0)
+    targets = re.compile(f"{re.escape(TO)} (.*?){re.escape(END)}")
+    for mask, low, high in ((0.5, 0.35, 0.65), (1.0, 1.0, 1.0)):
+        out = Terms(lex, 0.3, 3, seed=1, mask=mask).apply(src, tgt, 0)
+        assert [x == s for x, s in zip(out, src)] == [x == s for x, s in zip(plain, src)]
+        assert [targets.findall(x) for x in out] == [targets.findall(x) for x in plain]
+        terms = sum(x.count(TERM) for x in out)
+        share = sum(x.count(TERM + TO) for x in out) / terms
+        assert low <= share <= high, share
+    assert str(Terms(lex, 0.3, 3, mask=0.5)) != str(Terms(lex, 0.3, 3))
+
+
 def test_rarer_terms_are_annotated_more_often(slice_1000):
     src, tgt, lex = slice_1000
     out = Terms(lex, 1.0, 1).apply(src, tgt, 0)
@@ -241,6 +264,7 @@ def test_no_annotation_inside_a_protected_span():
     [
         (TermsConfig(share=1.5), "data.terms.share must be in [0.0, 1.0], got 1.5"),
         (TermsConfig(share=0.1, max_terms=0), "data.terms.max_terms must be in [1, 16]"),
+        (TermsConfig(share=0.1, mask=-0.5), "data.terms.mask must be in [0.0, 1.0], got -0.5"),
         (TermsConfig(min_dice=0), "data.terms.min_dice must be in (0, 1]"),
         (TermsConfig(min_count=0), "data.terms.min_count must be in [1, 1,000,000]"),
         (TermsConfig(lexicon_lines=5), "data.terms.lexicon_lines must be in [100, "),
@@ -282,7 +306,8 @@ def test_prepare_builds_annotated_stores_and_a_marked_tokenizer(multi30k_dir: Pa
     lex = Lexicon.load(run / LEXICON_FILE)
     src = [x.strip() for x in read_lines(multi30k_dir / "train.de.gz")[:1500]]
     tgt = [x.strip() for x in read_lines(multi30k_dir / "train.en.gz")[:1500]]
-    want = Terms(lex, 0.3, 3, seed=3).apply(src, tgt, 0)
+    want = Terms(lex, 0.3, 3, seed=3, mask=0.5).apply(src, tgt, 0)  # the config's default mask
+    assert any(TERM + TO in x for x in want) and any(re.search(f"{TERM} \\w", x) for x in want)
     marked = sum(TERM in x for x in want)
     assert 300 <= marked <= 500
     # The store holds the annotated sources, in order (the filters drop a few pairs).
