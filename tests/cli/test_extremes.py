@@ -126,8 +126,10 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "finetune.replay_beam": ("EEW",),  # >= 1
     "finetune.replay_max_lines": ("WEW",),  # 0: every line
     "train.watch.max_examples": ("WEW",),  # 0: every line of the watched set
+    "train.watch.keep_within": ("WEE",),  # [0, 100] BLEU below the base's (unset: no bound)
     # `mt train` checks the distill section and trains on the original pairs
     "distill.beam": ("EEE",),
+    "distill.alpha": ("WEE",),  # [0, 10]; unset: the first teacher's
     "distill.max_tokens": ("WEE",),  # 0: the teacher's decode.max_tokens
     "distill.buffer_lines": ("WEE",),  # 0: the teacher's decode.buffer_lines
     "distill.chunk_lines": ("WEE",),  # 0: the buffer lines
@@ -203,6 +205,9 @@ def numeric_config_keys() -> list[str]:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             hint = hints[f.name]
+            bare = [a for a in typing.get_args(hint) if a is not type(None)]
+            if len(bare) == 1 and type(None) in typing.get_args(hint):
+                hint = bare[0]  # `float | None`: a number that may be left unset
             args = typing.get_args(hint)
             item = args[0] if typing.get_origin(hint) is list else None
             if dataclasses.is_dataclass(hint):
@@ -288,11 +293,11 @@ def test_config_value_at_extreme(key, which, expect, tmp_path, capsys, monkeypat
         raw["data"]["corpora"] = [{"name": "train", "weight": value}]
         config.write_text(yaml.safe_dump(raw))
         sets = []
-    elif key == "train.watch.max_examples":  # an entry of a list: written into the file
+    elif key.startswith("train.watch."):  # an entry of a list: written into the file
         raw = yaml.safe_load(config.read_text())
         data = tmp_path / "data"
         watch = {"name": "general", "src": str(data / "val.src"), "ref": str(data / "val.tgt")}
-        raw["train"]["watch"] = [{**watch, "max_examples": value}]
+        raw["train"]["watch"] = [{**watch, key.rsplit(".", 1)[1]: value}]
         config.write_text(yaml.safe_dump(raw))
         sets = []
     elif key == "train.optimizer_betas":
