@@ -276,6 +276,10 @@ class TrainConfig:
     # `mt eval` use unless a flag overrides it. Both empty = off; one empty keeps decode's value.
     tune_beam: list[int] = field(default_factory=list)
     tune_alpha: list[float] = field(default_factory=list)  # decode.alpha values to try (above)
+    # Speed over the last tenths: the smallest beam whose dev BLEU is within this many points of
+    # the best pair's (then its best alpha). 0 = the best pair. A distilled student's greedy
+    # search is near its beam search (docs/studies/distillation.md), so it decodes greedy.
+    tune_within: float = 0.0
     # TensorBoard events in RUN_DIR/tensorboard (mt/train/tensorboard.py): "auto" when the
     # package is installed; true without it stops the run at the start.
     tensorboard: Literal["auto", True, False] = "auto"

@@ -338,6 +338,7 @@ def train_checks(t: TrainConfig) -> list[tuple[bool, str]]:
         (0.0 <= t.ema_decay < 1.0, f"train.ema_decay must be in [0, 1), got {t.ema_decay}"),
         (len(t.tune_beam) <= 16, "train.tune_beam takes at most 16 beam sizes"),
         (len(t.tune_alpha) <= 16, "train.tune_alpha takes at most 16 length penalties"),
+        in_range("train.tune_within", t.tune_within, 0.0, 100.0),
         *(in_range("train.tune_beam", b, 1, MAX_BEAM) for b in t.tune_beam),
         *(in_range("train.tune_alpha", a, 0.0, 10.0) for a in t.tune_alpha),
         in_range("train.threads", t.threads, 0, MAX_THREADS),
@@ -391,10 +392,7 @@ def data_checks(d: DataConfig) -> list[tuple[bool, str]]:
         in_range("data.max_len", d.max_len, 1, MAX_LENGTH),
         (d.max_len_ratio >= 1.0, "data.max_len_ratio must be >= 1"),
         (d.src_lang != d.tgt_lang, "data.src_lang and data.tgt_lang must differ"),
-        (
-            0 < d.sampling_temperature <= 100,
-            "data.sampling_temperature must be in (0, 100]",
-        ),
+        (0 < d.sampling_temperature <= 100, "data.sampling_temperature must be in (0, 100]"),
         (d.max_train_examples >= 0, "data.max_train_examples must be >= 0"),
         (d.max_valid_examples >= 0, "data.max_valid_examples must be >= 0"),
     ]

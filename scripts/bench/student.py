@@ -20,6 +20,12 @@ the references, and the ratios the targets name:
 - the fastest student engine of mt with the shortlist / the faster of CTranslate2's modes
   with the vocabulary map on the student.
 
+The teacher decodes at `--beam`; the student at each of `--student-beams` (default: the same),
+since a student's best settings may be a smaller beam: a distilled student learns the teacher's
+beam output, so greedy search loses it less than it loses its teacher (Kim and Rush 2016). The
+first ratio is given for each student beam, and mt and CTranslate2 are compared on the student
+at the same beam.
+
     mt shortlist runs/student/best.pt --source train.de.gz --target train.en.gz -o student_sl.pt
     MT_DATA=../shared/data/multi30k python -m scripts.bench.student \\
         --teacher runs/multi30k_de_en/best.pt --student student_sl.pt --rounds 2
@@ -41,8 +47,8 @@ STUDENT_SPECS = "auto+early,int8+early,auto+early:w2,int8+early:w2,ct2-int8,ct2-
 SHORTLIST_SPECS = "auto+early+sl{k}:w2,int8+early+sl{k}:w2,ct2-int8+vmap,ct2-int8+vmap:replicas"
 
 
-def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str]]) -> list[dict]:
-    """Every (who, checkpoint, spec) in turn, `--rounds` times; a row per engine."""
+def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str, int]]) -> list[dict]:
+    """Every (who, checkpoint, spec, beam) in turn, `--rounds` times; a row per engine."""
     from mt.metrics import bleu
 
     lines = read_lines(args.src)[: args.limit or None]
@@ -51,21 +57,21 @@ def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str]]) -> l
     outputs: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-student-") as tmp:
         for r in range(args.rounds):
-            for who, checkpoint, spec in engines:
-                name = f"{who} {spec}"
-                got = run_child(args, checkpoint, spec, args.beam, Path(tmp) / "child.json")
+            for who, checkpoint, spec, beam in engines:
+                name = f"{who} {spec} beam {beam}"
+                got = run_child(args, checkpoint, spec, beam, Path(tmp) / "child.json")
                 seconds.setdefault(name, []).extend(got["seconds"])
                 outputs[name] = got["outputs"]
                 say(f"round {r + 1}: {name}: first {got['first']:.2f} s, then {got['seconds']}")
     rows = []
-    for who, _, spec in engines:
-        name = f"{who} {spec}"
+    for who, _, spec, beam in engines:
+        name = f"{who} {spec} beam {beam}"
         best = min(seconds[name])
         rows.append(
             {
                 "who": who,
                 "engine": spec,
-                "beam": args.beam,
+                "beam": beam,
                 "sentences": len(lines),
                 "sent_s_best": round(len(lines) / best, 2),
                 "sent_s_slowest": round(len(lines) / max(seconds[name]), 2),
@@ -75,13 +81,20 @@ def measure(args: argparse.Namespace, engines: list[tuple[str, Path, str]]) -> l
     return rows
 
 
-def fastest(rows: list[dict], who: str, engine: str = "", shortlist: bool | None = None):
+def fastest(
+    rows: list[dict],
+    who: str,
+    engine: str = "",
+    shortlist: bool | None = None,
+    beam: int | None = None,
+):
     """The fastest row of `who` whose engine starts with `engine` (mt: not "ct2"), with or
-    without the shortlist where `shortlist` says; None if there is none."""
+    without the shortlist where `shortlist` says, at `beam` where given; None if none."""
     picked = [
         r
         for r in rows
         if r["who"] == who
+        and (beam is None or r["beam"] == beam)
         and (r["engine"].startswith(engine) if engine else not r["engine"].startswith("ct2"))
         and (shortlist is None or (("+sl" in r["engine"]) or ("+vmap" in r["engine"])) == shortlist)
     ]
@@ -93,23 +106,29 @@ def verdict(rows: list[dict]) -> list[str]:
     said = []
     teacher_ct2 = fastest(rows, "teacher", "ct2-int8")
     teacher_mt = next((r for r in rows if r["who"] == "teacher" and r["engine"] == "auto"), None)
-    student = fastest(rows, "student")
-    if teacher_ct2 and student:
+    beams = sorted({r["beam"] for r in rows if r["who"] == "student"}, reverse=True)
+    for beam in beams:
+        student = fastest(rows, "student", beam=beam)
+        if not (teacher_ct2 and student):
+            continue
         own = f", {teacher_mt['bleu']:.2f} through mt at `auto`" if teacher_mt else ""
         said.append(
-            f"student mt ({student['engine']}) / teacher CTranslate2 ({teacher_ct2['engine']}): "
+            f"student mt ({student['engine']} beam {beam}) / teacher CTranslate2 "
+            f"({teacher_ct2['engine']} beam {teacher_ct2['beam']}): "
             f"{student['sent_s_best'] / teacher_ct2['sent_s_best']:.2f}x, BLEU "
             f"{student['bleu']:.2f} against the teacher's {teacher_ct2['bleu']:.2f} there "
             f"({student['bleu'] - teacher_ct2['bleu']:+.2f}{own})"
         )
-    for shortlist in (False, True):
-        ours = fastest(rows, "student", shortlist=shortlist)
-        peer = fastest(rows, "student", "ct2-int8", shortlist=shortlist)
-        if ours and peer and ours["engine"] != peer["engine"]:
-            said.append(
-                f"student, shortlist {'on' if shortlist else 'off'}: mt ({ours['engine']}) / "
-                f"CTranslate2 ({peer['engine']}): {ours['sent_s_best'] / peer['sent_s_best']:.2f}x"
-            )
+    for beam in beams:
+        for shortlist in (False, True):
+            ours = fastest(rows, "student", shortlist=shortlist, beam=beam)
+            peer = fastest(rows, "student", "ct2-int8", shortlist=shortlist, beam=beam)
+            if ours and peer and ours["engine"] != peer["engine"]:
+                said.append(
+                    f"student beam {beam}, shortlist {'on' if shortlist else 'off'}: mt "
+                    f"({ours['engine']}) / CTranslate2 ({peer['engine']}): "
+                    f"{ours['sent_s_best'] / peer['sent_s_best']:.2f}x"
+                )
     return said
 
 
@@ -121,7 +140,10 @@ def main() -> None:
     p.add_argument("--src", type=Path, default=Path(data) / "test_2016_flickr.de.gz")
     p.add_argument("--ref", type=Path, default=Path(data) / "test_2016_flickr.en.gz")
     p.add_argument("--limit", type=int, default=0, help="sentences decoded (0: all)")
-    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam", type=int, default=5, help="the teacher's beam")
+    p.add_argument(
+        "--student-beams", default="", help="the student's beams, e.g. 5,1 (default: --beam)"
+    )
     p.add_argument("--threads", type=int, default=0, help="0: every usable core")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds; the best counts")
     p.add_argument("--passes", type=int, default=1, help="timed passes per child and round")
@@ -138,8 +160,11 @@ def main() -> None:
     specs = args.student_specs.split(",")
     if args.shortlist:
         specs += SHORTLIST_SPECS.format(k=args.shortlist).split(",")
-    engines = [("teacher", args.teacher, s) for s in args.teacher_specs.split(",") if s]
-    engines += [("student", args.student, s) for s in specs if s]
+    student_beams = [int(b) for b in args.student_beams.split(",") if b] or [args.beam]
+    engines = [("teacher", args.teacher, s, args.beam) for s in args.teacher_specs.split(",") if s]
+    for b in student_beams:  # greedy search has no stopping rule to choose: "+early" dropped
+        at_beam = dict.fromkeys(s.replace("+early", "") if b == 1 else s for s in specs if s)
+        engines += [("student", args.student, s, b) for s in at_beam]
     info = machine()
     print(json.dumps({"machine": info}), flush=True)
     rows = measure(args, engines)

@@ -98,6 +98,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "train.dropout_by_epochs.activation_dropout": ("WEE",),
     "train.tune_beam": ("EEE",),  # one beam of the value; the beam's own bounds
     "train.tune_alpha": ("WEE",),  # one length penalty of the value, in [0, 10]
+    "train.tune_within": ("WEE",),  # BLEU points, in [0, 100]
     "decode.beam": ("EEE",),
     "decode.nbest": ("EEE",),
     "decode.alpha": ("WEE",),

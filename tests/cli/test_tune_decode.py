@@ -13,7 +13,9 @@ import torch
 from support.inprocess import run_mt_here
 from support.tasks import reverse_task_config
 
+from mt.config import DecodeConfig, TrainConfig
 from mt.train.evaluation import DevSet, EvalSettings, Evaluator
+from mt.train.tune import choose, tune_decode
 from mt.translation.options import DecodeOptions
 from mt.translation.requests import Request
 from mt.translation.session import Session
@@ -123,6 +125,56 @@ def test_tuning_scores_dev_as_mt_eval_does_not_under_the_training_autocast(tiny_
     assert evaluator.bleu(options) == pytest.approx(100.0)
     # The premise: under the training's bf16 autocast the same decode writes other lines.
     assert evaluator.translate(src, None, options) != as_eval
+
+
+def test_choose_takes_the_smallest_beam_within_the_tolerance():
+    grid = [
+        {"beam": 1, "alpha": 0.0, "dev_bleu": 40.1},
+        {"beam": 3, "alpha": 0.0, "dev_bleu": 40.6},
+        {"beam": 3, "alpha": 1.0, "dev_bleu": 40.7},
+        {"beam": 5, "alpha": 0.0, "dev_bleu": 41.0},
+        {"beam": 5, "alpha": 1.0, "dev_bleu": 41.0},
+    ]
+    assert choose(grid, 0.0) == grid[3]  # the best; of equals, the first alpha
+    assert choose(grid, 0.25) == grid[3]  # beam 3 is 0.3 below
+    assert choose(grid, 0.35) == grid[2]  # within: beam 3, its better alpha
+    assert choose(grid, 0.9) == grid[0]  # greedy: 0.9 below the best
+    assert choose(grid, 100.0) == grid[0]
+
+
+def test_tune_within_stores_the_faster_setting_and_eval_reproduces_it(
+    tiny_run, multi30k_dir, tmp_path, mt_cli
+):
+    """On a model trained on Multi30k, the tolerance turns the stored decode from the best pair
+    into greedy search, and `mt eval` of the checkpoint scores what the tuning measured."""
+    src = first_lines(multi30k_dir / "val.de.gz", 80)
+    ref = first_lines(multi30k_dir / "val.en.gz", 80)
+    loaded = Session([tiny_run / "best.pt"], "cpu")
+    model = Session.from_model(loaded.model, loaded.tokenizer, loaded.cfg, loaded.device, "fp32")
+    settings = EvalSettings(bleu=True, max_tokens=1024, label_smoothing=0.1, lang_token="source")
+    dev = DevSet(None, src, ref)  # type: ignore[arg-type]  # BLEU only: no token store
+    evaluator = Evaluator(model, settings, [dev], precision="fp32")
+    records = {}
+    for within in (0.0, 100.0):
+        ckpt = tmp_path / f"within{within:g}.pt"
+        ckpt.write_bytes((tiny_run / "best.pt").read_bytes())
+        t = TrainConfig(tune_beam=[4, 1], tune_alpha=[1.0], tune_within=within)
+        records[within] = tune_decode(t, DecodeConfig(), ckpt, evaluator, step=1)
+        stored = torch.load(ckpt, weights_only=True)["config"]["decode"]
+        assert stored["beam"] == records[within]["tuned_beam"]
+        (tmp_path / "src").write_text("\n".join(src) + "\n")
+        (tmp_path / "ref").write_text("\n".join(ref) + "\n")
+        result = mt_cli(
+            "eval", ckpt, "--src", tmp_path / "src", "--ref", tmp_path / "ref", "--json"
+        )
+        assert result.rc == 0, result.err
+        bleu = json.loads(result.out)["bleu"]
+        assert bleu == pytest.approx(records[within]["tuned_dev_bleu"], abs=0.01)
+    grid = records[0.0]["tuned_grid"]
+    assert records[0.0]["tuned_dev_bleu"] == max(g["dev_bleu"] for g in grid)
+    assert records[0.0]["tuned_beam"] == 4, grid  # the premise: beam 4 scores above greedy
+    assert records[100.0]["tuned_beam"] == 1 and records[100.0]["tuned_within"] == 100.0
+    assert records[100.0]["tuned_dev_bleu"] == next(g for g in grid if g["beam"] == 1)["dev_bleu"]
 
 
 def first_lines(path: Path, n: int) -> list[str]:
