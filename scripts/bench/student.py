@@ -28,7 +28,8 @@ at the same beam.
 
     mt shortlist runs/student/best.pt --source train.de.gz --target train.en.gz -o student_sl.pt
     MT_DATA=../shared/data/multi30k python -m scripts.bench.student \\
-        --teacher runs/multi30k_de_en/best.pt --student student_sl.pt --rounds 2
+        --teacher runs/multi30k_de_en/best.pt --student student_sl.pt --rounds 2 \\
+        --student-beams 5,1 --shortlist 50
 """
 
 from __future__ import annotations
