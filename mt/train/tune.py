@@ -63,9 +63,9 @@ def tune_decode(
     data["tuned_decode"] = tried
     checkpoint.save(data, best)
     top = max(r["dev_bleu"] for r in tried)
-    rule = f", the smallest beam within {t.tune_within:g} of the best, {top:.2f}" * (
-        chosen["dev_bleu"] < top
-    )
+    rule = ""
+    if chosen["dev_bleu"] < top:  # train.tune_within traded BLEU for a smaller beam
+        rule = f", the smallest beam within {t.tune_within:g} of the best, {top:.2f}"
     tqdm.write(
         f"decode settings chosen on dev for {best}: beam {chosen['beam']}, alpha "
         f"{chosen['alpha']} (dev BLEU {chosen['dev_bleu']:.2f}{rule}; {len(tried)} tried)",
