@@ -294,6 +294,10 @@ class TrainConfig:
     # tokenizer section) with the checkpoint's embeddings for the pieces both share, fresh
     # ones for the rest (eole's update_vocab; mt/train/vocab_update.py).
     init_vocab: Literal["keep", "new"] = "keep"
+    # True: the model section's encoder_layers / decoder_layers may be fewer than the
+    # checkpoint's, and the model starts from evenly spaced ones of its layers (the first
+    # always; mt/train/shrink.py): a distilled student from its teacher ("shrink and fine-tune").
+    init_shrink: bool = False
     # Parts that keep their weights while fine-tuning; with tied embeddings, "embeddings"
     # freezes the output projection too.
     freeze: list[Literal["embeddings", "encoder", "decoder"]] = field(default_factory=list)

@@ -55,6 +55,7 @@ from mt.config_file import expand_env, from_dict
 from mt.errors import MtError
 from mt.model import Transformer
 from mt.tokenizer import Tokenizer
+from mt.train.shrink import shrink
 from mt.train.vocab_update import announce, load_with_new_vocab
 
 
@@ -197,7 +198,14 @@ def load_init(
     t = dataclasses.replace(t, init_from=str(path))
     data = _load(path)
     stored = from_dict(data["config"], f"{path} (stored config)")
-    model = merge_model(s.model, stored.model, str(path))
+    weights, whole = data["model"], stored.model
+    if t.init_shrink:
+        refused = "finetune.adapter: lora" if lora else ""
+        refused = refused or ("train.init_keep_optimizer" if t.init_keep_optimizer else "")
+        whole, weights, kept = shrink(s.model, whole, weights, str(path), refused)
+        if log:
+            print(kept, file=sys.stderr, flush=True)
+    model = merge_model(s.model, whole, str(path))
     new_vocab = t.init_vocab == "new"
     if s.tokenizer != stored.tokenizer and log and not new_vocab:
         print(
@@ -220,7 +228,7 @@ def load_init(
         path=path,
         step=step,
         tokenizer=tokenizer,
-        weights=data["model"],
+        weights=weights,
         train_state=data.get("train_state") if t.init_keep_optimizer else None,
         freeze=list(t.freeze),
         keep_optimizer=t.init_keep_optimizer,
@@ -235,6 +243,7 @@ def _refuse_without_init(s: Sections) -> None:
     """The settings that mean nothing without `train.init_from`, refused by name."""
     t = s.train
     given = [("freeze", t.freeze), ("init_keep_optimizer", t.init_keep_optimizer)]
+    given.append(("init_shrink", t.init_shrink))
     for key, value in given + [("init_vocab", t.init_vocab == "new")]:
         if value:
             raise MtError(f"train.{key} needs train.init_from (a checkpoint to start from)")

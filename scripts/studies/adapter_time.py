@@ -1,7 +1,7 @@
 """A LoRA adapter against plain fine-tuning at equal CPU time rather than equal updates.
 
     python -m scripts.studies.adapter_time BASE.pt STRINGS_DIR OUT_DIR [--time-steps 100]
-        [--rounds 2] [--time-rank 8] [--arm NAME:STEPS:LR[:RANK[:SEED]]] ...
+        [--rounds 2] [--time-rank 8] [--arm NAME:STEPS:LR[:RANK[:SEED]][/SECTION.KEY=VALUE]] ...
 
 First the cost of one update: plain fine-tuning and the adapter (`finetune.adapter: lora`, the
 default targets, rank `--time-rank`) train `--time-steps` updates each from BASE.pt on the
@@ -16,9 +16,10 @@ the recipe of docs/fine-tuning.md (inverse_sqrt, warmup 50, 2,048 tokens, seed S
 and is scored greedily, lowercased BLEU and chrF, on the strings test part and Multi30k's
 test_2016_flickr. A NAME starting with `plain` is plain fine-tuning, any other a LoRA adapter
 of rank RANK (default 8); each adapter's share of the gain is taken against the plain run with
-as many updates and the same seed. An arm whose OUT_DIR/NAME/scores.json exists is not trained
-again. The table is printed at the end; docs/fine-tuning.md ("Measured: an adapter against
-plain fine-tuning") holds it.
+as many updates and the same seed. `/SECTION.KEY=VALUE` adds a setting to the arm's config
+(`/train.freeze=[encoder,decoder]`, `/finetune.lora_targets=[embed]`). An arm whose
+OUT_DIR/NAME/scores.json exists is not trained again. The table is printed at the end;
+docs/fine-tuning.md ("Measured: an adapter against plain fine-tuning") holds it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Arm:
     lr: float
     rank: int = 0
     seed: int = 1
+    extra: tuple[tuple[str, Any], ...] = ()  # (dotted key, value): settings beside the recipe
 
 
 def config(strings: Path, run_dir: Path, arm: Arm) -> dict[str, Any]:
@@ -71,6 +73,9 @@ def config(strings: Path, run_dir: Path, arm: Arm) -> dict[str, Any]:
     cfg: dict[str, Any] = {"data": data, "train": train}
     if arm.rank:
         cfg["finetune"] = {"adapter": "lora", "lora_rank": arm.rank}
+    for key, value in arm.extra:
+        section, name = key.split(".", 1)
+        cfg.setdefault(section, {})[name] = value
     return cfg
 
 
@@ -142,14 +147,22 @@ def scores(args: argparse.Namespace, arm: Arm) -> dict[str, Any]:
 
 
 def parse_arm(spec: str) -> Arm:
-    """NAME:STEPS:LR[:RANK[:SEED]]; a name starting `plain` has rank 0, others 8 by default."""
+    """NAME:STEPS:LR[:RANK[:SEED]][/SECTION.KEY=VALUE]...; a name starting `plain` has rank 0,
+    others 8 by default; each VALUE is read as YAML (`/finetune.lora_targets=[embed]`)."""
+    spec, *settings = spec.split("/")
+    extra = []
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or "." not in key:
+            raise SystemExit(f"--arm {spec}: expected /SECTION.KEY=VALUE, got /{setting}")
+        extra.append((key, yaml.safe_load(value)))
     parts = spec.split(":")
     if len(parts) not in (3, 4, 5):
         raise SystemExit(f"--arm {spec}: expected NAME:STEPS:LR[:RANK[:SEED]]")
     name = parts[0]
     rank = 0 if name.startswith("plain") else int(parts[3]) if len(parts) > 3 else 8
     seed = int(parts[4]) if len(parts) == 5 else 1
-    return Arm(name, int(parts[1]), float(parts[2]), rank, seed)
+    return Arm(name, int(parts[1]), float(parts[2]), rank, seed, tuple(extra))
 
 
 def main() -> None:
@@ -161,7 +174,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--plain-lr", type=float, default=0.0005)
     p.add_argument("--time-rank", type=int, default=8, help="the timed adapter's rank")
-    p.add_argument("--arm", action="append", default=[], help="NAME:STEPS:LR[:RANK]")
+    p.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        help="NAME:STEPS:LR[:RANK[:SEED]][/SECTION.KEY=VALUE]...",
+    )
     args = p.parse_args()
     info = machine()
     say(describe_machine(info))

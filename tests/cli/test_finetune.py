@@ -217,3 +217,31 @@ def test_mt_prepare_of_a_fine_tuning_run_uses_the_checkpoints_tokenizer(
     trained = mt_cli("train", config, "--run-dir", run_dir)
     assert trained.rc == 0, trained.err
     assert (run_dir / "last.pt").is_file()
+
+
+def test_init_shrink_starts_a_shallower_model_from_the_checkpoints_layers(
+    tiny_run, slice_dir, tmp_path, mt_cli
+):
+    """A 2+1 model from the 2+2 base: its one decoder layer is the base's first (frozen here,
+    with the tables, so it must still be the base's after training), its encoder the base's
+    two, trained on; more decoder layers than the base's are refused in one line."""
+    config = ft_config(tmp_path, slice_dir, init_shrink=True, freeze=["embeddings", "decoder"])
+    run = tmp_path / "run"
+    args = ("--init-from", tiny_run / "last.pt", "--set", "model.decoder_layers=1")
+    result = mt_cli("train", config, "--run-dir", run, *args)
+    assert result.rc == 0, result.err
+    assert "decoder layers [0] of its 2" in result.err
+    base, shrunk = weights(tiny_run / "last.pt"), weights(run / "last.pt")
+    assert not any(k.startswith("decoder.1.") for k in shrunk)
+    for key in [k for k in shrunk if k.startswith(("decoder.0.", "tgt_embed"))]:
+        assert torch.equal(shrunk[key], base[key]), key
+    moved = [k for k in shrunk if k.startswith("encoder.1.")]
+    assert moved and any(not torch.equal(shrunk[k], base[k]) for k in moved)
+    stored = torch.load(run / "last.pt", weights_only=False)["config"]["model"]
+    assert (stored["encoder_layers"], stored["decoder_layers"]) == (2, 1)
+    grown = mt_cli(
+        "train", config, "--run-dir", tmp_path / "grown", "--init-from", tiny_run / "last.pt",
+        "--set", "model.decoder_layers=3",
+    )  # fmt: skip
+    assert grown.rc == 2
+    assert "model.decoder_layers is 3" in one_error_line(grown.err)
