@@ -6,7 +6,7 @@ A distilled student is its teacher's shape with fewer decoder layers
 updates learning what the teacher's tables and encoder already hold; copied from them, it starts
 near the teacher and learns what the dropped layers did. The layers kept are spread evenly over
 the checkpoint's, the first always among them and the last once two or more are kept (1 of 3
-keeps layer 0, 2 of 3 keep 0 and 2, as distilbart's students do); the tables, final norms and
+keeps layer 0, 2 of 3 keep 0 and 2); the tables, final norms and
 output layer are the checkpoint's. The model section says how many layers each stack keeps;
 a stack left at its default keeps them all.
 """

@@ -40,12 +40,12 @@ def main() -> None:
     print(f"| tensor | shape | relative change | {head} |")
     print("|---|---|---:|" + "---:|" * len(ranks))
     projections: list[list[float]] = []
-    seen: set[int] = set()
+    seen: set[int] = set()  # a tied table is one tensor under several names: printed once
     for name, before in base.items():
         after = tuned.get(name)
-        if after is None or after.shape != before.shape or id(after) in seen:
+        if after is None or after.shape != before.shape or after.data_ptr() in seen:
             continue
-        seen.add(id(after))
+        seen.add(after.data_ptr())
         update = after.float() - before.float()
         rel = float(update.norm() / before.float().norm())
         cells = ""
