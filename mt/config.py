@@ -377,6 +377,11 @@ class DistillConfig:
     # The original pairs trained beside the teachers' translations, with this weight (as
     # data.corpora's: 1 sees each once per epoch); 0: the translations alone.
     keep_original: float = 0.0
+    # N > 1: the teachers keep their N best translations of a line, and the one nearest its
+    # reference (sentence BLEU) is the target: Kim and Rush's sequence-level interpolation,
+    # which moves the targets toward the references while they stay the teachers' own output.
+    # 0 (or 1): the teachers' best.
+    interpolate: int = 0
 
 
 @dataclass

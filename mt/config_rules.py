@@ -218,6 +218,7 @@ def distill_checks(cfg: Config) -> list[tuple[bool, str]]:
         ),
         in_range("distill.workers", d.workers, 1, 1024),
         in_range("distill.keep_original", d.keep_original, 0.0, 1000.0),
+        in_range("distill.interpolate (at most distill.beam)", d.interpolate, 0, d.beam),
         (
             not (d.teachers and cfg.data.pairs),
             "distill is for a student of one direction: it cannot be combined with data.pairs",

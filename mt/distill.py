@@ -15,6 +15,10 @@ rerun with the same teachers, settings and sources translates nothing; another t
 is another KEY and another folder (Marian's and fairseq's students pipelines keep the teachers'
 output the same way: files named by what made them, reused until that changes).
 
+With `distill.interpolate: N` the teachers return their N best and the one nearest the line's
+reference is written (Kim and Rush's sequence-level interpolation); the references are then kept
+beside the sources and are part of KEY.
+
 The student then reads these folders as its `data.corpora`, each with its corpus's weight, and
 the original corpora beside them when `distill.keep_original` > 0 (mt.config.DistillConfig).
 """
@@ -28,7 +32,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -97,9 +101,11 @@ class Teachers:
         self.who = who  # what the progress lines start with
         self.session = Session(paths, device, name=lambda key: "distill." + key.split(".")[-1])
         check_direction(self.session, data, where)
+        # Interpolation chooses among the N best, which the search then returns.
+        self.interpolate = d.interpolate if d.interpolate > 1 else 0
         options = DecodeOptions(
             beam=d.beam,
-            nbest=1,
+            nbest=self.interpolate or 1,
             greedy=False,
             sample=False,
             alpha=d.alpha,
@@ -131,13 +137,18 @@ class Teachers:
             "plan": asdict(self.plan),
             "languages": [data.src_lang, data.tgt_lang],
         }
+        if self.interpolate:  # the references decide the targets too (corpus_key)
+            self.settings["interpolate"] = {"nbest": self.interpolate, "metric": "sentence BLEU"}
 
     def describe(self) -> str:
         """The teachers and their search, for the first progress line."""
         c = self.translator.cfg
         who = ", ".join(t.path for t in self.teachers)
         kind = "an ensemble of " if len(self.teachers) > 1 else ""
-        return f"{kind}{who}, beam {c.beam}, alpha {c.alpha}, buffer {c.buffer_lines:,} lines"
+        nearest = f", nearest the reference of {c.nbest}" if self.interpolate else ""
+        return (
+            f"{kind}{who}, beam {c.beam}{nearest}, alpha {c.alpha}, buffer {c.buffer_lines:,} lines"
+        )
 
 
 def check_direction(session: Any, data: DataConfig, where: str) -> None:
@@ -178,25 +189,35 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
-def copy_sources(chunks: Iterable[list[str]], src_lang: str, into: Path) -> tuple[Path, str, int]:
-    """The source lines of `chunks` written to a temp file in `into`: the file, the digest of
-    its bytes and its number of lines."""
-    tmp = temp_path(into / f"source.{src_lang}")
+def copy_lines(
+    chunks: Iterable[tuple[list[str], ...]], names: list[str], into: Path
+) -> tuple[list[Path], str, int]:
+    """Line-aligned columns of `chunks` (sources, and references where interpolating) written
+    to temp files `names` in `into`: the files, one digest of all their bytes and their number
+    of lines."""
+    tmps = [temp_path(into / name) for name in names]
     h, n = hashlib.sha256(), 0
     try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            for src in chunks:
-                text = "".join(one_line(s) + "\n" for s in src)
-                f.write(text)
-                h.update(text.encode("utf-8"))
-                n += len(src)
+        files = [open(tmp, "w", encoding="utf-8", newline="\n") for tmp in tmps]
+        try:
+            for columns in chunks:
+                for f, lines in zip(files, columns):
+                    text = "".join(one_line(s) + "\n" for s in lines)
+                    f.write(text)
+                    h.update(text.encode("utf-8"))
+                n += len(columns[0])
+        finally:
+            for f in files:
+                f.close()
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
         raise MtError(f"{into}: cannot write the sources ({err.strerror or err})") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
         raise
-    return tmp, h.hexdigest(), n
+    return tmps, h.hexdigest(), n
 
 
 def corpus_key(settings: dict[str, Any], source_digest: str, lines: int) -> str:
@@ -213,15 +234,17 @@ def distil(
     """The teachers' translation of `source` under `root` (RUN/distill): found whole, or
     this process's chunks translated (`shard`: its share; None: all). None when other
     processes' chunks are still missing."""
-    sources = (src for src, _ in pair_chunks(source, limit=limit))
+    pairs = pair_chunks(source, limit=limit)
+    # With interpolation the references travel beside the sources (translate_lines).
+    chunks = pairs if teachers.interpolate else (src for src, _ in pairs)
     langs = (source.src_lang, source.tgt_lang)
-    found = translate_lines(teachers, sources, langs, source.where, root, shard, limit)
+    found = translate_lines(teachers, chunks, langs, source.where, root, shard, limit)
     return None if found is None else Distilled(source, *found)
 
 
 def translate_lines(
     teachers: Teachers,
-    chunks: Iterable[list[str]],
+    chunks: Iterable[Any],
     langs: tuple[str, str],
     where: str,
     root: Path,
@@ -232,7 +255,8 @@ def translate_lines(
     languages `langs`) kept under `root`: its folder (holding `text.SRC` and `text.TGT`), key,
     number of lines and whether it was found whole. None when other processes' chunks are
     still missing. The corpora of `mt distill` and the replay sources of a fine-tuning run
-    (mt.adapt.replay) are translated and kept alike."""
+    (mt.adapt.replay) are translated and kept alike. With `teachers.interpolate` each chunk
+    is a (sources, references) pair, and the references are kept beside as `reference.TGT`."""
     from mt.runtime.shards import ChunkedJob, Shard
 
     try:
@@ -240,22 +264,26 @@ def translate_lines(
     except OSError as err:
         raise MtError(f"{root}: cannot create ({err.strerror or err})") from None
     src_lang, tgt_lang = langs
-    tmp, digest, lines = copy_sources(chunks, src_lang, root)
+    names = [f"text.{src_lang}"] + ([f"reference.{tgt_lang}"] if teachers.interpolate else [])
+    columns = chunks if teachers.interpolate else ((src,) for src in chunks)
+    tmps, digest, lines = copy_lines(columns, [f"source.{n}" for n in names], root)
     key = corpus_key(teachers.settings, digest, lines)
     folder = root / key
-    src_file, tgt_file = folder / f"text.{src_lang}", folder / f"text.{tgt_lang}"
+    inputs = [folder / name for name in names]
+    tgt_file = folder / f"text.{tgt_lang}"
     with open(root / ".lock", "a") as lock:  # processes of one job place the sources once
         fcntl.lockf(lock.fileno(), fcntl.LOCK_EX)
         folder.mkdir(exist_ok=True)
-        if src_file.exists():
-            tmp.unlink()
-        else:
-            os.replace(tmp, src_file)
+        for tmp, path in zip(tmps, inputs):
+            if path.exists():
+                tmp.unlink()
+            else:
+                os.replace(tmp, path)
     if (folder / RECORD).exists():
         say(f"{where}: {lines:,} lines translated before, in {folder}", teachers.who)
         return folder, key, lines, True
     if not tgt_file.exists():
-        job = ChunkedJob([src_file], tgt_file, teachers.chunk_lines, teachers.settings,
+        job = ChunkedJob(inputs, tgt_file, teachers.chunk_lines, teachers.settings,
                          shard or Shard(0, 1))  # fmt: skip
         _translate(teachers, job, where, lines)
         if not tgt_file.exists():
@@ -334,6 +362,24 @@ def work(teachers: Teachers, decoder: Any, name: str) -> Any:
 
     def chunk(first: int, ins: list[list[str]], out: TextIO) -> None:
         requests = read_requests(ins[0], "text", name, first, plan, None)
-        write_translations(translate_stream(decoder, requests), out, failed=failed, start=first)
+        translations = translate_stream(decoder, requests)
+        if teachers.interpolate:
+            translations = nearest(translations, ins[1])
+        write_translations(translations, out, failed=failed, start=first)
 
     return chunk
+
+
+def nearest(translations: Iterable[Any], references: list[str]) -> Iterator[Any]:
+    """Each translation with the hypothesis nearest its reference as its text: the highest
+    sentence BLEU (smoothed by sacrebleu's effective order), the better-scored one on a tie.
+    The target stays a sentence the teachers wrote, only chosen with the reference's help."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(effective_order=True)
+    for t, line in zip(translations, references, strict=True):
+        if len(t.texts) > 1:
+            ref = [line.rstrip("\r\n")]
+            scores = [bleu.sentence_score(text, ref).score for text in t.texts]
+            t = dataclasses.replace(t, text=t.texts[scores.index(max(scores))])
+        yield t

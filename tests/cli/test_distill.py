@@ -252,6 +252,68 @@ def test_an_ensemble_of_teachers_translates_as_mt_translate_does(
     assert [t["path"] for t in record["teachers"]] == [str(m) for m in members]
 
 
+def test_interpolation_writes_the_hypothesis_nearest_the_reference(
+    tiny_run, multi30k_dir, tmp_path, mt_cli
+):
+    """`distill.interpolate: 3`: each target is one of `mt translate --nbest 3`'s hypotheses,
+    the one of highest sentence BLEU against the line's reference; the references are kept
+    beside the sources and make another key than the teachers' best alone."""
+    from sacrebleu.metrics import BLEU
+
+    config = student_config(tmp_path, tiny_run / "best.pt", lines=30, beam=3)
+    keys = {}
+    for n in (0, 3):
+        cfg = load_config(config, [f"data.root={multi30k_dir}", f"distill.interpolate={n}"])
+        teachers = Teachers(cfg, [tiny_run / "best.pt"], "cpu", str(config))
+        (source,) = train_sources(cfg.data)
+        done = distil(teachers, source, 30, tmp_path / "distill")
+        assert done is not None and done.lines == 30
+        keys[n] = done
+    assert keys[0].key != keys[3].key and "nearest the reference of 3" in teachers.describe()
+    folder = keys[3].folder
+    refs = (folder / "reference.en").read_text(encoding="utf-8").splitlines()
+    assert refs == first_lines(multi30k_dir / "train.en.gz", 30)
+    chosen = (folder / "text.en").read_text(encoding="utf-8").splitlines()
+    best = (keys[0].folder / "text.en").read_text(encoding="utf-8").splitlines()
+    out = tmp_path / "nbest.txt"
+    args = ["translate", tiny_run / "best.pt", "--input", folder / "text.de", "-o", out]
+    result = mt_cli(*args, "--beam", "3", "--nbest", "3", "--buffer-lines", "20", "--device", "cpu")
+    assert result.rc == 0, result.err
+    nbest: list[list[str]] = [[] for _ in refs]
+    for line in out.read_text(encoding="utf-8").splitlines():
+        index, text, _ = line.split(" ||| ")
+        nbest[int(index)].append(text)
+    bleu = BLEU(effective_order=True)
+    for target, hyps, ref, first in zip(chosen, nbest, refs, best, strict=True):
+        scores = [bleu.sentence_score(h, [ref]).score for h in hyps]
+        assert target == hyps[scores.index(max(scores))]
+        assert first == hyps[0]
+
+
+def test_nearest_picks_the_hypothesis_of_highest_sentence_bleu_the_better_scored_on_a_tie():
+    """The choice itself, on hypotheses made to differ (the tiny teacher's rarely do)."""
+    from mt.distill import nearest
+    from mt.translation.requests import Hypothesis, Translation
+
+    def translation(*texts: str) -> Translation:
+        hyps = [Hypothesis([], -float(k)) for k in range(len(texts))]
+        return Translation(texts[0], hyps, list(texts))
+
+    refs = ["a dog runs on the beach .\n", "two men talk .", "a cat .", ""]
+    got = nearest(
+        [
+            translation("a dog is running along a beach .", "a dog runs on the beach ."),
+            translation("two men are talking .", "two men chat .", "two men talk ."),
+            translation("a cat .", "the cat ."),  # the first: already the nearest
+            translation("", ""),  # an empty line: nothing nearer
+        ],
+        refs,
+    )
+    assert [t.text for t in got] == ["a dog runs on the beach .", "two men talk .", "a cat .", ""]
+    same = nearest([translation("one cat .", "a dog .")], ["two birds ."])  # both 0: the first
+    assert [t.text for t in same] == ["one cat ."]
+
+
 def test_a_multilingual_teacher_is_asked_for_the_students_direction(
     multi_run, multi30k_dir, tmp_path, mt_cli
 ):

@@ -136,6 +136,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "distill.chunk_lines": ("WEE",),  # 0: the buffer lines
     "distill.workers": ("EEE",),  # 1 to 1,024 processes
     "distill.keep_original": ("WEE",),  # 0: the teachers' translations alone
+    "distill.interpolate": ("WEE",),  # 0: the teachers' best; at most distill.beam
 }
 
 # (command, flag) -> outcomes at (0, -1, huge).
