@@ -133,6 +133,14 @@ class DecodeConfig:
         "was built with), the frequent pieces and copies; the output layer then computes only "
         "those rows (faster on a large vocabulary, a small BLEU cost). 0: the whole vocabulary.",
     )
+    glossary_boost: float = setting(
+        3.0,
+        "A glossary's target terms made likelier in the first search of a line that holds "
+        "them (the guard's, and --glossary-soft's): this is added to the logits of each "
+        "term's first piece, and of its next piece once begun, until the term is written; "
+        "fewer lines then need the guard's constrained second search (0: none; docs/"
+        "decoding.md: Glossaries).",
+    )
     target_vocab_ratio: float = setting(
         0.1,
         "A multilingual model writes only its target language's pieces (mt/languages.py): "
@@ -194,6 +202,7 @@ def decode_checks(d: DecodeConfig, name: Callable[[str], str] = _key) -> list[tu
         in_range(n("decode.seed"), d.seed, 0, MAX_SEED),
         in_range(n("decode.target_vocab_ratio"), d.target_vocab_ratio, 0.0, 1.0),
         in_range(n("decode.shortlist"), d.shortlist, 0, MAX_SHORTLIST),
+        in_range(n("decode.glossary_boost"), d.glossary_boost, 0.0, 100.0),
         (
             d.dtype in ("auto", "fp32", "bf16", "fp16"),
             f"{n('decode.dtype')} must be one of auto, fp32, bf16, fp16, got {d.dtype!r}",

@@ -93,9 +93,9 @@ class PlanOptions:
     )
     glossary_soft: bool = step(
         False,
-        "A model trained with terms (data.terms) only: the --glossary terms written into "
-        "the source and nothing more: one search at full speed, no constraint, no second "
-        "search for a line that misses a term.",
+        "The --glossary terms written into the source (a model trained with terms, "
+        "data.terms) and / or raised by --glossary-boost, and nothing more: one search at "
+        "full speed, no constraint, no second search for a line that misses a term.",
     )
 
 

@@ -314,14 +314,14 @@ def open_glossary(  # noqa: ANN201
     """The glossary in `path` (None: none) between the decode's languages: the source
     `frm` (else the model's) and the target `targets` writes (a bilingual model's own);
     refused unless `translator` searches with constraints (`soft`: unless the model was
-    trained with terms)."""
+    trained with terms or the translator boosts terms)."""
     if path is None:
         return None
     from mt.glossary.files import read_glossary
     from mt.glossary.inline import takes_terms
     from mt.translation.terms import NEEDS_BEAM, NEEDS_TERMS
 
-    if soft and not takes_terms(session.tokenizer):
+    if soft and not (takes_terms(session.tokenizer) or translator.cfg.glossary_boost):
         raise MtError(NEEDS_TERMS)
     if not translator.constrain and not soft:
         raise MtError(NEEDS_BEAM)

@@ -15,10 +15,13 @@ a shortlist pay (a mask over the full logits would leave the full product and ev
 it), and maps what it chose back to vocabulary ids; the rules' answers, written in vocabulary
 ids, are mapped into the columns (`OutputColumns.narrow`), so no rule needs to know.
 
-A rule's answer, a `Restriction`, says three things, each applied where its meaning needs:
+A rule's answer, a `Restriction`, says four things, each applied where its meaning needs:
 - `support`: tokens outside the distribution, masked before the log-softmax, so the other
   tokens' probabilities are renormalised over what remains (a target language's own pieces:
   a guard that only banned would leave scores that count the mass of the other languages);
+- `boost`: tokens made likelier, a bonus added to their logits before the log-softmax (a
+  glossary's target pieces: the search then scores a distribution that favours them, still a
+  distribution, and the model still chooses their inflection and place);
 - `ban`: tokens a row may not write, masked after it, so the scores stay the model's;
 - `forced`: the token a row must write (a target prefix), which it writes with its real
   log-probability whatever is banned.
@@ -63,6 +66,7 @@ class Restriction:
     support: TokenMask | None = None
     ban: TokenMask | None = None
     forced: torch.Tensor | None = None  # (R,) the token each row must write, -1 where free
+    boost: Boost | None = None
 
 
 class StepRule(Protocol):
@@ -79,15 +83,20 @@ class StepRule(Protocol):
 @dataclass(frozen=True)
 class StepRules:
     """All rules' answers for one step, as `top_tokens` and `sample_tokens` apply them:
-    `support` masks before the log-softmax, `bans` after it, `forced` (R,) or None."""
+    `support` masks and `boosts` add before the log-softmax, `bans` mask after it, `forced`
+    (R,) or None."""
 
     support: tuple[TokenMask, ...] = ()
     bans: tuple[TokenMask, ...] = ()
     forced: torch.Tensor | None = None
+    boosts: tuple[Boost, ...] = ()
 
     def restrict_support(self, logits: torch.Tensor, start: int = 0) -> None:
+        """The support's masks, then the boosts (a banned token stays banned: -inf + x)."""
         for mask in self.support:
             mask.apply(logits, start)
+        for boost in self.boosts:
+            boost.apply(logits, start)
 
     def ban(self, logits: torch.Tensor, start: int = 0) -> None:
         for mask in self.bans:
@@ -99,6 +108,7 @@ def step_rules(rules: Sequence[StepRule], step: Step) -> StepRules:
     one's token (of the rules here, only the search's own prefix forces)."""
     support: list[TokenMask] = []
     bans: list[TokenMask] = []
+    boosts: list[Boost] = []
     forced = None
     for rule in rules:
         said = rule.restrict(step)
@@ -108,13 +118,15 @@ def step_rules(rules: Sequence[StepRule], step: Step) -> StepRules:
             support.append(said.support)
         if said.ban is not None:
             bans.append(said.ban)
+        if said.boost is not None:
+            boosts.append(said.boost)
         if said.forced is not None:
             forced = (
                 said.forced
                 if forced is None
                 else torch.where(said.forced.ge(0), said.forced, forced)
             )
-    return StepRules(tuple(support), tuple(bans), forced)
+    return StepRules(tuple(support), tuple(bans), forced, tuple(boosts))
 
 
 def reads_history(rules: Sequence[StepRule]) -> bool:
@@ -136,6 +148,20 @@ class Columns:
     def apply(self, logits: torch.Tensor, start: int = 0) -> None:
         if len(self.cols):
             logits.index_fill_(1, self.cols, float("-inf"))
+
+
+@dataclass(frozen=True)
+class Boost:
+    """`bonus` added to the logits of tokens per row: `tokens` (R, W) ids, PAD entries adding
+    nothing. A token named twice in a row gets the bonus once."""
+
+    tokens: torch.Tensor
+    bonus: float
+
+    def apply(self, logits: torch.Tensor, start: int = 0) -> None:
+        idx = self.tokens[start : start + len(logits)]
+        raised = logits.gather(1, idx) + idx.ne(PAD).to(logits.dtype) * self.bonus
+        logits.scatter_(1, idx, raised)  # a token named twice: the same value written twice
 
 
 @dataclass(frozen=True)
@@ -269,10 +295,13 @@ class OutputColumns:
         if forced is not None:
             on = forced.ge(0)
             forced = torch.where(on, self.to_columns(forced.clamp(min=0)), -1)
+        # A boosted id outside the columns points at PAD's column, which adds nothing.
+        boosts = tuple(Boost(self.column[b.tokens].clamp(min=PAD), b.bonus) for b in rules.boosts)
         return StepRules(
             tuple(self.mask(m) for m in rules.support),
             tuple(self.mask(m) for m in rules.bans),
             forced,
+            boosts,
         )
 
 

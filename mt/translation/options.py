@@ -36,7 +36,7 @@ OFFERED: dict[str, tuple[str, ...]] = {
     # one output per line, scored against the reference: no n-best, no sampling
     "eval": (
         "beam", "alpha", "greedy", "stop_early", "int8", "dtype", "gemm", "max_tokens",
-        "max_len_a", "max_len_b", "workers", "shortlist",
+        "max_len_a", "max_len_b", "workers", "shortlist", "glossary_boost",
     ),
     "score": ("max_tokens", "int8", "dtype", "buffer_lines"),  # forced decoding: no search
     "attention": ("beam",),  # one sentence, shown as the model translated it

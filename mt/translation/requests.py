@@ -103,6 +103,7 @@ class Request:
     where: str = ""  # `file:line` (or `items[i]`) of a JSON request: its language errors name it
     plan: Plan = Plan()  # the steps around search (mt.translation.stages)
     glossary: Glossary | None = None  # terms its translation must use (mt.translation.terms)
+    favour: list[str] = field(default_factory=list)  # target terms search raises: .terms
 
 
 @dataclass

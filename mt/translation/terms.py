@@ -24,6 +24,11 @@ constraints where it must (docs/decoding.md measures how much a small model lear
 `Plan.glossary_soft` (`--glossary-soft`) is the annotation alone: one search, no constraint,
 no second search (such a model only).
 
+With `decode.glossary_boost` > 0 the first search of a line with terms (the guard's, the soft
+one's) raises the terms' pieces (mt.glossary.boost): the model writes more of them itself,
+inflected, so fewer lines need the guard's constrained second search; and `--glossary-soft`
+then works with any model, the boost alone.
+
 A line without a term, a request without a glossary, and a request with a prefix (constrained
 search takes none) are passed down untouched, so they translate exactly as without the
 glossary. A glossary applies to requests into its own target language; its terms are checked
@@ -48,8 +53,8 @@ NEEDS_BEAM = (
     "--stop-early and --no-repeat-ngram"
 )
 NEEDS_TERMS = (
-    "--glossary-soft needs a model trained with terms (data.terms): this model's tokenizer "
-    "has no term markers"
+    "--glossary-soft needs a model trained with terms (data.terms) or --glossary-boost: "
+    "this model's tokenizer has no term markers"
 )
 
 
@@ -66,22 +71,30 @@ def terms_of(r: Request) -> list[Match]:
     return g.find(r.src, protected)
 
 
-def glossary_stage(constrain: bool, hard: bool, inline: bool = False, soft: bool = False) -> Stage:
+def glossary_stage(
+    constrain: bool, hard: bool, inline: bool = False, soft: bool = False, boost: bool = False
+) -> Stage:
     """The stage: `constrain` says whether the search below takes constraints (a glossary
     with terms to apply is refused otherwise); `hard`: every term a constraint at once;
-    `inline`: the model takes terms written into its source (then `soft`: only so)."""
+    `inline`: the model takes terms written into its source; `boost`: the search below
+    raises a request's favoured terms (decode.glossary_boost). `soft` is the first search
+    alone: it needs the annotation or the boost."""
     if soft and hard:
         raise MtError("--glossary-soft and --glossary-hard cannot be combined")
-    if soft and not inline:
+    if soft and not (inline or boost):
         raise MtError(NEEDS_TERMS)
 
     def rounds(requests: list[Request]) -> Rounds:
         found = {i: ms for i, r in enumerate(requests) if (ms := terms_of(r))}
-        if inline:
-            requests = list(requests)
-            for i, ms in found.items():
-                terms = [(m.start, m.end, m.entry.tgt) for m in ms]
-                requests[i] = replace(requests[i], src=annotate(requests[i].src, terms))
+        requests = list(requests)
+        for i, ms in found.items():
+            src = requests[i].src
+            if inline:
+                src = annotate(src, [(m.start, m.end, m.entry.tgt) for m in ms])
+            # The first search favours the terms where the boost is on (the hard path's
+            # constraints are the terms themselves).
+            favour = [m.entry.tgt for m in ms] if boost and not hard else []
+            requests[i] = replace(requests[i], src=src, favour=favour)
         if soft:
             return (yield Ask(requests))
         if found and not constrain:
@@ -127,6 +140,7 @@ def written(matches: list[Match], text: str, lang: str | None) -> tuple[list[str
 
 
 def _constrained(r: Request, phrases: list[str]) -> Request:
-    """`r` with `phrases` added to its own constraints (each once)."""
+    """`r` with `phrases` added to its own constraints (each once), favouring nothing more:
+    the constraints hold the terms."""
     extra = [p for p in dict.fromkeys(phrases) if p not in r.constraints]
-    return replace(r, constraints=[*r.constraints, *extra])
+    return replace(r, constraints=[*r.constraints, *extra], favour=[])

@@ -24,6 +24,7 @@ from mt.config import DecodeConfig
 from mt.decode_rules import can_constrain, validate_constraints
 from mt.device import resolve_decode_dtype
 from mt.errors import MtError
+from mt.glossary.boost import TermBoost
 from mt.glossary.inline import takes_terms
 from mt.model import Transformer
 from mt.runtime.dtype import decode_model
@@ -121,14 +122,17 @@ class Translator:
         alignment: bool = False,
         bans: Bans | None = None,
         target: Target | None = None,
+        favoured: list[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         # The model seen from the batch's target language (its token, its guard).
         model = self.model if target is None else model_for(self.model, target)
         if constraints is not None and self._edges is None:
             self._edges = word_edges(self.tokenizer, self.device)
         rules: list[StepRule] = [bans] if bans is not None else []
+        if favoured is not None:  # a glossary's terms, raised (mt.glossary.boost)
+            rules.append(TermBoost(favoured, self.cfg.glossary_boost, self.device))
         if self.shortlist is not None and self._rows is not None:
-            model = self._shortlisted(model, src, prefixes, constraints)
+            model = self._shortlisted(model, src, prefixes, (constraints or []) + (favoured or []))
         return search(
             model,
             src,
@@ -198,8 +202,11 @@ class Translator:
             steps.append(numbers_stage(self.tokenizer, self.constrain, bounds))
         if terms:
             inline = takes_terms(self.tokenizer)
+            boost = self.cfg.glossary_boost > 0
             steps.append(
-                glossary_stage(self.constrain, plan.glossary_hard, inline, plan.glossary_soft)
+                glossary_stage(
+                    self.constrain, plan.glossary_hard, inline, plan.glossary_soft, boost
+                )
             )
         if split:
             return [split_stage(self.tokenizer, self.max_src, bounds), *steps, *inner]
@@ -235,6 +242,7 @@ class Translator:
                 ids[i] = ids[i][: self.max_src - 1 - len(mark)] + [EOS]
                 self.truncated += 1
             ids[i] = mark + ids[i]
+        favour_ids = self._favour_ids(requests)
         # A batch has one target language (its token and guard are per batch), and lines with
         # constraints take the constrained search, which has no prefixes: apart.
         has_terms = [
@@ -250,11 +258,14 @@ class Translator:
                 src = pad([ids[r] for r in rows]).to(self.device)
                 prefixes = [prefix_ids[r] for r in rows] if prefix_ids is not None else None
                 terms = [constraint_ids[r] for r in rows] if constrained else None  # type: ignore[index]
+                favoured = [favour_ids[r] for r in rows] if favour_ids is not None else None
+                if favoured is not None and not any(favoured):
+                    favoured = None
                 align = self.alignment or alignment
                 bans = self._bans_for(protect)
                 if bans is not None and any(requests[r].keep for r in rows):
                     bans = dataclasses.replace(bans, allowed=[requests[r].keep for r in rows])
-                found = self._search(src, prefixes, terms, align, bans, target)
+                found = self._search(src, prefixes, terms, align, bans, target, favoured)
                 for r, hyps in zip(rows, found):
                     results[r] = strip_mark(hyps, target)
         out = []
@@ -277,6 +288,13 @@ class Translator:
             phrases = [phrase_ids(self.tokenizer, text) for text in r.constraints]
             out.append([p for p in phrases if p])
         return out
+
+    def _favour_ids(self, requests: list[Request]) -> list[list[list[int]]] | None:
+        """Target ids of each request's favoured phrases; None when no request has any or the
+        boost is off (the search then takes no rule for them)."""
+        if not self.cfg.glossary_boost or not any(r.favour for r in requests):
+            return None
+        return [[p for t in r.favour if (p := phrase_ids(self.tokenizer, t))] for r in requests]
 
     def _prefix_ids(self, requests: list[Request]) -> list[list[int]] | None:
         """Target ids of each request's prefix (None when no request has one), cut so that

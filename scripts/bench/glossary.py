@@ -1,7 +1,9 @@
 """Glossaries on Multi30k: term accuracy, BLEU and speed without a glossary, with the guard
 (the default: constrain only the lines that miss a term) and hard (every term constrained);
 for a model trained with terms (`data.terms`), whose searches read the terms written into the
-source, also soft (the annotation alone: one search, no constraint).
+source, also soft (the annotation alone: one search, no constraint). The guard and soft run
+at the checkpoint's `decode.glossary_boost` (mt.glossary.boost: the terms' pieces raised in
+the first search; soft needs it or the annotation); `--boosts B,...` adds both at each B.
 
 The glossary is a term test set (scripts/tools/term_testset.py: entries the model does not
 write unaided, used by the references). The three runs take turns for `--rounds` rounds on the
@@ -22,6 +24,7 @@ from mt.glossary.accuracy import term_accuracy
 from mt.glossary.files import read_glossary
 from mt.glossary.inline import takes_terms
 from mt.metrics import bleu
+from mt.translation.options import DecodeOptions
 from mt.translation.requests import Plan, Request
 from mt.translation.session import Session
 from mt.translation.translator import translate_stream
@@ -43,6 +46,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--boosts", default="", help="glossary_boost values, comma-separated")
     args = parser.parse_args()
     import torch
 
@@ -55,14 +59,19 @@ def main() -> None:
     ref = [x.strip() for x in read_lines(data / f"{args.split}.{tl}.gz")[: args.lines]]
     translator = session.translator()
 
-    def run(plan: Plan | None):  # noqa: ANN202
+    def run(plan: Plan | None, boost: float | None = None):  # noqa: ANN202
         reqs = [Request(x, plan=plan or Plan(), glossary=glossary if plan else None) for x in src]
-        return lambda: [t.text for t in translate_stream(translator, reqs)]
+        t = translator if boost is None else session.translator(DecodeOptions(glossary_boost=boost))
+        return lambda: [x.text for x in translate_stream(t, reqs)]
 
     say(f"{len(src)} lines, {len(glossary)} entries, {args.rounds} rounds")
     runs = {"none": run(None), "guard": run(Plan()), "hard": run(Plan(glossary_hard=True))}
-    if takes_terms(session.tokenizer):
+    if takes_terms(session.tokenizer) or translator.cfg.glossary_boost:
         runs["soft"] = run(Plan(glossary_soft=True))
+    for b in [float(x) for x in args.boosts.split(",") if x]:
+        runs[f"guard, boost {b:g}"] = run(Plan(), b)
+        if b or takes_terms(session.tokenizer):
+            runs[f"soft, boost {b:g}"] = run(Plan(glossary_soft=True), b)
     outs, seconds = alternate(args.rounds, runs)
     has = [bool(glossary.find(x)) for x in src]
     rows = []
@@ -84,7 +93,8 @@ def main() -> None:
             ]
         )
     trained = "trained with terms" if takes_terms(session.tokenizer) else "trained without terms"
-    print(f"{describe_machine()}; {args.threads} thread(s); {args.checkpoint} ({trained})")
+    boost = f"glossary_boost {translator.cfg.glossary_boost:g}"
+    print(f"{describe_machine()}; {args.threads} thread(s); {args.checkpoint} ({trained}, {boost})")
     print(
         f"{sum(has)} of {len(src)} lines hold a term ({acc.terms} terms), {len(glossary)} entries"
     )

@@ -118,6 +118,7 @@ CONFIG_TABLE: dict[str, tuple[str, ...] | tuple[str, list[str]]] = {
     "decode.seed": ("WEE",),
     "decode.shortlist": ("WEE",),  # 0: off; a checkpoint without one is refused at use
     "decode.target_vocab_ratio": ("WEE",),  # 0: every piece seen; a ratio is at most 1
+    "decode.glossary_boost": ("WEE",),  # 0: off; at most 100
     "finetune.lora_rank": ("EEE",),  # checked whether or not an adapter is trained
     "finetune.lora_alpha": ("EEW",),
     "finetune.lora_dropout": ("WEE",),
@@ -154,6 +155,8 @@ FLAG_TABLE: dict[tuple[str, str], str] = {
     ("translate", "--target-vocab-ratio"): "WEE",  # a bilingual model: checked, then unused
     ("translate", "--shortlist"): "WEE",  # 0: off; huge: past the bound (and no shortlist)
     ("eval", "--shortlist"): "WEE",
+    ("translate", "--glossary-boost"): "WEE",
+    ("eval", "--glossary-boost"): "WEE",
     ("shortlist", "--k"): "EEE",  # 1 to 100,000 candidates a source piece
     ("shortlist", "--frequent"): "WEE",  # 0: no frequent pieces; at most 1,000,000
     ("eval", "--beam"): "EEE",

@@ -156,16 +156,18 @@ def test_glossary_soft_errors_are_one_line(tiny_run: Path, mt_cli, tmp_path: Pat
             ["--glossary", terms, "--glossary-soft", "--glossary-hard"],
             "--glossary-soft and --glossary-hard cannot be combined",
         ),
-        (["--glossary", terms, "--glossary-soft"], "--glossary-soft needs a model trained"),
+        (  # without markers, soft is the boost alone: with the boost off, nothing is left
+            ["--glossary", terms, "--glossary-soft", "--glossary-boost", "0"],
+            "--glossary-soft needs a model trained",
+        ),
     ):
         result = mt_cli(*base, *extra)
         assert result.rc == 2 and message in result.err, result.err
         assert "Traceback" not in result.err and result.out == ""
     ref = tmp_path / "ref.en"
     ref.write_text("A dog.\n", encoding="utf-8")
-    result = mt_cli(
-        "eval", tiny_run, "--src", src, "--ref", ref, "--glossary", terms, "--glossary-soft"
-    )
+    args = ["--glossary", terms, "--glossary-soft", "--glossary-boost", "0"]
+    result = mt_cli("eval", tiny_run, "--src", src, "--ref", ref, *args)
     assert result.rc == 2 and "--glossary-soft needs a model trained" in result.err
 
 
