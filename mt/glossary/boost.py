@@ -3,9 +3,9 @@ turns a line's terms into a bonus on their pieces.
 
 A constraint forces a term in, a search of its own that costs 1.3-2x a plain one
 (docs/decoding.md); a boost only raises the term's pieces in the plain search the line takes
-anyway. Each row gets `bonus` on the first piece of every term it has not yet written, and on
-the next piece of a term it is writing (its last pieces are the term's first ones); a term
-written as often as the source holds it gets nothing more, so it is not repeated. The model
+anyway. Each row gets `bonus` on the first piece of every term it has not yet written, or, while
+it is writing one (its last pieces are the term's first ones), on that term's next piece alone;
+a term written as often as the source holds it gets nothing more, so it is not repeated. The model
 still chooses where the term goes and how it ends: `hound` boosted, the row writes `hounds`
 where the sentence wants the plural (a piece after the term's is not touched). A boost does not
 guarantee the term: the guard (mt.translation.terms) checks the translation and constrains the
