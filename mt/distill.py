@@ -33,6 +33,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -198,17 +199,15 @@ def copy_lines(
     tmps = [temp_path(into / name) for name in names]
     h, n = hashlib.sha256(), 0
     try:
-        files = [open(tmp, "w", encoding="utf-8", newline="\n") for tmp in tmps]
-        try:
+        with ExitStack() as stack:  # every file closed, also when a later one fails to open
+            opened = (open(t, "w", encoding="utf-8", newline="\n") for t in tmps)
+            files = [stack.enter_context(f) for f in opened]
             for columns in chunks:
                 for f, lines in zip(files, columns):
                     text = "".join(one_line(s) + "\n" for s in lines)
                     f.write(text)
                     h.update(text.encode("utf-8"))
                 n += len(columns[0])
-        finally:
-            for f in files:
-                f.close()
     except OSError as err:
         for tmp in tmps:
             tmp.unlink(missing_ok=True)
