@@ -179,6 +179,9 @@ class ModelConfig:
     d_ff: int = 2048  # inner width of each feed-forward block
     encoder_layers: int = 6  # encoder layers
     decoder_layers: int = 6  # decoder layers
+    # What each decoder layer attends its own output with: self-attention (the paper), or an
+    # SSRU (mt/ssru.py: a light recurrent unit, Bergamot's students; faster decoding steps)
+    decoder_self: Literal["attention", "ssru"] = "attention"
     dropout: float = 0.1  # on embeddings+positions and on every residual branch
     attention_dropout: float = 0.0  # on the attention weights
     activation_dropout: float = 0.0  # inside the feed-forward block, after its activation
@@ -187,14 +190,12 @@ class ModelConfig:
     max_positions: int = 1024  # longest sequence in tokens the sinusoidal positions cover
     # What a model imported from another toolkit (mt/hub: HF Marian, M2M-100, NLLB) may need;
     # the defaults are mt's own Transformer, so a checkpoint without these keys is unchanged.
-    # With tie_embeddings false: the output layer is still the target embedding (Marian with
-    # separate vocabularies ties its output to the decoder's table).
+    # tie_output: with tie_embeddings false, the output layer is still the target table (Marian).
     tie_output: bool = False
     activation: Literal["relu", "swish", "gelu"] = "relu"  # inside the feed-forward block
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) before the positions
-    # The sinusoid table: "interleaved" (sin, cos of one frequency side by side: the paper,
-    # mt), "halves" (all sines then all cosines: Marian), "fairseq" (halves, with frequencies
-    # 10000^(-i / (d/2 - 1)): M2M-100, NLLB).
+    # Sinusoids: "interleaved" (sin, cos of a frequency side by side: the paper), "halves" (all
+    # sines, then cosines: Marian), "fairseq" (halves at 10000^(-i/(d/2-1)): M2M-100, NLLB).
     positions: Literal["interleaved", "halves", "fairseq"] = "interleaved"
     position_offset: int = 0  # row of the first position (M2M-100/NLLB: 2, fairseq's pad + 1)
     # A fixed bias added to the output logits (Marian's final_logits_bias; a row of -1e4 marks
@@ -215,8 +216,8 @@ class TrainConfig:
     seed: int = 1  # weights, data order and dropout are reproducible for the same seed
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when present
     # auto: bf16 autocast on CUDA (fp16 with a scaler where bf16 is missing); on a CPU bf16 only
-    # where it computes bf16 natively (avx512_bf16 or amx_bf16), else fp32 (without them bf16
-    # is emulated and runs slower than fp32); the start line says which and why
+    # where it computes bf16 natively (avx512_bf16 or amx_bf16; emulated bf16 runs slower than
+    # fp32), else fp32; the start line says which and why
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # CPU threads, at most the usable cores (affinity, cgroup quota); 0: as mt/device.py picks
     threads: int = 0

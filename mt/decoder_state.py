@@ -108,6 +108,18 @@ class SelfCache:
 
 
 @dataclass
+class RecurrentCache:
+    """An SSRU layer's running state (rows, D) after the steps so far (mt/ssru.py): one vector
+    per row, whatever the output's length; None before the first step."""
+
+    c: torch.Tensor | None = None
+
+    def select(self, index: torch.Tensor) -> RecurrentCache:
+        """The rows `index` (in that order)."""
+        return RecurrentCache(None if self.c is None else self.c.index_select(0, index))
+
+
+@dataclass
 class DecoderState:
     """Everything `Transformer.step` needs between steps, batch-first so search can reorder it.
 
@@ -117,7 +129,8 @@ class DecoderState:
 
     memory_mask: torch.Tensor  # (B, 1, 1, S) True where the source is a real token
     memory_kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, (B, H, S, D/H) each
-    caches: list[SelfCache] = field(default_factory=list)  # per layer self k/v
+    # per layer: self-attention keys/values, or an SSRU's running state
+    caches: list[SelfCache | RecurrentCache] = field(default_factory=list)
     length: int = 0  # target tokens fed so far
     group: int = 1  # decoder rows per encoder row
 

@@ -27,7 +27,8 @@ its concatenated ones, which leaves the function unchanged. It also holds `sourc
 `MarianTokenizer.from_pretrained(OUT_DIR)` loads. What does not match mt: `MarianTokenizer`
 applies Moses punctuation normalisation when `sacremoses` is installed (mt does not), `generate`
 scores with HF's length penalty (score / len ** lp, not GNMT's), and its `max_new_tokens` is
-one limit per batch. Marian is post-norm only, so a pre-norm model exports to CTranslate2 only.
+one limit per batch. Marian is post-norm only, so a pre-norm model exports to CTranslate2 only;
+neither runs an SSRU decoder (`model.decoder_self: ssru`), which only mt decodes.
 
 A multilingual model exports with its language tokens where each engine can be asked for them,
 and `languages.json` saying how, with mt's target-language guard as banned tokens
@@ -109,13 +110,16 @@ def marian_config(cfg: Config, tok: Tokenizer) -> Any:
     )
 
 
-def _check_marian(loaded: Loaded) -> None:
+def check_target(loaded: Loaded, target: str) -> None:
+    """What `target` cannot run, in one line, before any folder is made."""
     m = loaded.cfg.model
-    if m.norm != "post":
+    if m.decoder_self != "attention":
+        raise MtError(f"--to {target}: it has no SSRU decoder layer (model.decoder_self: ssru)")
+    if target == "marian" and m.norm != "post":
         raise MtError(
             "--to marian needs a post-norm model (model.norm: post); use --to ctranslate2"
         )
-    if not (m.tie_embeddings and loaded.tokenizer.joint):
+    if target == "marian" and not (m.tie_embeddings and loaded.tokenizer.joint):
         raise MtError(
             "--to marian needs tied embeddings and a joint vocabulary; use --to ctranslate2"
         )
@@ -125,7 +129,7 @@ def to_marian(loaded: Loaded) -> Any:
     """A MarianMTModel (eval mode) computing the same function as the mt model."""
     from transformers import MarianMTModel
 
-    _check_marian(loaded)
+    check_target(loaded, "marian")
     m = loaded.cfg.model
     d = m.d_model
     hf = MarianMTModel(marian_config(loaded.cfg, loaded.tokenizer)).eval()
@@ -315,6 +319,7 @@ def write_ctranslate2(loaded: Loaded, out_dir: Path, quantization: str | None) -
     """A CTranslate2 model folder with the sentencepiece model(s) to tokenize its input, and
     the checkpoint's lexical shortlist, where it has one, as the vocabulary map CTranslate2
     reads from `vmap.txt` (`translate_batch(..., use_vmap=True)`)."""
+    check_target(loaded, "ctranslate2")
     to_ctranslate2(loaded, out_dir, quantization)
     loaded.tokenizer.save(out_dir)
     if "shortlist" in loaded.data:
@@ -348,8 +353,7 @@ def export(
 
     loaded = Session([checkpoint], "cpu").loaded[0]  # one model: an ensemble has no one file
     card = language_card(loaded, target)
-    if target == "marian":
-        _check_marian(loaded)  # before any folder is made
+    check_target(loaded, target)
     parent = out_dir.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 Read top to bottom: positions, attention, feed-forward, encoder layer, decoder layer, the model.
 No training, data or search code lives here. For search, the decoder can run one step at a time:
 `start_state` computes the encoder-decoder keys/values once per sentence and `step` appends each
-new token's self-attention keys/values to a cache, so a step costs O(t) instead of O(t^2).
+new token's self-attention keys/values to a cache, so a step costs O(t) instead of O(t^2) (or,
+with `model.decoder_self: ssru`, carries a recurrent state: mt/ssru.py).
 Shapes in comments: B batch, S source length, T target length, D d_model, H heads, V vocab.
 """
 
@@ -17,8 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
-from mt.decoder_state import DecoderState, SelfCache, step_layout
+from mt.decoder_state import DecoderState, RecurrentCache, SelfCache, step_layout
 from mt.dropout import Dropout
+from mt.ssru import SSRU
 
 PAD_ID = 0  # must match mt.tokenizer.PAD; the model imports only config and dropout
 SHORT_QUERIES = 8  # attend: at most this many queries per row on CPU skip the fused kernel
@@ -209,7 +211,11 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
-        self.self_attn = SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn: SelfAttention | SSRU = (
+            SSRU(cfg.d_model)
+            if cfg.decoder_self == "ssru"
+            else SelfAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        )
         self.cross_attn = CrossAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.norm1 = nn.LayerNorm(cfg.d_model)
@@ -223,7 +229,7 @@ class DecoderLayer(nn.Module):
         self_mask: torch.Tensor | None,
         memory_kv: tuple[torch.Tensor, torch.Tensor],
         memory_mask: torch.Tensor,
-        cache: SelfCache | None = None,
+        cache: SelfCache | RecurrentCache | None = None,
         need_weights: bool = False,
         group: int = 1,
         causal: bool = False,
@@ -324,8 +330,9 @@ class Transformer(nn.Module):
         self_w, cross_w = [], []
         for layer, kv in zip(self.decoder, memory_kv):
             x, ws, wc = layer(x, self_mask, kv, memory_mask, None, need_weights, causal=True)
-            if ws is not None:
+            if ws is not None:  # an SSRU (model.decoder_self) has no weights to show
                 self_w.append(ws)
+            if wc is not None:
                 cross_w.append(wc)
         return self.project(x), self_w, cross_w  # (B, T, V)
 
@@ -348,7 +355,11 @@ class Transformer(nn.Module):
         """Encoder-decoder keys/values, computed once per sentence, and empty self caches.
         `group` > 1 gives each sentence that many decoder rows (beams), sharing its memory."""
         kv = [step_layout(*layer.cross_attn.project_memory(memory)) for layer in self.decoder]
-        return DecoderState(memory_mask, kv, [SelfCache() for _ in self.decoder], 0, group)
+        caches = [
+            RecurrentCache() if isinstance(layer.self_attn, SSRU) else SelfCache()
+            for layer in self.decoder
+        ]
+        return DecoderState(memory_mask, kv, caches, 0, group)
 
     def step(
         self, tokens: torch.Tensor, state: DecoderState, need_weights: bool = False

@@ -16,7 +16,7 @@
  *     "view": "attention",
  *     "source": "Ein Hund rennt.",            // the sentence
  *     "translation": "A dog runs.",           // the model's beam-search output
- *     "kinds": [                              // in this order: encoder, decoder, cross
+ *     "kinds": [                              // in this order: encoder, decoder (none for an SSRU decoder), cross
  *       {"id": "encoder", "label": "encoder self-attention",
  *        "rows": ["▁Ein", ..., "</s>"],       // query tokens, one per row
  *        "cols": ["▁Ein", ..., "</s>"],       // key tokens, one per column

@@ -41,14 +41,16 @@ class SentenceAttention:
     maps: AttentionMaps  # per layer (1, H, rows, cols)
 
     def views(self, layer: int) -> list[AttentionView]:
-        """Layer `layer` (negative counts from the top) of the three kinds of attention."""
-        n_enc, n_dec = len(self.maps.encoder), len(self.maps.decoder)
+        """Layer `layer` (negative counts from the top) of the three kinds of attention; the
+        decoder's own is left out of a model whose decoder has SSRU layers (no weights)."""
+        n_enc, n_dec = len(self.maps.encoder), len(self.maps.cross)
         if not (-n_enc <= layer < n_enc and -n_dec <= layer < n_dec):
             raise IndexError(layer)
         src, t_in, t_out = self.src_tokens, self.tgt_in_tokens, self.tgt_out_tokens
+        own = self.maps.decoder
         return [
             AttentionView(KIND_NAMES["encoder"], self.maps.encoder[layer][0], src, src),
-            AttentionView(KIND_NAMES["decoder"], self.maps.decoder[layer][0], t_out, t_in),
+            *([AttentionView(KIND_NAMES["decoder"], own[layer][0], t_out, t_in)] if own else []),
             AttentionView(KIND_NAMES["cross"], self.maps.cross[layer][0], t_out, src),
         ]
 
@@ -133,6 +135,7 @@ def attention_json(att: SentenceAttention) -> dict:
                 "weights": [w[0].float().cpu().tolist() for w in maps[kind]],
             }
             for kind in ("encoder", "decoder", "cross")
+            if maps[kind]  # an SSRU decoder has no self-attention to show
         ],
         "alignment": {
             "src_tokens": src,
