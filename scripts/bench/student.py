@@ -18,7 +18,8 @@ the references, and the ratios the targets name:
   and the student's BLEU there against the teacher's in that mode (and through mt at `auto`,
   the teacher's first spec);
 - the fastest student engine of mt with the shortlist / the faster of CTranslate2's modes
-  with the vocabulary map on the student.
+  with the vocabulary map on the student (not for a student with SSRU decoder layers,
+  `model.decoder_self: ssru`, which CTranslate2 cannot run: its engines are left out).
 
 The teacher decodes at `--beam`; the student at each of `--student-beams` (default: the same),
 since a student's best settings may be a smaller beam: a distilled student learns the teacher's
@@ -133,6 +134,18 @@ def verdict(rows: list[dict]) -> list[str]:
     return said
 
 
+def runnable(student: Path, specs: list[str]) -> list[str]:
+    """`specs` less CTranslate2's where the student has SSRU decoder layers (`mt export`
+    refuses them: CTranslate2 has no such layer), said on stderr."""
+    from scripts.common import load_checkpoint
+
+    if load_checkpoint(student, 0).cfg.model.decoder_self == "attention":
+        return specs
+    left = [s for s in specs if s.startswith("ct2")]
+    say(f"{student}: SSRU decoder layers, which CTranslate2 cannot run: {', '.join(left)} left out")
+    return [s for s in specs if not s.startswith("ct2")]
+
+
 def main() -> None:
     data = os.environ.get("MT_DATA") or str(REPO.parent / "shared" / "data" / "multi30k")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -161,6 +174,7 @@ def main() -> None:
     specs = args.student_specs.split(",")
     if args.shortlist:
         specs += SHORTLIST_SPECS.format(k=args.shortlist).split(",")
+    specs = runnable(args.student, specs)
     student_beams = [int(b) for b in args.student_beams.split(",") if b] or [args.beam]
     engines = [("teacher", args.teacher, s, args.beam) for s in args.teacher_specs.split(",") if s]
     for b in student_beams:  # greedy search has no stopping rule to choose: "+early" dropped
