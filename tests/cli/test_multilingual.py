@@ -18,6 +18,8 @@ from support.tasks import TIMES
 
 from mt.data.mixing import pair_weights
 from mt.languages import lang_piece
+from mt.translation.requests import Request
+from mt.translation.session import Session
 
 
 def test_each_direction_has_its_dev_scores_and_best_is_their_mean(multi_run: Path):
@@ -368,3 +370,17 @@ def test_the_timing_script_compares_with_a_bilingual_model_of_the_same_size(
     assert "| 1.000x |" in rows["bilingual"]  # the base of the ratios
     refused = bench(tiny_run / "best.pt")
     assert refused.returncode == 2 and "src_vocab_size is 600" in refused.stderr, refused.stderr
+
+
+# In this module so that it shares the module's trained run (one training per test worker).
+def test_multilingual_run_keeps_statistics_per_language_and_direction(multi_run: Path):
+    session = Session([multi_run / "best.pt"], "cpu")
+    stats = session.tokenizer.text_stats
+    assert stats is not None
+    assert set(stats.lengths) == {"de-en", "en-de", "en-fr", "fr-en"}
+    assert set(stats.case) == {"de", "en", "fr"}
+    assert stats.spellings("de")["mann"] == "Mann" and stats.spellings("en")["man"] == "man"
+    translator = session.translator(targets=session.targets("fr", "en"))
+    assert translator.length_bounds(Request("x")) == stats.lengths["en-fr"]
+    assert translator.length_bounds(Request("x", to="de", frm="en")) == stats.lengths["en-de"]
+    assert translator.case_table(Request("x", frm="de"))["mann"] == "Mann"

@@ -164,16 +164,3 @@ def test_prepared_run_keeps_its_statistics_and_old_checkpoints_still_recase(
     plain = new.translate([Request(asked, plan=Plan(recase=False))])[0]
     assert got.text == case_back(plain.text, "upper")
     assert torch.load(tmp_path / "old.pt", weights_only=True)["tokenizer"].get("text") is None
-
-
-def test_multilingual_run_keeps_statistics_per_language_and_direction(multi_run: Path):
-    session = Session([multi_run / "best.pt"], "cpu")
-    stats = session.tokenizer.text_stats
-    assert stats is not None
-    assert set(stats.lengths) == {"de-en", "en-de", "en-fr", "fr-en"}
-    assert set(stats.case) == {"de", "en", "fr"}
-    assert stats.spellings("de")["mann"] == "Mann" and stats.spellings("en")["man"] == "man"
-    translator = session.translator(targets=session.targets("fr", "en"))
-    assert translator.length_bounds(Request("x")) == stats.lengths["en-fr"]
-    assert translator.length_bounds(Request("x", to="de", frm="en")) == stats.lengths["en-de"]
-    assert translator.case_table(Request("x", frm="de"))["mann"] == "Mann"
