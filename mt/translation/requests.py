@@ -104,6 +104,8 @@ class Request:
     plan: Plan = Plan()  # the steps around search (mt.translation.stages)
     glossary: Glossary | None = None  # terms its translation must use (mt.translation.terms)
     favour: list[str] = field(default_factory=list)  # target terms search raises: .terms
+    # target terms: of its beam's outputs, search puts first the best that writes them all
+    prefer: list[str] = field(default_factory=list)  # (mt.translation.terms.preferred)
 
 
 @dataclass

@@ -44,6 +44,7 @@ from mt.errors import MtError
 from mt.glossary import Match, uses
 from mt.glossary.inline import annotate
 from mt.glossary.words import base_language
+from mt.search.steps import Hypothesis
 from mt.spans import find_spans
 from mt.translation.requests import Request, Translation
 from mt.translation.stages import Ask, Rounds, Stage
@@ -94,7 +95,9 @@ def glossary_stage(
             # The first search favours the terms where the boost is on (the hard path's
             # constraints are the terms themselves).
             favour = [m.entry.tgt for m in ms] if boost and not hard else []
-            requests[i] = replace(requests[i], src=src, favour=favour)
+            # Of the first search's outputs, the best one holding every term is taken.
+            prefer = [m.entry.tgt for m in ms] if not hard else []
+            requests[i] = replace(requests[i], src=src, favour=favour, prefer=prefer)
         if soft:
             return (yield Ask(requests))
         if found and not constrain:
@@ -139,8 +142,40 @@ def written(matches: list[Match], text: str, lang: str | None) -> tuple[list[str
     return list(dict.fromkeys(phrases)), complete
 
 
+def missing(terms: list[str], text: str, lang: str | None, exact: bool = False) -> list[str]:
+    """The terms of `terms` that `text` does not write in some form of its words (`exact`: as
+    the glossary writes them, case aside), each as many times as it falls short."""
+    out: list[str] = []
+    for t, n in Counter(terms).items():
+        out += [t] * max(0, n - sum(exact <= u.exact for u in uses(t, text, lang)))
+    return out
+
+
+def preferred(
+    hyps: list[Hypothesis], texts: list[str], r: Request, nbest: int
+) -> tuple[list[Hypothesis], list[str]]:
+    """Search's outputs for `r` (best first, with their `texts`), cut to `nbest`; where `r`
+    prefers terms and its best output misses some, the best output that writes them goes
+    first: every term in some form, and those the best missed as the glossary writes them,
+    which is what the guard's constrained search would make it write. A beam's other outputs
+    often hold the terms its best one left out (a synonym chosen, the term a little less
+    likely), and choosing one costs no search: the guard has fewer lines to translate again."""
+    lang = _lang(r)
+    lacking = missing(r.prefer, texts[0], lang) if r.prefer and texts else []
+    if lacking:
+        ok = (not missing(r.prefer, x, lang) and not missing(lacking, x, lang, True) for x in texts)
+        j = next((j for j, good in enumerate(ok) if good), 0)
+        order = [j, *(k for k in range(len(hyps)) if k != j)]
+        hyps, texts = [hyps[k] for k in order], [texts[k] for k in order]
+    return hyps[:nbest], texts[:nbest]
+
+
+def _lang(r: Request) -> str | None:
+    return r.glossary.tgt_lang if r.glossary is not None else None
+
+
 def _constrained(r: Request, phrases: list[str]) -> Request:
-    """`r` with `phrases` added to its own constraints (each once), favouring nothing more:
-    the constraints hold the terms."""
+    """`r` with `phrases` added to its own constraints (each once), favouring and preferring
+    nothing more: the constraints hold the terms."""
     extra = [p for p in dict.fromkeys(phrases) if p not in r.constraints]
-    return replace(r, constraints=[*r.constraints, *extra], favour=[])
+    return replace(r, constraints=[*r.constraints, *extra], favour=[], prefer=[])

@@ -48,7 +48,7 @@ from mt.translation.sentences import split_stage
 from mt.translation.shortlist import OutputRows, Shortlisted
 from mt.translation.stages import Stage, run, spelling_cost
 from mt.translation.target import Target, Targets, model_for, strip_mark, target_rules
-from mt.translation.terms import glossary_stage
+from mt.translation.terms import glossary_stage, preferred
 
 
 class Translator:
@@ -89,6 +89,9 @@ class Translator:
             else None
         )
         self.with_scores = with_scores  # greedy: compute the log-probability (costs a pass)
+        # Requests that prefer terms choose among all of a beam's outputs (stop_early ends a
+        # sentence by decode.nbest, so it keeps the one list): mt.translation.terms.preferred.
+        self.widens = not (self.greedy or cfg.sample or cfg.stop_early)
         self.max_src = model.cfg.max_positions
         self.truncated = 0  # lines cut to the model's longest input, reported by the CLI
         # Protection: search writes no span of its own (mt.spans.bans; built on first use),
@@ -123,8 +126,11 @@ class Translator:
         bans: Bans | None = None,
         target: Target | None = None,
         favoured: list[list[list[int]]] | None = None,
+        nbest: int | None = None,
     ) -> list[list[Hypothesis]]:
-        # The model seen from the batch's target language (its token, its guard).
+        # The model seen from the batch's target language (its token, its guard); `nbest`: more
+        # outputs than decode.nbest, which only cuts the list (the search is the same).
+        cfg = self.cfg if nbest is None else dataclasses.replace(self.cfg, nbest=nbest)
         model = self.model if target is None else model_for(self.model, target)
         if constraints is not None and self._edges is None:
             self._edges = word_edges(self.tokenizer, self.device)
@@ -136,7 +142,7 @@ class Translator:
         return search(
             model,
             src,
-            self.cfg,
+            cfg,
             alignment=alignment,
             with_scores=self.with_scores,
             prefixes=prefixes,
@@ -265,12 +271,16 @@ class Translator:
                 bans = self._bans_for(protect)
                 if bans is not None and any(requests[r].keep for r in rows):
                     bans = dataclasses.replace(bans, allowed=[requests[r].keep for r in rows])
-                found = self._search(src, prefixes, terms, align, bans, target, favoured)
+                wide = self.widens and any(requests[r].prefer for r in rows)
+                nbest = self.cfg.beam if wide else None
+                found = self._search(src, prefixes, terms, align, bans, target, favoured, nbest)
                 for r, hyps in zip(rows, found):
                     results[r] = strip_mark(hyps, target)
         out = []
-        for hyps in results:
+        for r, hyps in zip(requests, results):
+            hyps = hyps if r.prefer else hyps[: self.cfg.nbest]
             texts = [self.tokenizer.decode_tgt(h.tokens) for h in hyps]
+            hyps, texts = preferred(hyps, texts, r, self.cfg.nbest)
             pieces = self.tokenizer.tgt_pieces(hyps[0].tokens) if hyps else []
             out.append(Translation(texts[0] if texts else "", hyps, texts, pieces))
         return out
