@@ -16,6 +16,7 @@ from support import REPO
 from support.browser import chromium
 from support.browser import missing as browser_missing
 from support.inprocess import CliResult, run_mt_here
+from support.once import built_once
 from support.tasks import MULTI_PAIRS, adapter_config, multi30k_slice
 
 from mt.device import read_cpu_flags
@@ -126,19 +127,22 @@ def mt_process() -> Callable[..., CliResult]:
 @pytest.fixture(scope="session")
 def tiny_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory of configs/tiny.yaml trained briefly on Multi30k through `mt train`."""
-    run_dir = tmp_path_factory.mktemp("tiny") / "run"
-    result = run_mt_here(
-        "train",
-        REPO / "configs" / "tiny.yaml",
-        "--run-dir",
-        run_dir,
-        *("--set", "train.max_steps=60", "--set", "train.eval_every=30"),
-        *("--set", "train.log_every=10", "--set", "train.threads=1"),
-        *("--set", "data.max_valid_examples=40"),
-        env={"MT_DATA": str(multi30k_dir.resolve())},
-    )
-    assert result.rc == 0, result.err
-    return run_dir
+
+    def build(folder: Path) -> Path:
+        result = run_mt_here(
+            "train",
+            REPO / "configs" / "tiny.yaml",
+            "--run-dir",
+            folder / "run",
+            *("--set", "train.max_steps=60", "--set", "train.eval_every=30"),
+            *("--set", "train.log_every=10", "--set", "train.threads=1"),
+            *("--set", "data.max_valid_examples=40"),
+            env={"MT_DATA": str(multi30k_dir.resolve())},
+        )
+        assert result.rc == 0, result.err
+        return folder / "run"
+
+    return built_once(tmp_path_factory, "tiny", build)
 
 
 def train_tiny(run_dir: Path, multi30k_dir: Path, sets: dict[str, object]) -> Path:
@@ -160,7 +164,6 @@ def train_tiny(run_dir: Path, multi30k_dir: Path, sets: dict[str, object]) -> Pa
 def tiny_terms_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """configs/tiny.yaml trained briefly with `data.terms` (a third of the lines annotated
     with target terms) on a 600-pair slice for 10 steps: a model whose tokenizer takes terms."""
-    run_dir = tmp_path_factory.mktemp("terms") / "run"
     sets = {
         "data.terms.share": 0.3,
         "data.terms.skip_common": 60,
@@ -172,13 +175,13 @@ def tiny_terms_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory)
         "train.threads": 1,
         "train.tensorboard": "false",
     }
-    return train_tiny(run_dir, multi30k_dir, sets)
+    build = lambda folder: train_tiny(folder / "run", multi30k_dir, sets)  # noqa: E731
+    return built_once(tmp_path_factory, "terms", build)
 
 
 @pytest.fixture(scope="session")
 def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model trained on four directions of a Multi30k slice (de-fr is zero-shot)."""
-    run_dir = tmp_path_factory.mktemp("multi") / "run"
     sets = {
         "data.pairs": "[" + ",".join(MULTI_PAIRS) + "]",
         "data.max_train_examples": 1500,
@@ -190,7 +193,8 @@ def multi_run(multi30k_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
         "train.threads": 1,
         "train.tensorboard": "false",
     }
-    return train_tiny(run_dir, multi30k_dir, sets)
+    build = lambda folder: train_tiny(folder / "run", multi30k_dir, sets)  # noqa: E731
+    return built_once(tmp_path_factory, "multi", build)
 
 
 # -- adapters on the tiny model (mt/adapt) -------------------------------------------------------
@@ -203,14 +207,17 @@ def tiny_adapters(
     """Two LoRA adapters of the tiny model's best.pt, trained 10 steps each on two other
     slices of Multi30k: their run directories by name ("legal": the projections, "ui": the
     projections and the embedding tables)."""
-    root = tmp_path_factory.mktemp("adapters")
-    runs = {}
     targets = {"legal": ["q", "k", "v", "out", "ffn"], "ui": ["q", "k", "v", "out", "ffn", "embed"]}
-    for name, start in (("legal", 10_000), ("ui", 20_000)):
-        data = multi30k_slice(multi30k_dir, root / f"{name}_data", start)
-        config = adapter_config(root / name, data, lora_targets=targets[name])
-        run = root / name / "run"
-        result = run_mt_here("train", config, "--run-dir", run, "--init-from", tiny_run / "best.pt")
-        assert result.rc == 0, result.err
-        runs[name] = run
-    return runs
+
+    def build(root: Path) -> Path:
+        for name, start in (("legal", 10_000), ("ui", 20_000)):
+            data = multi30k_slice(multi30k_dir, root / f"{name}_data", start)
+            config = adapter_config(root / name, data, lora_targets=targets[name])
+            run = root / name / "run"
+            base = tiny_run / "best.pt"
+            result = run_mt_here("train", config, "--run-dir", run, "--init-from", base)
+            assert result.rc == 0, result.err
+        return root
+
+    root = built_once(tmp_path_factory, "adapters", build)
+    return {name: root / name / "run" for name in targets}
