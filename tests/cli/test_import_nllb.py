@@ -100,8 +100,9 @@ def test_translation_equals_hf_generate_with_forced_bos(
         result = mt_cli("translate", nllb_imported, *flags, *args, env=own_cpu)
         assert result.rc == 0, result.err
         assert result.out.splitlines() == hf_generate(hf, lines, code, beams), (code, beams)
-        by_iso = mt_cli("translate", nllb_imported, *flags, "--to", iso, "--input", sources)
-        assert by_iso.rc == 0 and by_iso.out == result.out, by_iso.err
+        if beams == 1:  # the ISO code names the same language (the search is not in question)
+            by_iso = mt_cli("translate", nllb_imported, *flags, "--to", iso, "--input", sources)
+            assert by_iso.rc == 0 and by_iso.out == result.out, by_iso.err
 
 
 def test_score_equals_hf_log_probabilities(nllb_imported, hf, sources, tmp_path, mt_cli, own_cpu):
