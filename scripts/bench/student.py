@@ -21,6 +21,12 @@ the references, and the ratios the targets name:
   with the vocabulary map on the student (not for a student with SSRU decoder layers,
   `model.decoder_self: ssru`, which CTranslate2 cannot run: its engines are left out).
 
+CTranslate2 cannot run a student with SSRU decoder layers; `--twin` names its twin, the same
+recipe with self-attention (the same teacher's translations, the same updates), which every
+student engine runs too: on it mt is compared with CTranslate2 on one student, and the SSRU
+student through mt with the twin in CTranslate2, each at its own BLEU (the fastest engine at
+the student's quality, whichever layer it takes).
+
 The teacher decodes at `--beam`; the student at each of `--student-beams` (default: the same),
 since a student's best settings may be a smaller beam: a distilled student learns the teacher's
 beam output, so greedy search loses it less than it loses its teacher (Kim and Rush 2016). The
@@ -121,16 +127,25 @@ def verdict(rows: list[dict]) -> list[str]:
             f"{student['bleu']:.2f} against the teacher's {teacher_ct2['bleu']:.2f} there "
             f"({student['bleu'] - teacher_ct2['bleu']:+.2f}{own})"
         )
+    for who in ("student", "twin"):
+        for beam in beams:
+            for shortlist in (False, True):
+                ours = fastest(rows, who, shortlist=shortlist, beam=beam)
+                peer = fastest(rows, who, "ct2-int8", shortlist=shortlist, beam=beam)
+                if ours and peer and ours["engine"] != peer["engine"]:
+                    said.append(
+                        f"{who} beam {beam}, shortlist {'on' if shortlist else 'off'}: mt "
+                        f"({ours['engine']}) / CTranslate2 ({peer['engine']}): "
+                        f"{ours['sent_s_best'] / peer['sent_s_best']:.2f}x"
+                    )
     for beam in beams:
-        for shortlist in (False, True):
-            ours = fastest(rows, "student", shortlist=shortlist, beam=beam)
-            peer = fastest(rows, "student", "ct2-int8", shortlist=shortlist, beam=beam)
-            if ours and peer and ours["engine"] != peer["engine"]:
-                said.append(
-                    f"student beam {beam}, shortlist {'on' if shortlist else 'off'}: mt "
-                    f"({ours['engine']}) / CTranslate2 ({peer['engine']}): "
-                    f"{ours['sent_s_best'] / peer['sent_s_best']:.2f}x"
-                )
+        ours, peer = fastest(rows, "student", beam=beam), fastest(rows, "twin", "ct2", beam=beam)
+        if ours and peer:
+            said.append(
+                f"beam {beam}: the student through mt ({ours['engine']}, BLEU "
+                f"{ours['bleu']:.2f}) / its twin in CTranslate2 ({peer['engine']}, BLEU "
+                f"{peer['bleu']:.2f}): {ours['sent_s_best'] / peer['sent_s_best']:.2f}x"
+            )
     return said
 
 
@@ -166,6 +181,7 @@ def main() -> None:
     p.add_argument(
         "--shortlist", type=int, default=0, help="K: the student's shortlist engines too"
     )
+    p.add_argument("--twin", type=Path, help="the student's self-attention twin (see above)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args()
     from mt.device import choose_threads, usable_cores
@@ -174,12 +190,16 @@ def main() -> None:
     specs = args.student_specs.split(",")
     if args.shortlist:
         specs += SHORTLIST_SPECS.format(k=args.shortlist).split(",")
+    twin_specs = runnable(args.twin, specs) if args.twin else []
     specs = runnable(args.student, specs)
     student_beams = [int(b) for b in args.student_beams.split(",") if b] or [args.beam]
     engines = [("teacher", args.teacher, s, args.beam) for s in args.teacher_specs.split(",") if s]
     for b in student_beams:  # greedy search has no stopping rule to choose: "+early" dropped
         at_beam = dict.fromkeys(s.replace("+early", "") if b == 1 else s for s in specs if s)
         engines += [("student", args.student, s, b) for s in at_beam]
+        if args.twin:
+            all_specs = dict.fromkeys(s.replace("+early", "") if b == 1 else s for s in twin_specs)
+            engines += [("twin", args.twin, s, b) for s in all_specs if s]
     info = machine()
     print(json.dumps({"machine": info}), flush=True)
     rows = measure(args, engines)
