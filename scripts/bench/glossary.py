@@ -7,8 +7,10 @@ the first search; soft needs it or the annotation); `--boosts B,...` adds both a
 
 The glossary is a term test set (scripts/tools/term_testset.py: entries the model does not
 write unaided, used by the references). The three runs take turns for `--rounds` rounds on the
-same lines with the same translator; each is timed by its best round. Lines without a term must
-come out byte-identical to the run without a glossary: the report counts those that do not.
+same lines with the same translator; each is timed by its best round (wall time, or with
+`--cpu-time` the process's CPU seconds: one thread, steadier on a shared virtual machine). Lines
+without a term must come out byte-identical to the run without a glossary: the report counts
+those that do not.
 
     python -m scripts.tools.term_testset runs/demo/best.pt -o terms.tsv
     python -m scripts.bench.glossary runs/demo/best.pt terms.tsv --threads 1
