@@ -73,6 +73,7 @@ class ModelWorker:
         self.paths = list(config.models[name])
         self.limits = config.limits
         self.metrics = metrics
+        metrics.queue(name, 0)  # each model's queue gauge from the start: 0, not absent
         self.session: Session | None = None
         self.error: str | None = None  # why loading failed
         self._queue = FairQueue()

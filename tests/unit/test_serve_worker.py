@@ -38,6 +38,18 @@ def worker(tiny_run: Path):
     worker.stop()
 
 
+def test_each_model_has_its_queue_gauge_before_any_request(tiny_run: Path):
+    """/metrics shows every model's queue at 0 from the start, so a scraper (or a test waiting
+    for a depth) reads a number, not a missing series."""
+    metrics = Metrics()
+    config = ServeConfig(models={"a": [tiny_run / "best.pt"], "b": [tiny_run / "best.pt"]})
+    for name in config.models:
+        ModelWorker(name, config, metrics)
+    text = metrics.text()
+    assert metrics.queue_depth == {"a": 0, "b": 0}
+    assert 'mt_queue_sentences{model="a"} 0' in text and 'mt_queue_sentences{model="b"} 0' in text
+
+
 def pooled(worker: ModelWorker, jobs: list[tuple[list[Request], bool]]) -> list[list[Translation]]:
     """The jobs' answers, all queued while the worker is busy, so they go in one pass."""
     busy, queued = threading.Event(), threading.Event()
