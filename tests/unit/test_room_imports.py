@@ -19,6 +19,10 @@ TESTS = REPO / "tests"
 SCRIPT_TESTS = {
     "tests/unit/test_scripts_common.py": {"scripts", "scripts.common"},
     "tests/system/test_recipe_search.py": {"scripts.studies", "scripts.studies.recipe_search"},
+    "tests/unit/test_update_rank.py": {
+        "scripts.studies.update_rank",
+        "scripts.studies.update_rank.cut",
+    },
 }
 
 
