@@ -5,7 +5,7 @@ Two kinds of work wait here. An interactive job (a request of /v1/translate, /tr
 pass takes the flows in turn, one job each per round, until it is full: a client that sends
 fifty requests at once shares every pass with one that sends one. A document's texts wait as
 bulk jobs in a flow of the document's own, and a pass takes one slice of one document
-(documents in turn) after its interactive jobs, as long as the worker says (mt.serve.worker
+(documents in turn) after its interactive jobs, as long as the worker says (mt.serve.pacing
 sizes slices to cost about what an interactive pass costs). So a request that arrives while a
 document is translated waits for one slice at most, however large the document.
 

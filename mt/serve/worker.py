@@ -15,10 +15,8 @@ names one (`adapter`) or decodes with the base.
 
 Requests wait in a fair queue (mt.serve.jobs): clients in turn, and a document's texts in
 slices after them, each slice sized to cost about what the recent interactive passes cost
-(the pass's cost measured, the slice's characters scaled to it). So a request that arrives
-while a document is translated waits one slice at most: its latency stays within about twice
-its idle latency. With no request for RECENT_S, a slice may cost IDLE_SLICE_S, so a document
-alone goes at nearly the speed of big batches.
+(mt.serve.pacing, which also times the pooling). So a request that arrives while a document is
+translated waits one slice at most.
 
 A request whose client has gone is marked cancelled and dropped before its turn; `stop` lets
 the worker finish what is queued, so a server told to stop still answers what it accepted.
@@ -31,7 +29,6 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -39,19 +36,13 @@ from mt.errors import MtError
 from mt.serve.config import ServeConfig
 from mt.serve.jobs import FairQueue, Job, Slice
 from mt.serve.limits import ApiError
+from mt.serve.pacing import Pace
 from mt.serve.prometheus import Metrics
+from mt.serve.translators import Translators
 from mt.translation.requests import Plan, Request, Translation
 from mt.translation.session import DecodeOptions, Session
-from mt.translation.translator import Translator
 
 ROUND_SENTENCES = 512  # at most this many sentences per pass: later requests wait less
-CACHED_TRANSLATORS = 16
-POOL_STRETCH = 50  # see ModelWorker._pool
-GAP = 20
-RECENT_S = 2.0  # interactive work this recent: a document's slice costs what its passes cost
-IDLE_SLICE_S = 0.25  # what a slice may cost when no request has come for RECENT_S
-FIRST_PASS_S = 0.05  # an interactive pass's cost before one is measured
-FIRST_SLICE_CHARS = 500
 
 
 def option_name(key: str) -> str:
@@ -80,13 +71,9 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._stopping = False
         self._hurry = False  # shutting down: no more pooling (see hurry)
-        self._expect = 1  # sentences the next pass may wait for (see _pool)
-        self._pass_end = 0.0
-        self._pass_s = FIRST_PASS_S  # what an interactive pass costs lately (a moving mean)
-        self._last_pass = -RECENT_S  # when the last interactive pass ended
-        self._slice_chars = FIRST_SLICE_CHARS  # a document slice's characters (see _sliced)
+        self._pace = Pace()  # the pooling waits and the document slices' sizes
         self._documents = itertools.count(1)
-        self._translators: OrderedDict[tuple, Translator] = OrderedDict()
+        self._translators = Translators()  # kept: building one can cost a model copy
         self._thread = threading.Thread(target=self._run, name=f"mt-worker-{name}", daemon=True)
 
     # -- the event loop's side ----------------------------------------------------------------
@@ -274,74 +261,39 @@ class ModelWorker:
             if jobs:
                 start = time.monotonic()
                 self._work(jobs)
-                end = time.monotonic()
-                self._pass_s += 0.2 * (end - start - self._pass_s)
-                self._last_pass = end
+                self._pace.interactive(start, time.monotonic())
             with self._cond:
-                piece, dropped = self._queue.take_slice(self._fits)
+                piece, dropped = self._queue.take_slice(self._pace.fits)
                 self.metrics.queue(self.name, self._queue.items)
             if dropped:
                 self.metrics.drop(dropped)
             if piece is not None:
                 self._slice(piece)
             with self._cond:
-                self._expect = self._queue.interactive + sum(job.size() for job in jobs)
-                self._pass_end = time.monotonic()
+                expect = self._queue.interactive + sum(job.size() for job in jobs)
+                self._pace.round_ended(expect, time.monotonic())
 
     def _pool(self) -> None:
-        """Wait (holding the condition) until the oldest pending request is a window old.
-
-        Under steady load, wait on for the clients the last pass answered: they come back
-        one by one within a round trip, and a pass that left without them would split the
-        clients into two cohorts that alternate for good, each pass half as big (and the
-        throughput with it). So while fewer sentences are pending than the last pass took
-        plus those that queued during it, keep pooling as long as requests keep arriving
-        (one within GAP windows), up to POOL_STRETCH windows after the pass ended; not while
-        a document waits (the worker would idle in front of it).
-        """
+        """Wait (holding the condition) for more requests as long as the pace says a pass
+        should (mt.serve.pacing); not once the server is stopping or in a hurry."""
         window = self.limits.batch_window_ms / 1000
         while not (self._stopping or self._hurry):
-            arrivals = self._queue.arrivals()
-            if arrivals is None:
+            left = self._pace.pooling(self._queue, time.monotonic(), window)
+            if left <= 0:
                 return
-            oldest, newest = arrivals
-            now, queued = time.monotonic(), self._queue.interactive
-            if queued >= self._expect or self._queue.bulk:
-                if queued > 1 or now >= oldest + window:
-                    return
-                left = oldest + window - now
-            else:
-                recent = max(newest, self._pass_end)
-                until = min(recent + GAP * window, self._pass_end + POOL_STRETCH * window)
-                left = max(until, oldest + window) - now
-                if left <= 0:
-                    return
             self._cond.wait(left)
 
-    def _fits(self, job: Job) -> int:
-        """How many of a bulk job's next texts make a slice of about `_slice_chars`."""
-        n, chars = 0, 0
-        for request in itertools.islice(job.requests, job.taken, None):
-            chars += len(request.src)
-            if n and chars > self._slice_chars:
-                break
-            n += 1
-        return n
-
     def _slice(self, piece: Slice) -> None:
-        """Translate a slice of a document, then size the next one: its characters scaled by
-        how far this one's time was from what a slice may cost now (at most 4x either way)."""
+        """Translate a slice of a document, then let the pace size the next one by what this
+        one cost."""
         if piece.job.dead:
             self.metrics.drop(piece.end - piece.start)
             return
-        target = IDLE_SLICE_S
-        if time.monotonic() - self._last_pass < RECENT_S:
-            target = self._pass_s
+        target = self._pace.slice_target(time.monotonic())
         start = time.monotonic()
         self._translate([(piece.job, piece.requests)])
-        took = max(time.monotonic() - start, 1e-4)
         chars = sum(len(r.src) for r in piece.requests)
-        self._slice_chars = max(1, int(chars * min(max(target / took, 0.25), 4.0)))
+        self._pace.sliced(chars, time.monotonic() - start, target)
 
     def _work(self, jobs: list[Job]) -> None:
         groups: dict[tuple, list[Job]] = {}
@@ -392,7 +344,9 @@ class ModelWorker:
             for r in reqs
         ]  # fmt: skip
         try:
-            translator = self._translator(first.options, first.alignment, first.adapter)
+            translator = self._translators.get(
+                session, first.options, first.alignment, first.adapter
+            )
             translations = translator.translate(requests)
         except MtError as err:
             if len(group) > 1:  # one request's bad input must not fail the others
@@ -419,22 +373,3 @@ class ModelWorker:
             self.metrics.document_done(self.name, job.flow, len(done))
             if len(job.done) == len(job.requests):
                 job.answer(job.done)
-
-    def _translator(
-        self, options: DecodeOptions | None, alignment: bool, adapter: str | None = None
-    ) -> Translator:
-        """A Translator per adapter and option set, kept: building one can cost a model copy
-        (int8). Sampling gets a fresh one each time, so its seed means the same on every
-        request."""
-        session = self.loaded(adapter)
-        if options is not None and options.sample:
-            return session.translator(options, alignment, with_scores=True)
-        key = (adapter, dataclasses.astuple(options or DecodeOptions()), alignment)
-        if key in self._translators:
-            self._translators.move_to_end(key)
-            return self._translators[key]
-        translator = session.translator(options, alignment, with_scores=True)
-        self._translators[key] = translator
-        if len(self._translators) > CACHED_TRANSLATORS:
-            self._translators.popitem(last=False)
-        return translator
