@@ -8,11 +8,12 @@ optimizer, scaler, RNG and data position, so a resumed run follows the uninterru
 
 This module is the procedure; the rooms beside it hold the parts: `setup` (the phases before
 the first step, and how the run starts: fresh, resumed, restarted or fine-tuned), `update`
-(one optimizer step), `evaluation` (dev loss and BLEU), `metrics_log` (records and their
-sinks), `rotation` (which checkpoints are kept), `stop` (stop rules, ETA, divergence),
-`signals` (Ctrl-C and a scheduler's preemption), `state` (counters, run id, RNG), `resume`
-(what `last.pt` brings back), `nodes` (tokenizer and token stores on every node),
-`distributed` (torchrun) and `logline` (the log window and its stderr line).
+(one optimizer step), `evaluation` (dev loss and BLEU), `judge` (what each evaluation decides:
+best.pt, patience, at the end averaging and tuning), `metrics_log` (records and their sinks),
+`rotation` (which checkpoints are kept), `stop` (stop rules, ETA, divergence), `signals`
+(Ctrl-C and a scheduler's preemption), `state` (counters, run id, RNG), `resume` (what
+`last.pt` brings back), `nodes` (tokenizer and token stores on every node), `distributed`
+(torchrun) and `logline` (the log window and its stderr line).
 """
 
 from __future__ import annotations
@@ -38,17 +39,17 @@ from mt.data.loader import iterate
 from mt.errors import EXIT_REQUEUE, MtError
 from mt.progress import stderr_is_terminal
 from mt.train import distributed, finetune, nodes, setup, tensorboard
-from mt.train.averaging import Ema, average_at_end, ema_weights
-from mt.train.best import BestRule, consider
+from mt.train.averaging import Ema
+from mt.train.best import BestRule
 from mt.train.budget import BudgetDropout, decide, set_rates
+from mt.train.judge import Judge
 from mt.train.logline import SlowdownWatch, Window, log_line
 from mt.train.resume import training_state
 from mt.train.rotation import Checkpoints
 from mt.train.schedule import budget_used
 from mt.train.signals import StopSignals
 from mt.train.state import TrainState
-from mt.train.stop import diverged, eta, overfit_note, stop_reason
-from mt.train.tune import tune_decode
+from mt.train.stop import diverged, eta, stop_reason
 from mt.train.watch import read_watched, watch_sets
 
 
@@ -94,7 +95,6 @@ class Trainer:
         self._steps_per_epoch = 0
         self.slowdown = SlowdownWatch()
         self.saved_at = time.monotonic()  # when last.pt was last written (train.checkpoint_minutes)
-        self.last_metrics: dict[str, float] = {}  # of the latest evaluation
         net = distributed.wrap(self.dist, self.model, self.device)  # DDP under torchrun
         # torch.compile recompiles once when batch shapes first change, then they are dynamic.
         self.update.net = torch.compile(net) if t.compile else net
@@ -104,9 +104,9 @@ class Trainer:
         self.evaluate = setup.evaluator(
             cfg, self.model, self.tokenizer, dev_sets, self.device, self.precision, watch
         )
-        self.best = BestRule.of(t.watch)  # which evaluation becomes best.pt
+        best = BestRule.of(t.watch)  # which evaluation becomes best.pt
         if self.start.resumed:
-            self.best.check_resumed(self.state, self.start.last)
+            best.check_resumed(self.state, self.start.last)
         init = self.start.init
         adapter = None if init is None or init.adapter is None else (init.adapter, init.base)
         self.checkpoints = Checkpoints(
@@ -114,6 +114,9 @@ class Trainer:
         )
         self.log, self.tensorboard = setup.sinks(
             run_dir, self.dist.main, self.start, self.state.step, use_tensorboard, cfg, self.model
+        )
+        self.judge = Judge(
+            best, self.evaluate, self.checkpoints, self.log, self.tensorboard, self.ema
         )
         if self.start.how == "init_from":  # fine-tuning: the start step (and optimizer if kept)
             self.state.step = finetune.start(
@@ -182,59 +185,8 @@ class Trainer:
         window.reset()
 
     def _evaluate_and_save(self, start: float, first: bool = False) -> None:
-        """Validate and write checkpoints (rank 0). The time since `start` counts as training
-        time before `last.pt` records it; patience is then a stop rule like the others.
-        `first`: the evaluation before the first step of a run that watches sets (the start
-        values of the best rule's bounds), which writes no step checkpoint.
-
-        TensorBoard's attention picture is drawn on a thread while `best.pt` and the step
-        checkpoint are written; `tensorboard_seconds` is what its texts, attention and picture
-        held the trainer up, so their cost shows in every run."""
-        s = self.state
-        with ema_weights(self.ema):  # the EMA, when on, is what is scored and kept
-            tick = time.perf_counter()
-            evaluation = self.evaluate()
-            seconds = {"eval_seconds": round(time.perf_counter() - tick, 2)}
-            metrics = evaluation.metrics
-            board = 0.0
-            if self.tensorboard is not None:
-                tick = time.perf_counter()
-                self.tensorboard.show_evaluation(s.step, self.evaluate, evaluation)
-                board = time.perf_counter() - tick
-            s.elapsed += time.perf_counter() - start
-            improved = consider(self.best, s, s.step, metrics)
-            s.bad_evals = 0 if improved else s.bad_evals + 1
-            s.last_eval_step = s.step
-            note = overfit_note(s, metrics["valid_nll"]) if "valid_nll" in metrics else None
-            if improved:
-                self.checkpoints.save("best.pt", s.step, metrics=metrics)
-            if not first:
-                self.checkpoints.save_step(s.step)
-        if self.tensorboard is not None:
-            tick = time.perf_counter()
-            self.tensorboard.wait()
-            seconds["tensorboard_seconds"] = round(board + time.perf_counter() - tick, 3)
-        ruled = {"admitted": self.best.admits(metrics, s.watch_start)} if self.best.bounds else {}
-        self.log.write(
-            {
-                "step": s.step,
-                "epoch": s.epoch,
-                "elapsed": round(s.elapsed, 1),
-                **{k: round(v, 4) for k, v in metrics.items()},
-                **seconds,
-                **ruled,  # whether the best rule's bounds let it become best.pt
-            }
-        )
-        self.last_metrics = {k: round(v, 4) for k, v in metrics.items()}  # as logged
-        self._save_last()
-        shown = " ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-        tqdm.write(f"step {s.step}: {shown} ({seconds['eval_seconds']:.1f} s)")
-        if note:
-            tqdm.write(note)
-        if first and self.best.bounds:
-            rule = self.best.describe(s.watch_start)
-            self.log.write({"step": s.step, "best_rule": rule})
-            tqdm.write(f"best.pt: {rule}")
+        """Validate and write checkpoints (rank 0), `last.pt` last (mt.train.judge)."""
+        self.judge(self.state, start, self._save_last, first)
 
     def _evaluate_in_loop(self, window: Window) -> None:
         """Rank 0 evaluates and saves while the others wait; the time is left out of tokens/s
@@ -297,33 +249,13 @@ class Trainer:
         return batches
 
     def _finish(self, reason: str | None) -> None:
-        """The last evaluation (unless this step had one), averaging (best.pt the better of
-        the two), decode settings chosen on dev, the stop record."""
-        s, t = self.state, self.cfg.train
-        if s.last_eval_step != s.step:
-            self._evaluate_and_save(time.perf_counter())
-        if t.average_last:
-            scores, better = average_at_end(
-                self.checkpoints,
-                self.model,
-                t.average_last,
-                lambda: self.evaluate().metrics,
-                s,
-                lambda metrics: self.best.admits(metrics, s.watch_start),
-            )
-            self.log.write({"step": s.step, **{f"averaged_{k}": v for k, v in scores.items()}})
-            if better:
-                self._save_last()  # its best score is the average's now
-        if t.tune_beam or t.tune_alpha:
-            best = self.run_dir / "best.pt"
-            self.log.write(tune_decode(t, self.cfg.decode, best, self.evaluate, s.step))
-        if t.watch and s.best_step >= 0:  # which evaluation is best.pt, and by which rule
-            rule = self.best.describe(s.watch_start)
-            self.log.write({"step": s.step, "best_step": s.best_step, "best_rule": rule})
-            tqdm.write(f"best.pt: step {s.best_step}, {rule}", file=sys.stderr)
+        """The evaluations' end (mt.train.judge: the last evaluation, averaging, decode
+        settings chosen on dev, which evaluation best.pt is), then the stop record."""
+        s = self.state
+        self.judge.finish(s, self.cfg.train, self.cfg.decode, self.model, self._save_last)
         self.log.write({"step": s.step, "stopped": reason, "elapsed": round(s.elapsed, 1)})
-        if self.tensorboard is not None and self.last_metrics:
-            self.tensorboard.write_hparams(self.cfg, self.last_metrics, s.step)
+        if self.tensorboard is not None and self.judge.last_metrics:
+            self.tensorboard.write_hparams(self.cfg, self.judge.last_metrics, s.step)
 
     # -- the procedure -----------------------------------------------------------------------
 
