@@ -67,7 +67,7 @@ def record(
         "grad_norm": float(norm),
         "tgt_tokens_per_s": ntok / seconds,
         "elapsed": round(s.elapsed, 1),
-        "skipped_updates": int(trainer.bad_total),
+        "skipped_updates": int(trainer.update.bad_total),
     }
 
 
@@ -76,7 +76,8 @@ def run_round(trainer: Trainer, log: MetricsLog, groups: list, log_every: int) -
     start = time.perf_counter()
     for i, group in enumerate(groups, 1):
         t = time.perf_counter()
-        loss, _, ntok, norm = trainer._update(group)
+        trainer.state.step += 1
+        loss, _, ntok, norm = trainer.update(group, trainer.state.step)
         if i % log_every == 0:
             log.write(record(trainer, loss, norm, ntok, time.perf_counter() - t))
     log.flush()
@@ -115,7 +116,8 @@ def main() -> None:
     plan = trainer.train_set.epoch_batches(cfg.train.max_tokens, cfg.train.seed, 0)
     groups = [[trainer.train_set[plan[i % len(plan)]]] for i in range(args.steps + 2)]
     for g in groups[:2]:  # warm-up: allocator, first-call costs
-        trainer._update(g)
+        trainer.state.step += 1
+        trainer.update(g, trainer.state.step)
     groups = groups[2:]
     jsonl = JsonlSink(folder / "metrics.jsonl")
     board = Timed(tensorboard.TensorBoardSink(folder / "run", None, cfg, trainer.model))
