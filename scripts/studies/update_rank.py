@@ -1,7 +1,7 @@
 """How low-rank is what fine-tuning changed? The spectrum of each weight matrix's update.
 
     python -m scripts.studies.update_rank BASE.pt TUNED.pt [--ranks 8,16]
-        [--score STRINGS_DIR --out DIR --cut 8,16,32]
+        [--score STRINGS_DIR --out DIR --cut 8,16,32 --sparse 0.05,0.01]
 
 For every weight matrix the two checkpoints share (a whole model each: a plain fine-tune of
 BASE), the update D = tuned - base is split by its singular values, and the share of its
@@ -19,6 +19,11 @@ BASE, the vectors left at the base's as an adapter leaves them; the model is wri
 OUT/cut{r}.pt and scored greedily (lowercased BLEU) on STRINGS_DIR/test.{de,en} and Multi30k's
 test_2016_flickr ($MT_DATA), beside BASE and TUNED themselves. docs/fine-tuning.md compares it
 with a trained adapter of the same rank.
+
+`--sparse 0.05,0.01` scores the other way to keep a few percent of the update: each matrix's
+update cut to that share of its entries, the largest in size (a sparse fine-tuning's budget,
+e.g. Ansell et al. 2022, which keeps the entries plain fine-tuning moved most), written to
+OUT/sparse{share}.pt.
 """
 
 from __future__ import annotations
@@ -68,16 +73,36 @@ def cut(base: dict, tuned: dict, rank: int) -> dict:
     return out
 
 
+def sparse_cut(base: dict, tuned: dict, share: float) -> dict:
+    """BASE plus, in every matrix, the `share` of its update's entries largest in size (at
+    least one; ties at the threshold kept); vectors stay the base's."""
+    out = {}
+    for name, before in base.items():
+        if before.dim() != 2:
+            out[name] = before.clone()
+            continue
+        update = tuned[name].double() - before.double()
+        keep = max(1, int(share * update.numel()))
+        threshold = update.abs().flatten().kthvalue(update.numel() - keep + 1).values
+        out[name] = (before.double() + update * (update.abs() >= threshold)).to(before.dtype)
+    return out
+
+
 def score(args: argparse.Namespace) -> None:
     """Each cut of `--cut` scored beside BASE and TUNED; a table on stdout."""
     args.out.mkdir(parents=True, exist_ok=True)
     base, tuned = load(args.base), load(args.tuned)
     models = [("the base", Path(args.base)), ("plain fine-tuning", Path(args.tuned))]
-    for rank in (int(r) for r in args.cut.split(",")):
+    for rank in (int(r) for r in args.cut.split(",") if r):
         path = args.out / f"cut{rank}.pt"
         if not path.is_file():
             save({**tuned, "model": cut(base["model"], tuned["model"], rank)}, path)
         models.append((f"its update cut to rank {rank}", path))
+    for share in (float(x) for x in args.sparse.split(",") if x):
+        path = args.out / f"sparse{share:g}.pt"
+        if not path.is_file():
+            save({**tuned, "model": sparse_cut(base["model"], tuned["model"], share)}, path)
+        models.append((f"its largest {share:.1%} of each matrix's update", path))
     general = multi30k_dir()
     sets = {
         "strings": (args.score / "test.de", args.score / "test.en"),
@@ -111,6 +136,7 @@ def main() -> None:
     p.add_argument("--score", type=Path, help="a strings folder: score the cuts of --cut on it")
     p.add_argument("--out", type=Path, default=Path("update_rank"), help="where cuts go")
     p.add_argument("--cut", default="8,16,32", help="the ranks --score cuts the update to")
+    p.add_argument("--sparse", default="", help="shares of entries --score keeps, e.g. 0.05")
     args = p.parse_args()
     if args.score:
         score(args)

@@ -3,7 +3,7 @@ the vectors left at the base's, a full rank giving the tuned weights back."""
 
 import torch
 
-from scripts.studies.update_rank import cut
+from scripts.studies.update_rank import cut, sparse_cut
 
 
 def test_cut_keeps_rank_per_output_and_the_base_vectors():
@@ -27,3 +27,18 @@ def test_cut_keeps_rank_per_output_and_the_base_vectors():
     for name in base:
         if base[name].dim() == 2:
             torch.testing.assert_close(full[name], tuned[name])
+
+
+def test_sparse_cut_keeps_the_largest_entries_of_each_matrix():
+    g = torch.Generator().manual_seed(1)
+    base = {"a.weight": torch.randn(10, 10, generator=g), "a.bias": torch.randn(10, generator=g)}
+    tuned = {k: v + torch.randn(v.shape, generator=g) for k, v in base.items()}
+    kept = sparse_cut(base, tuned, 0.05)
+    update = kept["a.weight"] - base["a.weight"]
+    moved = update.abs() > 0
+    assert int(moved.sum()) == 5  # 5% of 100 entries
+    full = (tuned["a.weight"] - base["a.weight"]).abs()
+    assert full[moved].min() >= full[~moved].max()  # the largest, not any five
+    torch.testing.assert_close(update[moved], (tuned["a.weight"] - base["a.weight"])[moved])
+    assert torch.equal(kept["a.bias"], base["a.bias"])
+    assert torch.equal(sparse_cut(base, tuned, 1.0)["a.weight"], tuned["a.weight"])
