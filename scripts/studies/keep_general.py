@@ -4,13 +4,14 @@ self-replay.
     python -m scripts.studies.keep_general BASE.pt STRINGS_DIR OUT_DIR [--steps 280]
         [--keep-weight 1.0] [--replay-weight 0.25] [--replay-beam 1] [--seed 1]
         [--arms plain,keep,replay,both] [--jobs 2] [--schedule constant --cooldown 0.2]
+        [--lr 0.0005]
 
 From BASE.pt (the demo model), each arm fine-tunes on the software strings that
 scripts/tools/software_strings.py writes to STRINGS_DIR ({train,val,test}.{de,en}) for the same
 number of updates (step-bounded, so the figures do not depend on the machine's load), with the
 recipe of docs/pretrained-models.md (inverse_sqrt, lr 0.0005, warmup 50, 2,048 tokens, one
 thread; `--schedule constant --cooldown 0.2` holds the rate after the warmup and lowers it to 0
-over the last fifth instead):
+over the last fifth instead, `--lr` sets the peak rate):
 
 - plain: the strings alone;
 - keep: `finetune.keep: kl`, a KL term toward the frozen base on every batch;
@@ -78,7 +79,7 @@ def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, A
         ]
     train = {
         "run_dir": str(run_dir), "schedule": args.schedule, "cooldown": args.cooldown,
-        "lr": 0.0005, "warmup": 50,
+        "lr": args.lr, "warmup": 50,
         "max_steps": args.steps, "threads": 1, "loader_workers": 0, "max_tokens": 2048,
         "eval_bleu": False, "eval_every": args.steps, "log_every": 20, "keep_last": 0,
         "tensorboard": False, "seed": args.seed,
@@ -160,6 +161,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "schedule": args.schedule,
         "cooldown": args.cooldown,
+        "lr": args.lr,
         "keep_weight": args.keep_weight if arm in ("keep", "both", "self_replay_kl") else 0.0,
         "replay_weight": args.replay_weight
         if arm in ("replay", "both", "self_replay", "self_replay_kl")
@@ -179,6 +181,7 @@ def label(r: dict[str, Any]) -> str:
     parts += [f"replay {r['replay_weight']:g}"] if r["replay_weight"] else []
     parts += [f"beam {r['replay_beam']}"] if r.get("replay_beam", 1) > 1 else []
     parts += [f"seed {r['seed']}"] if r.get("seed", 1) != 1 and r["steps"] else []
+    parts += [f"lr {r['lr']:g}"] if r.get("lr", 0.0005) != 0.0005 and r["steps"] else []
     if r.get("schedule", "inverse_sqrt") != "inverse_sqrt" and r["steps"]:
         parts.append(f"{r['schedule']}, cooldown {r.get('cooldown', 0):g}")
     return f"{r['arm']} ({', '.join(parts)})" if parts else r["arm"]
@@ -219,6 +222,7 @@ def main() -> None:
     p.add_argument("--arms", default=",".join(ARMS[:4]))
     p.add_argument("--schedule", default="inverse_sqrt", choices=["inverse_sqrt", "constant"])
     p.add_argument("--cooldown", type=float, default=0.0, help="train.cooldown of every arm")
+    p.add_argument("--lr", type=float, default=0.0005, help="train.lr of every arm")
     p.add_argument("--jobs", type=int, default=1, help="arms trained side by side")
     p.add_argument(
         "--also", type=Path, nargs="*", default=[],
