@@ -22,6 +22,7 @@ SCRIPT_TESTS = {
     "tests/unit/test_update_rank.py": {
         "scripts.studies.update_rank",
         "scripts.studies.update_rank.cut",
+        "scripts.studies.update_rank.sparse_cut",
     },
 }
 
