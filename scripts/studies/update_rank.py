@@ -89,7 +89,7 @@ def sparse_cut(base: dict, tuned: dict, share: float) -> dict:
 
 
 def score(args: argparse.Namespace) -> None:
-    """Each cut of `--cut` scored beside BASE and TUNED; a table on stdout."""
+    """Each cut of `--cut` and `--sparse` scored beside BASE and TUNED; a table on stdout."""
     args.out.mkdir(parents=True, exist_ok=True)
     base, tuned = load(args.base), load(args.tuned)
     models = [("the base", Path(args.base)), ("plain fine-tuning", Path(args.tuned))]
