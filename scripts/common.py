@@ -138,6 +138,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: 
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
+# How the fine-tuning studies score a model on the software strings and on Multi30k (`mt eval`
+# flags): greedy, length-bounded as the first strings measurement was, one thread, so that the
+# studies' tables compare with each other (docs/fine-tuning.md).
+STRINGS_GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
+
+
 def multi30k_dir() -> Path:
     """Where Multi30k is: $MT_DATA (the folder of its files, as CI sets it), else
     ../shared/data/multi30k beside the repository."""

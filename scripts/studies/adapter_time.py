@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from scripts.common import (
+    STRINGS_GREEDY,
     describe_machine,
     eval_json,
     machine,
@@ -43,8 +44,6 @@ from scripts.common import (
     say,
     write_text,
 )
-
-GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def scores(args: argparse.Namespace, arm: Arm) -> dict[str, Any]:
     result: dict[str, Any] = {"arm": arm.name, "steps": arm.steps, "lr": arm.lr,
                               "rank": arm.rank, "seed": arm.seed}  # fmt: skip
     for key, (src, ref) in sets.items():
-        raw = eval_json(model, src, ref, [*GREEDY, *extra], folder / f"eval_{key}.log")
+        raw = eval_json(model, src, ref, [*STRINGS_GREEDY, *extra], folder / f"eval_{key}.log")
         result[key] = {"bleu_lc": round(raw["bleu_lc"], 2), "chrf": round(raw["chrf"], 2)}
     if run is not None:
         result["seconds_per_update"] = round(seconds_per_update(run), 4)

@@ -51,6 +51,7 @@ from typing import Any
 import yaml
 
 from scripts.common import (
+    STRINGS_GREEDY,
     describe_machine,
     eval_json,
     machine,
@@ -62,7 +63,6 @@ from scripts.common import (
 )
 
 ARMS = ("plain", "keep", "replay", "both", "watch", "self_replay", "self_replay_kl")
-GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
 
 
 def arm_config(arm: str, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def scores(checkpoint: Path, strings: Path, folder: Path) -> dict[str, Any]:
     }
     out = {}
     for name, (src, ref) in sets.items():
-        raw = eval_json(checkpoint, src, ref, GREEDY, folder / f"eval_{name}.log")
+        raw = eval_json(checkpoint, src, ref, STRINGS_GREEDY, folder / f"eval_{name}.log")
         out[name] = {"bleu_lc": round(raw["bleu_lc"], 2), "chrf": round(raw["chrf"], 2)}
     return out
 

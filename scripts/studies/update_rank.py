@@ -36,9 +36,14 @@ from pathlib import Path
 import torch
 
 from mt.checkpoint import load, save
-from scripts.common import eval_json, markdown_table, multi30k_dir, say, write_text
-
-GREEDY = ["--greedy", "--max-len-a", "1.2", "--max-len-b", "10", "--threads", "1"]
+from scripts.common import (
+    STRINGS_GREEDY,
+    eval_json,
+    markdown_table,
+    multi30k_dir,
+    say,
+    write_text,
+)
 
 
 def shares(update: torch.Tensor, ranks: list[int]) -> list[float]:
@@ -112,7 +117,7 @@ def score(args: argparse.Namespace) -> None:
     for i, (label, path) in enumerate(models):
         got = {}
         for key, (src, ref) in sets.items():
-            raw = eval_json(path, src, ref, GREEDY, args.out / f"eval{i}_{key}.log")
+            raw = eval_json(path, src, ref, STRINGS_GREEDY, args.out / f"eval{i}_{key}.log")
             got[key] = round(raw["bleu_lc"], 2)
         say(f"{label}: {got}")
         results.append((label, got))
