@@ -94,9 +94,10 @@ class DecodeConfig:
         "auto",
         "the matrix multiply of decoding on a CPU: onednn (oneDNN, the library CTranslate2 "
         "uses) for the output layer in fp32 (faster on AMD CPUs; logits differ from torch's in "
-        "the last bits) and for every Linear layer in bf16, on weights packed once; torch: "
-        "torch's default (MKL in fp32); auto: onednn where this torch has it and the decode is "
-        "fp32 or bf16 on a CPU, else torch.",
+        "the last bits), for every Linear layer in bf16, on weights packed once, and with int8 "
+        "for oneDNN's int8 kernels; torch: torch's default (MKL in fp32, FBGEMM's int8 on x86); "
+        "auto: onednn where this torch has it and the decode is fp32 or bf16 on a CPU, else "
+        "torch (int8 included: FBGEMM's was the faster on the CPU measured).",
     )
     max_len_a: float = setting(1.2, "output length limit a * src_len + b: its a")
     max_len_b: int = setting(10, "output length limit a * src_len + b: its b, in tokens")

@@ -9,7 +9,9 @@ that pays on each device.
   `decode.gemm` auto or onednn, a CPU's half copy runs every Linear layer through oneDNN on
   weights packed once (mt.runtime.onednn).
 - int8 (CPU): a copy whose Linear layers are dynamically quantised; they take fp32 inputs, so
-  int8 decodes in fp32 around them.
+  int8 decodes in fp32 around them. `decode.gemm` onednn packs them for oneDNN's int8 kernels;
+  auto and torch for torch's default engine (FBGEMM's on x86), which decoded faster on the
+  one CPU kind measured (an AMD Zen 4 with VNNI: docs/studies/decoding-speed.md).
 - fp32 on a CPU, `decode.gemm` onednn (auto's choice there): a copy, sharing the weights, whose
   output layer multiplies through oneDNN (mt.runtime.onednn). Only search asks for it.
 
@@ -36,7 +38,7 @@ def decode_model(
     """The model search runs, in eval mode: an int8 copy, a half copy, a copy with a oneDNN
     output layer (`gemm`, a `decode.gemm` value), or `model`."""
     if int8:
-        return quantize_linears(model)
+        return quantize_linears(model, "onednn" if gemm == "onednn" else "torch")
     if uses_onednn(gemm, precision, device, int8):
         if precision.name == "bf16":
             return onednn.onednn_bf16(model)

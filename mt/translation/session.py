@@ -48,6 +48,7 @@ from mt.errors import MtError
 from mt.languages import Languages
 from mt.model import Transformer
 from mt.runtime.dtype import uses_onednn
+from mt.runtime.int8 import engine_available
 from mt.search.ensemble import Ensemble
 from mt.shortlist import Shortlist
 from mt.spans import index as spans_index
@@ -161,10 +162,14 @@ class Session:
             given["dtype"] = self.dtype or "auto"
         dcfg = with_overrides(self.cfg.decode, given, self.device.type, n)
         precision = resolve_decode_dtype(dcfg.dtype, self.device, dcfg.int8, n("decode.dtype"))
-        if dcfg.gemm == "onednn" and not uses_onednn("onednn", precision, self.device, dcfg.int8):
-            if dcfg.int8:
-                here = f"{n('decode.int8')} is on"
-            elif precision.name not in ("fp32", "bf16") or self.device.type != "cpu":
+        if dcfg.gemm == "onednn" and dcfg.int8:
+            if not engine_available("onednn"):
+                raise MtError(
+                    f"{n('decode.gemm')} onednn with {n('decode.int8')}: torch "
+                    f"{torch.__version__} has no oneDNN int8 engine"
+                )
+        elif dcfg.gemm == "onednn" and not uses_onednn("onednn", precision, self.device, False):
+            if precision.name not in ("fp32", "bf16") or self.device.type != "cpu":
                 here = f"this decode is {precision.name} on {self.device.type}"
             else:
                 here = f"torch {torch.__version__} lacks the oneDNN {precision.name} ops"

@@ -153,7 +153,8 @@ def bench_training(args: argparse.Namespace, precisions: list[str]) -> list[dict
 
 
 def engine_keys(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, int]]:
-    """(spec, beam) of every engine to time: each dtype spec per beam, mt int8, CTranslate2.
+    """(spec, beam) of every engine to time: each dtype spec per beam, mt int8 (packed for
+    torch's default engine and for oneDNN's: which pays differs by CPU kind), CTranslate2.
 
     A spec is `DTYPE[/GEMM][+early][+slK][:wN]` ("bf16/torch": bf16 without oneDNN's packed
     weights; "+early": CTranslate2's stopping rule, `--stop-early`, beam search only; "+sl50":
@@ -164,7 +165,8 @@ def engine_keys(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, 
     `inter_threads`, each on its own batches: CTranslate2's faster mode on a 2-core Zen 5)."""
     keys = []
     for beam in args.beams:
-        specs = [*dtypes, *(["int8"] if args.int8 and "int8" not in dtypes else [])]
+        int8 = ["int8", "int8/onednn"] if args.int8 else []  # torch's int8 engine, oneDNN's
+        specs = [*dtypes, *(s for s in int8 if s not in dtypes)]
         specs += ["ct2-int8", "ct2-int8:replicas"] if args.ct2 else []
         keys += [(s, beam) for s in specs if not (beam == 1 and "+early" in s)]
     return keys
@@ -418,7 +420,9 @@ def main() -> None:
     p.add_argument(
         "--dtypes", default="fp32,bf16,auto", help="dtype or dtype/gemm each, e.g. bf16/torch"
     )
-    p.add_argument("--no-int8", dest="int8", action="store_false", help="leave mt int8 out")
+    p.add_argument(
+        "--no-int8", dest="int8", action="store_false", help="leave mt int8 (both engines) out"
+    )
     p.add_argument("--no-ct2", dest="ct2", action="store_false", help="leave CTranslate2 out")
     p.add_argument(
         "--isolate", action="store_true", help="each decoding engine in a fresh process per round"

@@ -9,7 +9,7 @@ from torch import nn
 
 from mt.config import ModelConfig
 from mt.model import Transformer, applied
-from mt.runtime.int8 import quantize_linears
+from mt.runtime.int8 import engine_available, quantize_linears
 
 
 def small_model(tie: bool = True) -> Transformer:
@@ -59,3 +59,30 @@ def test_int8_other_activations_stay_apart():
     quantized = quantize_linears(Transformer(cfg, 40, 40).eval())
     assert quantized.decoder[0].ffn.activation is F.gelu
     assert "ReLU" not in type(quantized.decoder[0].ffn.fc1).__name__
+
+
+@pytest.mark.skipif(not engine_available("onednn"), reason="this torch lacks the oneDNN engine")
+@pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")
+def test_an_onednn_copy_is_close_and_leaves_the_engine_as_it_was():
+    """Packed for oneDNN, the copy computes what the fp32 model does to int8's error, and
+    runs on oneDNN's kernels whatever the engine is after: the setting is restored, and a copy
+    packed for torch's default engine in the same process keeps its own kernels."""
+    model = small_model().eval()
+    before = torch.backends.quantized.engine
+    onednn_copy = quantize_linears(model, "onednn")
+    assert torch.backends.quantized.engine == before
+    default_copy = quantize_linears(model)
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
+    with torch.no_grad():
+        want = model(src, tgt)
+        got, other = onednn_copy(src, tgt), default_copy(src, tgt)
+        torch.backends.quantized.engine = "onednn"
+        try:  # the kernels come with the packed weights, not from the setting
+            torch.testing.assert_close(onednn_copy(src, tgt), got, rtol=0, atol=0)
+            torch.testing.assert_close(default_copy(src, tgt), other, rtol=0, atol=0)
+        finally:
+            torch.backends.quantized.engine = before
+    assert (got - want).abs().max() < 0.05 * want.abs().max()
+    with pytest.raises(ValueError, match="int8 engine 'fbgemm'"):
+        quantize_linears(model, "fbgemm")

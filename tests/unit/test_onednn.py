@@ -20,6 +20,7 @@ from mt.errors import MtError
 from mt.model import Transformer, applied
 from mt.runtime import onednn
 from mt.runtime.dtype import decode_model, uses_onednn
+from mt.runtime.int8 import quantize_linears
 from mt.search.ensemble import Ensemble
 from mt.translation.requests import Plan, Request
 from mt.translation.session import DecodeOptions, Session
@@ -81,6 +82,19 @@ def test_an_ensemble_gets_a_onednn_output_layer_in_every_member():
     hidden = torch.randn(3, 64)
     with torch.no_grad():
         torch.testing.assert_close(fast.project(hidden), ensemble.project(hidden))
+
+
+@pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")
+def test_int8_takes_onednns_kernels_only_when_asked():
+    """Under int8, onednn packs the quantised layers for oneDNN; auto and torch keep torch's
+    default engine (the faster where measured)."""
+    model = small_model().eval()
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 10, 11]])
+    with torch.no_grad():
+        want = {e: quantize_linears(model, e)(src, tgt) for e in ("torch", "onednn")}
+        for gemm, engine in (("onednn", "onednn"), ("auto", "torch"), ("torch", "torch")):
+            got = decode_model(model, FP32, CPU, True, gemm)(src, tgt)
+            torch.testing.assert_close(got, want[engine], rtol=0, atol=0)
 
 
 def test_decode_model_applies_gemm_only_to_fp32_on_a_cpu_without_int8():
@@ -203,10 +217,13 @@ def test_the_setting_reaches_the_translator_and_outputs_stay_close(tiny_run, mul
         assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), (i, a, b)
 
 
-def test_onednn_where_it_cannot_apply_is_one_line(tiny_run):
+def test_onednn_where_it_cannot_apply_is_one_line(tiny_run, monkeypatch):
     session = Session([tiny_run / "best.pt"], "cpu")
-    with pytest.raises(MtError, match=r"--gemm onednn decodes fp32 or bf16 on a CPU, but --int8"):
+    assert session.decode_config(DecodeOptions(gemm="onednn", int8=True)).gemm == "onednn"
+    monkeypatch.setattr("mt.translation.session.engine_available", lambda engine: False)
+    with pytest.raises(MtError, match=r"--gemm onednn with --int8: torch .* no oneDNN int8"):
         session.decode_config(DecodeOptions(gemm="onednn", int8=True))
+    monkeypatch.undo()
     if onednn.bf16_available():
         assert session.decode_config(DecodeOptions(gemm="onednn", dtype="bf16")).gemm == "onednn"
     else:
@@ -225,8 +242,12 @@ def test_the_gemm_flag_of_translate(tiny_run, multi30k_dir, mt_cli, tmp_path):
         assert result.rc == 0, result.err
         outs.append(result.out.splitlines())
     assert len(outs[0]) == len(outs[1]) == 5
-    bad = mt_cli("translate", ckpt, "--input", src, "--gemm", "onednn", "--int8")
-    assert bad.rc == 2 and "--gemm onednn" in bad.err and "Traceback" not in bad.err
+    int8 = {}
+    for gemm in ("torch", "onednn"):
+        result = mt_cli("translate", ckpt, "--input", src, "--greedy", "--gemm", gemm, "--int8")
+        assert result.rc == 0, result.err
+        int8[gemm] = result.out.splitlines()
+    assert len(int8["torch"]) == len(int8["onednn"]) == 5
 
 
 def test_the_probe_leaves_the_global_rng_alone():
