@@ -7,9 +7,10 @@ pinned torch, and the deprecation warning is not shown to `mt translate` users.
 
 Which library's int8 kernels run is fixed when the weights are packed, by torch's quantized
 engine at that moment: torch's default on x86 ("x86") packs Linear layers for FBGEMM;
-`engine="onednn"` packs them for oneDNN (VNNI, AMX). The packed weights carry their kernels,
-so the engine is set for the packing alone and the process-wide setting is restored after:
-one process can hold copies of both kinds (docs/studies/decoding-speed.md measures them).
+`engine="onednn"` packs them for oneDNN (which has AMX kernels). The packed weights carry
+their kernels, so the engine is set for the packing alone and the process-wide setting is
+restored after: one process can hold copies of both kinds (docs/studies/decoding-speed.md
+measures them).
 """
 
 from __future__ import annotations
