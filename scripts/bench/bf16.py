@@ -163,13 +163,10 @@ def engine_keys(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, 
     translator, its threads inside each op; "+vmap": with the shortlist exported as its
     vocabulary map, `use_vmap`) or `ct2-int8[+vmap]:replicas` (one replica per thread,
     `inter_threads`, each on its own batches: CTranslate2's faster mode on a 2-core Zen 5)."""
-    keys = []
-    for beam in args.beams:
-        int8 = ["int8", "int8/onednn"] if args.int8 else []  # torch's int8 engine, oneDNN's
-        specs = [*dtypes, *(s for s in int8 if s not in dtypes)]
-        specs += ["ct2-int8", "ct2-int8:replicas"] if args.ct2 else []
-        keys += [(s, beam) for s in specs if not (beam == 1 and "+early" in s)]
-    return keys
+    int8 = ["int8", "int8/onednn"] if args.int8 else []  # torch's int8 engine, oneDNN's
+    specs = [*dtypes, *(s for s in int8 if s not in dtypes)]
+    specs += ["ct2-int8", "ct2-int8:replicas"] if args.ct2 else []
+    return [(s, beam) for beam in args.beams for s in specs if not (beam == 1 and "+early" in s)]
 
 
 def make_engine(args: argparse.Namespace, spec: str, beam: int, lines: list[str]):
